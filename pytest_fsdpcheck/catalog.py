@@ -1,0 +1,67 @@
+"""The invariant catalog of DESIGN.md: stable IDs and one-line statements.
+
+Tests, reports, divergence files and docs all refer to these IDs.
+"""
+
+INVARIANTS: dict[str, str] = {
+    # Traversal
+    "TRV-1": "no state is listed twice",
+    "TRV-2": "modules[i] owns states[i], same lengths, first owner reached",
+    "TRV-3": "DFS pre-order, registration order, never entering a replicate module",
+    "TRV-4": "complete: every reachable, non-pruned state listed, nothing else",
+    "TRV-5": "without incompatible marks, module order is root.modules() filtered",
+    "TRV-6": "handles are the states' handles, flattened in state order",
+    "TRV-7": "root states are exactly the states with _is_root, in state order",
+    "TRV-8": "deep, wide and diamond-chain trees: no RecursionError, linear time",
+    "TRV-9": "the tree is not mutated",
+    # Annotation
+    "ANN-1": "every non-ignored module is marked managed with the use_orig_params flag",
+    "ANN-2": "ignored modules are left as they were",
+    "ANN-3": "descendants of an ignored module are still annotated",
+    "ANN-4": "nothing else changes",
+    "ANN-5": "idempotent; re-annotating updates use_orig_params",
+    "ANN-6": "shared submodules are annotated consistently",
+    "ANN-7": "Dynamo lifts an annotated module's parameters; swapping one needs no recompile",
+    # Splitting
+    "SPL-1": "first_bucket_cap > bucket_bytes_cap rejected; unset first cap defaults",
+    "SPL-2": "every node in exactly one bucket; contiguous runs in graph order",
+    "SPL-3": "bucket size is the bytes of trainable, non-ignored parameters it uses",
+    "SPL-4": "each parameter counted once in the whole plan",
+    "SPL-5": "a bucket closes at the first point with size >= cap and an external output",
+    "SPL-6": "one output per bucket: every submodule has an output used outside it",
+    "SPL-7": "extended buckets report the ops and bytes they absorbed",
+    "SPL-8": "a parameter-free earliest bucket is fused; no bucket is parameter-free",
+    "SPL-9": "one bucket: the original graph is compiled once, unsplit",
+    "SPL-10": "k > 1 buckets: the backend is called k times with right example inputs",
+    "SPL-11": "the split module computes the same outputs and gradients",
+    "SPL-12": "the original graph module still computes what it did",
+    "SPL-13": "the logged bucket table matches the buckets",
+    "SPL-14": "higher-order ops are split correctly or rejected with NotImplementedError",
+    "SPL-15": "module-chain plans agree with DDP's own bucket assignment",
+    "SPL-16": "end to end with real DDP: one compiled subgraph per bucket, eager-equal gradients",
+    # Exec order
+    "EXO-1": "the tracer is restored after the context exits, also on exceptions",
+    "EXO-2": "module forward order: root first, then every call in order",
+    "EXO-3": "parameter order: first use only, equal to an independent oracle",
+    "EXO-4": "usage infos: own direct uses and children's calls, last call kept",
+    "EXO-5": "visited set equals the ordered parameters",
+    "EXO-6": "the traced graph equals an unpatched tracer's",
+    "EXO-7": "works with tracer subclasses and concrete_args",
+    "EXO-8": "linear time in module calls and parameters",
+}
+
+AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO"}
+AREAS = tuple(AREA_PREFIX)
+
+
+def area_of(invariant_id: str) -> str:
+    prefix = invariant_id.split("-", 1)[0]
+    for area, p in AREA_PREFIX.items():
+        if p == prefix:
+            return area
+    raise KeyError(invariant_id)
+
+
+def sort_key(invariant_id: str) -> tuple[int, int]:
+    prefix, _, number = invariant_id.partition("-")
+    return (list(AREA_PREFIX.values()).index(prefix), int(number))

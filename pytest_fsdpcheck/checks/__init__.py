@@ -1,0 +1,57 @@
+"""Invariant checkers: pure functions over an implementation's outputs that
+return the violations they found. Users can call them from their own tests
+(like scikit-learn's estimator checks); the conformance suite does too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str  # catalog ID, e.g. "TRV-3"
+    message: str  # one sentence: what was expected, what happened
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.message}"
+
+
+class ConformanceFailure(AssertionError):
+    """Raised by :func:`assert_conforms`; carries the violated IDs so the
+    report can attribute the failure to exactly those invariants."""
+
+    def __init__(self, violations: list[Violation], example: str | None = None):
+        self.violations = list(violations)
+        self.example = example
+        super().__init__(self.render())
+
+    @property
+    def invariants(self) -> list[str]:
+        return sorted({v.invariant for v in self.violations})
+
+    def render(self) -> str:
+        lines = [str(v) for v in self.violations]
+        if self.example:
+            lines += ["", "Reproducer:", self.example]
+        return "\n".join(lines)
+
+
+def assert_conforms(violations: list[Violation], example: str | None = None) -> None:
+    if violations:
+        raise ConformanceFailure(violations, example)
+
+
+def short(items, limit: int = 12) -> str:
+    """A list rendered for a one-sentence message, elided when long."""
+    items = list(items)
+    if len(items) <= limit:
+        return "[" + ", ".join(map(str, items)) + "]"
+    head = ", ".join(map(str, items[: limit - 2]))
+    return f"[{head}, ... ({len(items) - limit + 2} more), {items[-1]}]"
+
+
+def first_difference(expected: list, got: list) -> str:
+    for i, (e, g) in enumerate(zip(expected, got, strict=False)):
+        if e != g:
+            return f"first difference at position {i}: expected {e}, got {g}"
+    return f"lengths differ: expected {len(expected)}, got {len(got)}"

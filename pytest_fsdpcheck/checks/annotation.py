@@ -1,0 +1,209 @@
+"""Annotation checkers (ANN-1..6). ANN-7 needs Dynamo and lives in
+:func:`check_dynamo_effect`."""
+
+from __future__ import annotations
+
+from . import Violation, short
+from .traversal import _unique_children, dfs_preorder
+
+MANAGED = "_is_fsdp_managed_module"
+ORIG_PARAMS = "_fsdp_use_orig_params"
+ANNOTATIONS = (MANAGED, ORIG_PARAMS)
+
+
+def _entry(value):
+    if isinstance(value, dict):
+        return ("dict", tuple((k, id(v)) for k, v in value.items()))
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return ("value", type(value), value)
+    return ("obj", id(value))
+
+
+def snapshot(tree) -> list[dict]:
+    """Per module: every ``__dict__`` entry (registries by content identity)."""
+    return [{k: _entry(v) for k, v in m.__dict__.items()} for m in tree.modules]
+
+
+def _parents(tree) -> dict[int, list[int]]:
+    index = {id(m): i for i, m in enumerate(tree.modules)}
+    parents: dict[int, list[int]] = {i: [] for i in range(len(tree.modules))}
+    for i, m in enumerate(tree.modules):
+        for child in _unique_children(m):
+            parents[index[id(child)]].append(i)
+    return parents
+
+
+def _under_ignored(tree) -> set[int]:
+    """Modules with an ignored strict ancestor on some path from the root."""
+    index = {id(m): i for i, m in enumerate(tree.modules)}
+    reach = {index[id(m)] for m in dfs_preorder(tree.root)}
+    parents = _parents(tree)
+    below: set[int] = set()
+    for i in range(len(tree.modules)):  # children have higher indices: topological order
+        if i in reach and any(p in reach and (p in tree.spec.ignored or p in below) for p in parents[i]):
+            below.add(i)
+    return below
+
+
+def check_annotated(tree, before, use_orig_params: bool) -> list[Violation]:
+    """ANN-1..4 and ANN-6 after one ``annotate(root, ignored, use_orig_params)``;
+    ``before`` is a :func:`snapshot` taken first."""
+    out: list[Violation] = []
+    index = {id(m): i for i, m in enumerate(tree.modules)}
+    reachable = {index[id(m)] for m in dfs_preorder(tree.root)}
+    ignored = tree.spec.ignored
+    below = _under_ignored(tree)
+    shared = {i for i, ps in _parents(tree).items() if len(ps) > 1}
+    wrong: dict[str, list[str]] = {"ANN-1": [], "ANN-3": [], "ANN-6": []}
+    for i, module in enumerate(tree.modules):
+        if i not in reachable or i in ignored:
+            continue
+        got = (module.__dict__.get(MANAGED, "<unset>"), module.__dict__.get(ORIG_PARAMS, "<unset>"))
+        if got[0] is True and got[1] is use_orig_params:
+            continue
+        desc = f"m{i} ({MANAGED}={got[0]!r}, {ORIG_PARAMS}={got[1]!r})"
+        wrong["ANN-3" if i in below else "ANN-1"].append(desc)
+        if i in shared:
+            wrong["ANN-6"].append(desc)
+    statements = {
+        "ANN-1": f"expected every non-ignored module to be managed with use_orig_params={use_orig_params}",
+        "ANN-3": "expected descendants of ignored modules to be annotated too",
+        "ANN-6": "expected shared submodules to be annotated like any other",
+    }
+    for inv, bad in wrong.items():
+        if bad:
+            out.append(Violation(inv, f"{statements[inv]}; got {short(bad, 6)}"))
+
+    after = snapshot(tree)
+    changed_ignored, changed_other = [], []
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        if i in ignored and i in reachable:
+            if a != b:
+                changed_ignored.append(f"m{i}: {_diff_keys(b, a)}")
+            continue
+        strip = {k: v for k, v in a.items() if k not in ANNOTATIONS}
+        base = {k: v for k, v in b.items() if k not in ANNOTATIONS}
+        if strip != base:
+            changed_other.append(f"m{i}: {_diff_keys(base, strip)}")
+    if changed_ignored:
+        out.append(Violation("ANN-2", f"expected ignored modules untouched; changed {short(changed_ignored, 6)}"))
+    if changed_other:
+        out.append(
+            Violation("ANN-4", f"expected nothing but the two annotations to change; changed {short(changed_other, 6)}")
+        )
+    return out
+
+
+def _diff_keys(before: dict, after: dict) -> str:
+    keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    return ", ".join(keys)
+
+
+def check_idempotent(tree, once, twice, flipped, flag: bool) -> list[Violation]:
+    """ANN-5: ``once``/``twice`` are snapshots after annotating once and twice
+    with ``flag``; ``flipped`` after annotating again with ``not flag``."""
+    out = []
+    if once != twice:
+        diffs = [f"m{i}: {_diff_keys(a, b)}" for i, (a, b) in enumerate(zip(once, twice, strict=True)) if a != b]
+        out.append(Violation("ANN-5", f"expected a second annotation to change nothing; changed {short(diffs, 6)}"))
+    stale = []
+    index = {id(m): i for i, m in enumerate(tree.modules)}
+    for m in dfs_preorder(tree.root):
+        i = index[id(m)]
+        if i in tree.spec.ignored:
+            continue
+        if m.__dict__.get(ORIG_PARAMS) is not (not flag):
+            stale.append(f"m{i} ({ORIG_PARAMS}={m.__dict__.get(ORIG_PARAMS)!r})")
+    if stale:
+        out.append(
+            Violation("ANN-5", f"expected re-annotating with use_orig_params={not flag} to update the flag; got {short(stale, 6)}")
+        )
+    return out
+
+
+def diff_against_reference(ref_tree, tree) -> list[Violation]:
+    """Per module, the two annotations after the reference and the implementation ran."""
+    below = _under_ignored(tree)
+    diffs: dict[str, list[str]] = {"ANN-1": [], "ANN-2": [], "ANN-3": []}
+    for i, (r, g) in enumerate(zip(ref_tree.modules, tree.modules, strict=True)):
+        want = tuple(r.__dict__.get(k, "<unset>") for k in ANNOTATIONS)
+        got = tuple(g.__dict__.get(k, "<unset>") for k in ANNOTATIONS)
+        if want != got:
+            inv = "ANN-2" if i in tree.spec.ignored else "ANN-3" if i in below else "ANN-1"
+            diffs[inv].append(f"m{i}: reference {want}, implementation {got}")
+    return [Violation(inv, f"annotations differ from the reference: {short(bad, 6)}") for inv, bad in diffs.items() if bad]
+
+
+def _models():
+    import torch
+    from torch import nn
+
+    class Nested(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.inner(x) + x)
+
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Linear(4, 4)
+            self.again = self.block  # one module under two names
+            self.scale = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            return self.again(self.block(x)) * self.scale
+
+    return {
+        "mlp": lambda: nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)),
+        "nested": Nested,
+        "shared": Shared,
+    }
+
+
+def check_dynamo_effect(annotation, model: str) -> list[Violation]:
+    """ANN-7: after ``annotate(m, set(), True)``, ``torch.compile`` traces ``m``
+    with its parameters as graph inputs, and swapping a parameter between calls
+    gives eager-equal results without a recompile."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    module = _models()[model]()
+    annotation.annotate(module, set(), True)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(sum(1 for n in gm.graph.nodes if n.op == "placeholder"))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(module, backend=backend)
+        x = torch.randn(3, 4)
+        first = compiled(x)
+        if not torch.allclose(first, module(x)):
+            return [Violation("ANN-7", f"{model}: compiled output differs from eager")]
+        n_params = len(list(module.parameters()))
+        if len(graphs) != 1 or graphs[0] < 1 + n_params:
+            return [
+                Violation(
+                    "ANN-7",
+                    f"{model}: expected one graph taking the input and {n_params} parameters as placeholders, "
+                    f"got graphs with placeholder counts {graphs}",
+                )
+            ]
+        name, old = next(iter(module.named_parameters()))
+        owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+        setattr(owner, name.rpartition(".")[2], nn.Parameter(torch.randn_like(old)))
+        second = compiled(x)
+        if not torch.allclose(second, module(x)):
+            return [Violation("ANN-7", f"{model}: after swapping {name}, compiled output differs from eager")]
+        if len(graphs) != 1:
+            return [Violation("ANN-7", f"{model}: swapping {name} recompiled ({len(graphs)} graphs)")]
+    finally:
+        torch._dynamo.reset()
+    return []

@@ -1,0 +1,178 @@
+"""The implementation contract: how the suite talks to an implementation.
+
+An *implementation* is any object with up to four *area* attributes,
+``traversal``, ``annotation``, ``splitting`` and ``exec_order``. An area that
+is missing or ``None`` is *not provided*: its invariants are reported as such,
+never as passed. Every value crossing the contract is a plain ``nn.Module``,
+``fx.GraphModule``, list, dict or one of the small dataclasses below, so an
+implementation for any torch version (or a framework's own re-implementation)
+can be adapted without the suite knowing its private types.
+
+This module imports no torch: the plugin reads it when it validates an
+implementation given on the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .catalog import AREAS
+
+
+@runtime_checkable
+class TraversalArea(Protocol):
+    """Collects FSDP states of a module tree (seed ``_traversal_utils``).
+
+    The first three methods put a generated tree's states and marks on modules
+    the way this implementation stores them; the suite never touches an
+    implementation's storage directly.
+    """
+
+    def new_state(self, handle: object | None, is_root: bool) -> object:
+        """A fresh FSDP state holding ``handle`` (or none) with ``_is_root`` set."""
+
+    def attach_state(self, module: Any, state: object) -> None:
+        """Make ``state`` the FSDP state of ``module`` (states may be shared)."""
+
+    def mark_incompatible(self, module: Any, api: str) -> None:
+        """Record that the composable API ``api`` (e.g. ``"replicate"``) owns ``module``."""
+
+    def states_with_modules(self, root: Any) -> tuple[list, list]:
+        """``(states, owning modules)`` in traversal order."""
+
+    def handles(self, root: Any) -> list:
+        """All handles of the states, flattened in state order."""
+
+    def root_states(self, root: Any) -> list:
+        """The states whose ``_is_root`` is true."""
+
+
+@runtime_checkable
+class AnnotationArea(Protocol):
+    """Marks managed submodules for Dynamo (seed ``_dynamo_utils``)."""
+
+    def annotate(self, root: Any, ignored_modules: set, use_orig_params: bool) -> None:
+        """Set ``_is_fsdp_managed_module``/``_fsdp_use_orig_params`` on the tree."""
+
+
+@dataclass
+class BucketInfo:
+    """One bucket of a split plan, in implementation-neutral form.
+
+    ``nodes`` are node names of the input graph in graph order; ``params`` the
+    names the implementation gives the counted parameters; ``param_ids`` their
+    ``id()``. ``extra_ops``/``extra_bytes`` report how far the bucket was
+    extended past its cap to reach an external output (SPL-7).
+    """
+
+    nodes: list[str]
+    size: int
+    params: list[str] = field(default_factory=list)
+    param_ids: list[int] = field(default_factory=list)
+    extra_ops: int = 0
+    extra_bytes: int = 0
+
+
+@dataclass
+class SplitResult:
+    """What a splitting implementation produced for one graph."""
+
+    buckets: list[BucketInfo]  # in graph order (earliest nodes first)
+    compiled: Callable[..., Any]  # the callable the backend returns to Dynamo
+    table: list[str] = field(default_factory=list)  # logged bucket-table lines
+
+
+@runtime_checkable
+class SplittingArea(Protocol):
+    """Cuts a Dynamo FX graph into DDP buckets (seed ``DDPOptimizer``)."""
+
+    #: ``"dynamo"`` (parameters lifted to placeholders, torch >= 2.4) or
+    #: ``"module"`` (``call_module``/``get_attr``, seed era).
+    graph_form: str
+
+    def split(
+        self,
+        gm: Any,
+        example_inputs: Sequence[Any],
+        *,
+        bucket_bytes_cap: int,
+        first_bucket_cap: int | None,
+        backend: Callable[[Any, Sequence[Any]], Callable[..., Any]],
+    ) -> SplitResult:
+        """Plan, split and compile ``gm``; raise ``ValueError``/``AssertionError``
+        for invalid caps and ``NotImplementedError`` for unsupported graphs."""
+
+
+@dataclass
+class ExecInfo:
+    """Exec-order recording, filled while the patched tracer traces.
+
+    ``module_to_param_usage_infos`` maps each called module to a list of
+    ``(module, [(name, param), ...])`` in execution order.
+    """
+
+    module_forward_order: list = field(default_factory=list)
+    module_to_param_usage_infos: dict = field(default_factory=dict)
+    param_forward_order: list = field(default_factory=list)
+    visited_params: set = field(default_factory=set)
+
+
+@runtime_checkable
+class ExecOrderArea(Protocol):
+    """Records module and parameter order during FX tracing (seed ``_trace_utils``)."""
+
+    def patch_tracer(self, tracer: Any, root: Any) -> AbstractContextManager[ExecInfo]:
+        """Patch ``tracer`` for the ``with`` block; yields the ``ExecInfo`` it fills."""
+
+
+AREA_PROTOCOLS = {
+    "traversal": TraversalArea,
+    "annotation": AnnotationArea,
+    "splitting": SplittingArea,
+    "exec_order": ExecOrderArea,
+}
+
+
+class Implementation:
+    """Convenience base: subclass it and set the areas you provide.
+
+    Any object with the area attributes works; this class only documents them.
+    """
+
+    name: str = "unnamed"
+    traversal: TraversalArea | None = None
+    annotation: AnnotationArea | None = None
+    splitting: SplittingArea | None = None
+    exec_order: ExecOrderArea | None = None
+
+
+def provided_areas(impl: object) -> list[str]:
+    return [area for area in AREAS if getattr(impl, area, None) is not None]
+
+
+def contract_problems(impl: object) -> list[str]:
+    """Why ``impl`` does not satisfy the contract (empty when it does)."""
+    areas = provided_areas(impl)
+    if not areas:
+        return ["it provides none of the areas " + ", ".join(AREAS)]
+    problems = []
+    for area in areas:
+        obj = getattr(impl, area)
+        protocol = AREA_PROTOCOLS[area]
+        missing = [
+            name
+            for name in _protocol_members(protocol)
+            if not hasattr(obj, name) or (name != "graph_form" and not callable(getattr(obj, name)))
+        ]
+        if missing:
+            problems.append(f"its {area} area lacks {', '.join(missing)}")
+    return problems
+
+
+def _protocol_members(protocol: type) -> list[str]:
+    names = [n for n in vars(protocol) if not n.startswith("_")]
+    names += list(getattr(protocol, "__annotations__", {}))
+    return sorted(set(names))

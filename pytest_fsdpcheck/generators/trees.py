@@ -1,0 +1,235 @@
+"""Module trees for traversal and annotation: a pure-data spec, its builder,
+and hypothesis strategies that shrink towards small, flat, unmarked trees.
+
+A ``TreeSpec`` is plain tuples of ints, so an example prints, pickles and
+replays without torch; ``build_tree`` turns it into real modules and lets an
+implementation attach its own FSDP states and ``replicate`` marks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """A module DAG. Module 0 is the root; children only point to higher
+    indices, so the graph is acyclic. A child listed twice under one parent is
+    registered under two names (``children()`` yields it once)."""
+
+    children: tuple[tuple[int, ...], ...]
+    #: state id per module (``None``: no state); equal ids share one state
+    states: tuple[int | None, ...] = ()
+    root_states: frozenset[int] = frozenset()  # state ids with ``_is_root``
+    handled_states: frozenset[int] = frozenset()  # state ids holding a handle
+    replicate: frozenset[int] = frozenset()  # modules marked ``replicate``
+    ignored: frozenset[int] = frozenset()  # modules in the ignored set
+    params: tuple[int, ...] = ()  # own parameters per module
+    frozen: frozenset[int] = frozenset()  # modules whose parameters are frozen
+    tied: tuple[tuple[int, int], ...] = ()  # (a, b): b also registers a's first parameter
+
+    @property
+    def size(self) -> int:
+        return len(self.children)
+
+    def state_of(self, module: int) -> int | None:
+        return self.states[module] if self.states else None
+
+    def state_ids(self) -> list[int]:
+        return sorted({s for s in self.states if s is not None})
+
+    def to_source(self) -> str:
+        """A Python expression rebuilding this spec (for reproducers)."""
+        parts = [f"children={self.children!r}"]
+        for name in ("states", "params", "tied"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}={value!r}")
+        for name in ("root_states", "handled_states", "replicate", "ignored", "frozen"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}=frozenset({sorted(value)!r})")
+        return "TreeSpec(" + ", ".join(parts) + ")"
+
+
+class Handle:
+    """Stand-in for a ``FlatParamHandle``: only its identity matters."""
+
+    __slots__ = ("state_id",)
+
+    def __init__(self, state_id: int):
+        self.state_id = state_id
+
+    def __repr__(self) -> str:
+        return f"Handle({self.state_id})"
+
+
+@dataclass
+class BuiltTree:
+    spec: TreeSpec
+    root: object
+    modules: list  # index -> module
+    states: dict = field(default_factory=dict)  # state id -> state object
+    handles: dict = field(default_factory=dict)  # state id -> Handle
+
+    def label(self, obj) -> str:
+        """``m3`` for module 3, ``s1`` for state 1, else ``repr``."""
+        index = self._index()
+        if id(obj) in index:
+            return index[id(obj)]
+        return repr(obj)
+
+    def labels(self, objs) -> list[str]:
+        return [self.label(o) for o in objs]
+
+    def _index(self) -> dict:
+        cached = getattr(self, "_label_index", None)
+        if cached is None:
+            cached = {id(m): f"m{i}" for i, m in enumerate(self.modules)}
+            cached.update({id(s): f"s{k}" for k, s in self.states.items()})
+            cached.update({id(h): f"h{k}" for k, h in self.handles.items()})
+            self._label_index = cached
+        return cached
+
+
+def build_tree(spec: TreeSpec, traversal=None) -> BuiltTree:
+    """Real modules for ``spec``; with a traversal area, also its states and marks."""
+    import torch
+    from torch import nn
+
+    modules = [nn.Module() for _ in range(spec.size)]
+    for parent, kids in enumerate(spec.children):
+        module = modules[parent]
+        for k, child in enumerate(kids):
+            module.add_module(f"c{k}", modules[child])
+    for i, count in enumerate(spec.params):
+        for p in range(count):
+            param = nn.Parameter(torch.full((p + 1,), float(i)), requires_grad=i not in spec.frozen)
+            modules[i].register_parameter(f"w{p}", param)
+    for a, b in spec.tied:
+        first = next(iter(modules[a]._parameters.values()), None)
+        if first is not None:
+            modules[b].register_parameter("tied", first)
+    tree = BuiltTree(spec, modules[0], modules)
+    if traversal is not None:
+        attach_states(tree, traversal)
+    return tree
+
+
+def attach_states(tree: BuiltTree, traversal) -> None:
+    spec = tree.spec
+    for sid in spec.state_ids():
+        handle = Handle(sid) if sid in spec.handled_states else None
+        if handle is not None:
+            tree.handles[sid] = handle
+        tree.states[sid] = traversal.new_state(handle, sid in spec.root_states)
+    for i, sid in enumerate(spec.states):
+        if sid is not None:
+            traversal.attach_state(tree.modules[i], tree.states[sid])
+    for i in sorted(spec.replicate):
+        traversal.mark_incompatible(tree.modules[i], "replicate")
+
+
+# --- explicit shapes ---------------------------------------------------------
+
+
+def deep_chain(depth: int, state_every: int = 7) -> TreeSpec:
+    """``depth`` modules, each the only child of the previous one."""
+    children = tuple((i + 1,) for i in range(depth - 1)) + ((),)
+    states = tuple(i // state_every if i % state_every == 0 else None for i in range(depth))
+    sids = frozenset(s for s in states if s is not None)
+    return TreeSpec(children, states, root_states=frozenset({0}), handled_states=sids)
+
+
+def wide_tree(width: int, state_every: int = 3) -> TreeSpec:
+    """A root with ``width`` leaf children."""
+    children = (tuple(range(1, width + 1)),) + ((),) * width
+    states = (None,) + tuple(i if i % state_every == 0 else None for i in range(width))
+    sids = frozenset(s for s in states if s is not None)
+    return TreeSpec(children, states, handled_states=sids)
+
+
+def diamond_chain(diamonds: int) -> TreeSpec:
+    """``top -> (left, right) -> next top`` repeated: every top is reachable by
+    ``2**k`` paths, so a traversal without a visited set explodes."""
+    children: list[tuple[int, ...]] = []
+    for d in range(diamonds):
+        top = 3 * d
+        children.append((top + 1, top + 2))
+        nxt = (top + 3,) if d < diamonds - 1 else ()
+        children.append(nxt)
+        children.append(nxt)
+    children.append(())  # the final top
+    n = len(children)
+    states = tuple(i if i % 3 else None for i in range(n))
+    sids = frozenset(s for s in states if s is not None)
+    return TreeSpec(tuple(children), states, handled_states=sids)
+
+
+# --- strategies ----------------------------------------------------------------
+
+
+@st.composite
+def module_trees(
+    draw,
+    *,
+    min_modules: int = 1,
+    max_modules: int = 24,
+    shared: bool = True,
+    states: bool = True,
+    replicate: bool = True,
+    ignored: bool = True,
+    params: bool = True,
+) -> TreeSpec:
+    """Random module DAGs. Shrinks towards a star with nothing attached."""
+    n = draw(st.integers(min_modules, max_modules))
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        kids[draw(st.integers(0, i - 1))].append(i)
+    if shared and n > 2:
+        extra = draw(st.lists(st.tuples(st.integers(0, n - 2), st.integers(1, n - 1)), max_size=n // 2))
+        for a, b in extra:
+            if a < b:  # b may already be a child of a: then it gets a second name
+                kids[a].append(b)
+    children = tuple(tuple(draw(st.permutations(k))) if len(k) > 1 else tuple(k) for k in kids)
+
+    state_ids: tuple[int | None, ...] = ()
+    roots = handled = frozenset()
+    if states:
+        n_states = max(1, n // 2)
+        state_ids = tuple(
+            draw(st.lists(st.one_of(st.none(), st.integers(0, n_states - 1)), min_size=n, max_size=n))
+        )
+        used = sorted({s for s in state_ids if s is not None})
+        if used:
+            roots = frozenset(draw(st.sets(st.sampled_from(used))))
+            handled = frozenset(draw(st.sets(st.sampled_from(used))))
+    node = st.integers(0, n - 1)
+    marked = frozenset(draw(st.sets(node, max_size=3))) if replicate else frozenset()
+    ignored_set = frozenset(draw(st.sets(node, max_size=4))) if ignored else frozenset()
+    own_params: tuple[int, ...] = ()
+    frozen = frozenset()
+    tied: tuple[tuple[int, int], ...] = ()
+    if params:
+        own_params = tuple(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
+        frozen = frozenset(draw(st.sets(node, max_size=3)))
+        if n > 1:
+            pairs = draw(st.lists(st.tuples(node, node), max_size=2))
+            tied = tuple((a, b) for a, b in pairs if a != b and own_params[a])
+    return TreeSpec(
+        children, state_ids, roots, handled, marked, ignored_set, own_params, frozen, tied
+    )
+
+
+def deep_trees(min_depth: int = 5000, max_depth: int = 6000):
+    return st.integers(min_depth, max_depth).map(deep_chain)
+
+
+def wide_trees(min_width: int = 100_000, max_width: int = 100_000):
+    return st.integers(min_width, max_width).map(wide_tree)
+
+
+def diamond_chains(min_diamonds: int = 1, max_diamonds: int = 2000):
+    return st.integers(min_diamonds, max_diamonds).map(diamond_chain)

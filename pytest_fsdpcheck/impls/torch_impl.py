@@ -1,0 +1,93 @@
+"""The ``torch`` implementation: the installed torch's private functions.
+
+Every function is looked up on its torch module at call time, so a patched or
+forked torch (or a monkeypatch in a user's conftest) is what gets checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..contract import Implementation
+
+
+def torch_version() -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _mod(name: str):
+    return importlib.import_module(name)
+
+
+class TorchTraversal:
+    """``torch.distributed.fsdp._traversal_utils`` (and ``_runtime_utils`` for roots)."""
+
+    def __init__(self):
+        # torch >= 2.1 keeps one handle per state; the seed era a ``_handles`` list.
+        self.single_handle = torch_version() >= (2, 1)
+
+    def new_state(self, handle, is_root):
+        state = _mod("torch.distributed.fsdp._common_utils")._FSDPState()
+        if self.single_handle:
+            state._handle = handle
+        else:
+            state._handles = [] if handle is None else [handle]
+        state._is_root = is_root
+        return state
+
+    def attach_state(self, module, state):
+        _mod("torch.distributed._composable_state")._insert_module_state(module, state)
+
+    def mark_incompatible(self, module, api):
+        key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
+        registry = module.__dict__.get(key)
+        if registry is None:
+            import collections
+
+            registry = module.__dict__[key] = collections.OrderedDict()
+        registry[api] = object()
+
+    def states_with_modules(self, root):
+        utils = _mod("torch.distributed.fsdp._traversal_utils")
+        states, modules = utils._get_fsdp_states_with_modules(root)
+        return list(states), list(modules)
+
+    def handles(self, root):
+        return list(_mod("torch.distributed.fsdp._traversal_utils")._get_fsdp_handles(root))
+
+    def root_states(self, root):
+        return list(_mod("torch.distributed.fsdp._runtime_utils")._get_fsdp_root_states(root))
+
+
+class TorchAnnotation:
+    def annotate(self, root, ignored_modules, use_orig_params):
+        utils = _mod("torch.distributed.fsdp._dynamo_utils")
+        utils._annotate_modules_for_dynamo(root, set(ignored_modules), use_orig_params)
+
+
+class TorchImplementation(Implementation):
+    name = "torch"
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        if not dist.is_available():  # FSDP internals need the distributed package
+            self.traversal = self.annotation = None
+        else:
+            self.traversal = TorchTraversal()
+            self.annotation = TorchAnnotation()
+        self.splitting = _optional("TorchSplitting")
+        self.exec_order = _optional("TorchExecOrder")
+
+
+def _optional(cls: str):
+    # Adapters for further areas live in sibling modules as they land.
+    module = {"TorchSplitting": "torch_splitting", "TorchExecOrder": "torch_exec_order"}[cls]
+    try:
+        mod = importlib.import_module(f"pytest_fsdpcheck.impls.{module}")
+    except ModuleNotFoundError:
+        return None
+    return getattr(mod, cls)()

@@ -1,0 +1,42 @@
+"""Hypothesis budgets per profile.
+
+``ci`` is derandomized and keeps no example database, so two runs (and a
+serial run and ``-n 2``) see the same examples; ``dev`` keeps the database
+and a printed seed; ``fuzz`` runs long.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+SCALE = {"ci": 1.0, "dev": 2.0, "fuzz": 50.0}
+_active = "ci"
+
+
+def _register() -> None:
+    common = dict(
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+        print_blob=True,
+    )
+    settings.register_profile("fsdpcheck-ci", derandomize=True, database=None, **common)
+    settings.register_profile("fsdpcheck-dev", **common)
+    settings.register_profile(
+        "fsdpcheck-fuzz", phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink], **common
+    )
+
+
+def activate(profile: str) -> None:
+    global _active
+    _register()
+    _active = profile
+    settings.load_profile(f"fsdpcheck-{profile}")
+
+
+def active() -> str:
+    return _active
+
+
+def examples(base: int):
+    """``@examples(n)``: n examples under ``ci``, scaled for ``dev``/``fuzz``."""
+    return settings(max_examples=max(1, int(base * SCALE[_active])))

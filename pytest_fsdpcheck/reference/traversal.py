@@ -1,0 +1,75 @@
+"""Reference FSDP state traversal (TRV): DFS pre-order over registered
+children, de-duplicated, never entering a module marked by an incompatible API.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+INCOMPATIBLE_APIS = frozenset({"replicate"})
+
+
+class ReferenceState:
+    __slots__ = ("_handle", "_is_root", "__weakref__")
+
+    def __init__(self, handle, is_root: bool):
+        self._handle = handle
+        self._is_root = is_root
+
+
+def iter_children(module):
+    # Read the registry directly: ``children()`` is a generator per module,
+    # and a module registered under two names is still one child.
+    seen = set()
+    for child in module._modules.values():
+        if child is not None and id(child) not in seen:
+            seen.add(id(child))
+            yield child
+
+
+class ReferenceTraversal:
+    """Keeps states and marks beside the modules (weakly), never on them."""
+
+    def __init__(self):
+        self._state_of = weakref.WeakKeyDictionary()
+        self._marks = weakref.WeakKeyDictionary()
+
+    def new_state(self, handle, is_root):
+        return ReferenceState(handle, is_root)
+
+    def attach_state(self, module, state):
+        self._state_of[module] = state
+
+    def mark_incompatible(self, module, api):
+        self._marks.setdefault(module, set()).add(api)
+
+    def _composable(self, module) -> bool:
+        return not (self._marks.get(module, set()) & INCOMPATIBLE_APIS)
+
+    def states_with_modules(self, root):
+        states, modules = [], []
+        seen_states, seen_modules = set(), set()
+        stack = [root]
+        while stack:
+            module = stack.pop()
+            if id(module) in seen_modules:
+                continue
+            seen_modules.add(id(module))
+            if not self._composable(module):
+                continue
+            state = self._state_of.get(module)
+            if state is not None and id(state) not in seen_states:
+                seen_states.add(id(state))
+                states.append(state)
+                modules.append(module)
+            # Reversed so the first-registered child is popped first.
+            stack.extend(reversed(list(iter_children(module))))
+        return states, modules
+
+    def handles(self, root):
+        states, _ = self.states_with_modules(root)
+        return [s._handle for s in states if s._handle is not None]
+
+    def root_states(self, root):
+        states, _ = self.states_with_modules(root)
+        return [s for s in states if s._is_root]

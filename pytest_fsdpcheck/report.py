@@ -1,0 +1,127 @@
+"""The invariant x implementation matrix, assembled from test reports.
+
+Each conformance test carries the IDs it checks and its implementation in
+``user_properties`` (they survive pytest-xdist), and a failing check adds the
+IDs it actually violated, so a failure is charged to exactly those cells.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from .catalog import INVARIANTS, sort_key
+
+PROP_INVARIANTS = "fsdpcheck_invariants"
+PROP_IMPL = "fsdpcheck_impl"
+PROP_VIOLATED = "fsdpcheck_violated"
+PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
+
+# Worst first: a cell shows the worst outcome among its tests.
+RANK = ["fail", "unexpected pass", "divergence", "pass", "skipped", "not provided"]
+SYMBOL = {
+    "fail": "FAIL",
+    "unexpected pass": "XPASS",
+    "divergence": "declared",
+    "pass": "pass",
+    "skipped": "skipped",
+    "not provided": "n/p",
+}
+
+
+def _props(report) -> dict:
+    return {k: v for k, v in getattr(report, "user_properties", ())}
+
+
+class Matrix:
+    def __init__(self):
+        self.cells: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.tests: dict[tuple[str, str], int] = defaultdict(int)
+        self.impls: list[str] = []
+
+    def add_impl(self, name: str) -> None:
+        if name not in self.impls:
+            self.impls.append(name)
+
+    def record(self, report) -> None:
+        props = _props(report)
+        invariants = props.get(PROP_INVARIANTS)
+        impl = props.get(PROP_IMPL)
+        if not invariants or impl is None:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.add_impl(impl)
+            for inv, outcome in classify(report, invariants, props).items():
+                self.cells[(inv, impl)].add(outcome)
+                self.tests[(inv, impl)] += 1
+        elif report.when == "teardown" and report.failed:
+            for inv in invariants:
+                self.cells[(inv, impl)].add("fail")
+
+    def outcome(self, inv: str, impl: str) -> str | None:
+        seen = self.cells.get((inv, impl))
+        if not seen:
+            return None
+        return min(seen, key=RANK.index)
+
+    def invariants(self) -> list[str]:
+        return sorted({inv for inv, _ in self.cells}, key=sort_key)
+
+    def mark_unexpected_passes(self, declared: dict[str, set[str]]) -> list[tuple[str, str]]:
+        """Declared invariants (impl -> IDs) whose tests all passed."""
+        found = []
+        for impl, ids in declared.items():
+            for inv in ids:
+                if self.outcome(inv, impl) == "pass":
+                    self.cells[(inv, impl)].add("unexpected pass")
+                    found.append((inv, impl))
+        return found
+
+    def render(self) -> list[str]:
+        invs = self.invariants()
+        if not invs:
+            return ["no conformance tests ran"]
+        width = max(8, *(len(i) for i in self.impls))
+        lines = ["invariant  " + "  ".join(f"{i:<{width}}" for i in self.impls) + "  statement"]
+        for inv in invs:
+            row = [SYMBOL.get(self.outcome(inv, impl), "-") for impl in self.impls]
+            lines.append(f"{inv:<9}  " + "  ".join(f"{c:<{width}}" for c in row) + f"  {INVARIANTS.get(inv, '')}")
+        totals = defaultdict(int)
+        for inv in invs:
+            for impl in self.impls:
+                totals[SYMBOL.get(self.outcome(inv, impl), "-")] += 1
+        lines.append("cells: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())))
+        return lines
+
+    def to_json(self) -> dict:
+        return {
+            impl: {
+                inv: {"outcome": self.outcome(inv, impl), "tests": self.tests.get((inv, impl), 0)}
+                for inv in self.invariants()
+                if self.outcome(inv, impl) is not None
+            }
+            for impl in self.impls
+        }
+
+
+def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
+    """Outcome per tagged invariant for one setup/call report."""
+    violated = props.get(PROP_VIOLATED)
+    if report.skipped:
+        if hasattr(report, "wasxfail"):
+            hit = violated or invariants
+            return {inv: ("divergence" if inv in hit else "pass") for inv in invariants}
+        kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
+        return dict.fromkeys(invariants, kind)
+    if report.failed:
+        if violated:
+            return {inv: ("fail" if inv in violated else "pass") for inv in invariants}
+        return dict.fromkeys(invariants, "fail")
+    return dict.fromkeys(invariants, "pass")
+
+
+def write_json(path: str, header: dict, matrix: Matrix, extra: dict) -> None:
+    payload = {"header": header, "matrix": matrix.to_json(), **extra}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, sort_keys=True)
+        fh.write("\n")

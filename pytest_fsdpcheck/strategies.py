@@ -1,0 +1,19 @@
+"""Public hypothesis strategies for users' own properties.
+
+>>> from pytest_fsdpcheck.strategies import module_trees
+>>> from hypothesis import given
+>>> @given(module_trees(max_modules=10))
+... def test_mine(spec): ...
+"""
+
+from .generators.trees import (  # noqa: F401
+    TreeSpec,
+    build_tree,
+    deep_chain,
+    deep_trees,
+    diamond_chain,
+    diamond_chains,
+    module_trees,
+    wide_tree,
+    wide_trees,
+)
