@@ -6,8 +6,10 @@ here returns at once: no torch import, no file written, nothing collected.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,9 @@ def pytest_addoption(parser):
         default=None, metavar="PATH")
     add("--fsdpcheck-report", "fsdpcheck_report", "write a JSON report to PATH",
         default=None, metavar="PATH")
+    add("--fsdpcheck-timeout", "fsdpcheck_timeout",
+        "seconds one implementation call may take before it fails as hung (0: no limit)",
+        default=None, metavar="SECONDS")
     add("--fsdpcheck-strict", "fsdpcheck_strict",
         "fail the run on stale divergence entries and unexpected passes", ini_type="bool",
         action="store_true", default=None)
@@ -119,6 +124,7 @@ def pytest_configure(config):
 
 def _build_session(config) -> Session:
     from . import divergences as div
+    from .isolation import Guarded
     from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
 
     specs = config.getoption("fsdpcheck_impl") or config.getini("fsdpcheck_impl")
@@ -126,10 +132,15 @@ def _build_session(config) -> Session:
         specs = [s.strip() for s in os.environ[ENV_IMPL].split(",") if s.strip()]
     if not specs:
         specs = ["torch", *sorted(set(installed_entry_points()) - set(BUILTIN))]
+    raw_timeout = _setting(config, "fsdpcheck_timeout", "60")
+    try:
+        timeout = float(raw_timeout)
+    except ValueError:
+        raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-timeout must be a number of seconds, got {raw_timeout!r}") from None
     impls = {}
     for spec in dict.fromkeys(specs):
         try:
-            impls[spec] = load_implementation(spec)
+            impls[spec] = Guarded(load_implementation(spec), spec, timeout)
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
 
@@ -266,9 +277,7 @@ def pytest_collection_modifyitems(session, config, items):
         impl = callspec.params["fsdpcheck_impl"]
         if any(getattr(impl, area_of(i), None) is None for i in invariants):
             item.user_properties.append((PROP_NOT_PROVIDED, True))
-        for entry in state.divergences:
-            if entry.applies_to(impl_id) and (entry.matches_test(item.nodeid) or entry.match in invariants):
-                state.matched_entries.add(entry)
+        item._traceback_filter = functools.partial(_trim_traceback, item)
         fn = getattr(item, "obj", None)
         if state.seed is not None and getattr(fn, "is_hypothesis_test", False):
             hypothesis.seed(state.seed)(fn)
@@ -279,6 +288,37 @@ def _impl_id(state: Session, callspec) -> str | None:
         return None
     impl = callspec.params["fsdpcheck_impl"]
     return next((spec for spec, obj in state.impls.items() if obj is impl), None)
+
+
+def _trim_traceback(item, excinfo):
+    # Show the conformance test's line and the implementation's frames; the
+    # suite's own machinery (checkers, generators, plugin) is noise to a user.
+    from .isolation import is_machinery
+
+    default = type(item)._traceback_filter(item, excinfo)
+    trimmed = default.filter(lambda entry: not is_machinery(entry))
+    return trimmed if len(trimmed) else default
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    state = get_session(item.config)
+    if state is None or PROP_IMPL not in dict(item.user_properties):
+        return (yield)
+    from .isolation import LeakedGlobalState, global_state, leaks, restore
+
+    before = global_state()
+    try:
+        return (yield)
+    finally:
+        found = leaks(before, global_state())
+        if found:
+            restore(before)
+            if sys.exc_info()[0] is None:
+                impl = dict(item.user_properties)[PROP_IMPL]
+                raise LeakedGlobalState(
+                    f"{impl} left process-wide state changed: {'; '.join(found)} (restored for the next tests)"
+                )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -328,7 +368,15 @@ class _MatrixRecorder:
             state.matrix.add_impl(spec)
 
     def pytest_runtest_logreport(self, report):
+        # Under xdist only the controller sees every report, so matching of
+        # divergence entries happens here rather than at collection.
         self.state.matrix.record(report)
+        props = dict(getattr(report, "user_properties", ()))
+        impl, invariants = props.get(PROP_IMPL), props.get(PROP_INVARIANTS) or ()
+        if report.when == "setup" and impl is not None:
+            for entry in self.state.divergences:
+                if entry.applies_to(impl) and (entry.matches_test(report.nodeid) or entry.match in invariants):
+                    self.state.matched_entries.add(entry)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -8,6 +8,8 @@ implementation attach its own FSDP states and ``replicate`` marks.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -99,11 +101,30 @@ def build_tree(spec: TreeSpec, traversal=None) -> BuiltTree:
     import torch
     from torch import nn
 
+    with _gc_paused():
+        return _build(spec, traversal, torch, nn)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    # Building 100,000 modules allocates ~1.5M dicts; the cyclic collector
+    # rescanning them cost three quarters of the build time.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build(spec, traversal, torch, nn) -> BuiltTree:
     modules = [nn.Module() for _ in range(spec.size)]
     for parent, kids in enumerate(spec.children):
-        module = modules[parent]
+        registry = modules[parent]._modules
         for k, child in enumerate(kids):
-            module.add_module(f"c{k}", modules[child])
+            # What add_module does once the name is known to be valid and new.
+            registry[f"c{k}"] = modules[child]
     for i, count in enumerate(spec.params):
         for p in range(count):
             param = nn.Parameter(torch.full((p + 1,), float(i)), requires_grad=i not in spec.frozen)

@@ -1,0 +1,217 @@
+"""Keeping a misbehaving implementation from hurting the rest of the run.
+
+* :class:`Guarded` wraps an implementation's areas so every call runs under a
+  time limit (SIGALRM, main thread only): a Python-level hang becomes a
+  failing check with a clear message instead of a stuck CI job.
+* :func:`global_state` / :func:`restore` snapshot the process-wide state an
+  implementation could leak (FX tracer patches, Dynamo config, logger
+  levels, process groups, global module hooks) so a leak is reported and
+  undone before the next test.
+* :func:`implementation_frames` trims a traceback to the implementation's
+  own frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
+
+from .catalog import AREAS
+
+
+class ImplementationTimeout(Exception):
+    """An implementation call exceeded the per-call time limit."""
+
+
+class LeakedGlobalState(AssertionError):
+    """An implementation left process-wide state changed after a check."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    usable = seconds and seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise ImplementationTimeout(
+            f"{what} did not return within {seconds:g} s (per-call limit; --fsdpcheck-timeout to change)"
+        )
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    remaining, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if remaining:  # an outer limit (e.g. pytest-timeout) was running: give it back
+            signal.setitimer(signal.ITIMER_REAL, remaining)
+
+
+class _GuardedArea:
+    def __init__(self, area, name: str, impl_name: str, timeout: float):
+        self._area, self._name, self._impl, self._timeout = area, name, impl_name, timeout
+
+    def __getattr__(self, attr):
+        value = getattr(self._area, attr)
+        if not callable(value):
+            return value
+        what = f"{self._impl}: {self._name}.{attr}"
+
+        def call(*args, **kwargs):
+            with time_limit(self._timeout, what):
+                result = value(*args, **kwargs)
+            if isinstance(result, contextlib.AbstractContextManager):
+                return _GuardedContext(result, what, self._timeout)
+            return result
+
+        return call
+
+
+class _GuardedContext:
+    """Time-limits entering and leaving an implementation's context manager."""
+
+    def __init__(self, cm, what, timeout):
+        self._cm, self._what, self._timeout = cm, what, timeout
+
+    def __enter__(self):
+        with time_limit(self._timeout, self._what + " (enter)"):
+            return self._cm.__enter__()
+
+    def __exit__(self, *exc):
+        with time_limit(self._timeout, self._what + " (exit)"):
+            return self._cm.__exit__(*exc)
+
+
+class Guarded:
+    """An implementation seen through per-call time limits."""
+
+    def __init__(self, impl, impl_name: str, timeout: float):
+        self._fsdpcheck_inner = impl
+        self._fsdpcheck_spec = impl_name
+        for area in AREAS:
+            obj = getattr(impl, area, None)
+            setattr(self, area, None if obj is None else _GuardedArea(obj, area, impl_name, timeout))
+
+    def __getattr__(self, attr):
+        return getattr(self._fsdpcheck_inner, attr)
+
+
+# --- global state ------------------------------------------------------------------
+
+
+def global_state() -> dict:
+    """What a well-behaved implementation leaves as it found it."""
+    import logging
+
+    import torch
+    import torch.fx
+
+    state = {
+        "fx.Tracer": {k: v for k, v in vars(torch.fx.Tracer).items() if not k.startswith("__")},
+        "loggers": {
+            name: logger.level
+            for name, logger in logging.root.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger) and name.split(".")[0] in ("torch", "pytest_fsdpcheck")
+        },
+        "grad_enabled": torch.is_grad_enabled(),
+        "default_dtype": torch.get_default_dtype(),
+    }
+    modules = torch.nn.modules.module
+    for hooks in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_module_registration_hooks", "_global_parameter_registration_hooks"):
+        if hasattr(modules, hooks):
+            state["nn." + hooks] = dict(getattr(modules, hooks))
+    dynamo = _dynamo_config()
+    if dynamo is not None:
+        state["dynamo.config"] = dynamo.get_config_copy()
+    dist = torch.distributed
+    state["process_group"] = dist.is_available() and dist.is_initialized()
+    return state
+
+
+def _dynamo_config():
+    import sys
+
+    # Only compare Dynamo's config if something already imported Dynamo:
+    # importing it here would cost seconds on every test.
+    if "torch._dynamo" not in sys.modules:
+        return None
+    return sys.modules["torch._dynamo"].config
+
+
+def leaks(before: dict, after: dict) -> list[str]:
+    found = []
+    for key in before.keys() | after.keys():
+        b, a = before.get(key), after.get(key)
+        if key == "dynamo.config" and (b is None or a is None):
+            continue  # Dynamo was first imported during the test
+        if key == "loggers":
+            a = {k: a.get(k) for k in b}  # loggers created on first import are not leaks
+        if key == "fx.Tracer":
+            a = {k: _unwrap_dynamo_disable(v, b.get(k)) for k, v in a.items()}
+        if a != b:
+            if isinstance(a, dict) and isinstance(b, dict):
+                changed = sorted(k for k in a.keys() | b.keys() if a.get(k) is not b.get(k) and a.get(k) != b.get(k))
+                found.append(f"{key} ({', '.join(map(str, changed[:5]))}{', ...' if len(changed) > 5 else ''})")
+            else:
+                found.append(f"{key} ({b!r} -> {a!r})")
+    return sorted(found)
+
+
+def _unwrap_dynamo_disable(now, before):
+    # torch's first compile wraps Tracer methods in its own dynamo-disable
+    # shim, once per process; that is torch's doing, not the implementation's.
+    if getattr(now, "_torchdynamo_disable", False) and getattr(now, "_torchdynamo_orig_callable", None) is before:
+        return before
+    return now
+
+
+def restore(before: dict) -> None:
+    import logging
+
+    import torch
+    import torch.fx
+
+    tracer_attrs = before["fx.Tracer"]
+    for k in [k for k in vars(torch.fx.Tracer) if not k.startswith("__") and k not in tracer_attrs]:
+        delattr(torch.fx.Tracer, k)
+    for k, v in tracer_attrs.items():
+        if vars(torch.fx.Tracer).get(k) is not v:
+            setattr(torch.fx.Tracer, k, v)
+    for name, level in before["loggers"].items():
+        logging.getLogger(name).setLevel(level)
+    torch.set_grad_enabled(before["grad_enabled"])
+    torch.set_default_dtype(before["default_dtype"])
+    modules = torch.nn.modules.module
+    for key, value in before.items():
+        if key.startswith("nn._global"):
+            hooks = getattr(modules, key[3:])
+            hooks.clear()
+            hooks.update(value)
+    dynamo = _dynamo_config()
+    if dynamo is not None and "dynamo.config" in before:
+        dynamo.load_config(before["dynamo.config"])
+    dist = torch.distributed
+    if not before["process_group"] and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- tracebacks ------------------------------------------------------------------
+
+_OWN = Path(__file__).resolve().parent
+# The suite's machinery; reference/ and impls/ are implementations, so theirs stay.
+_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "isolation.py", "plugin.py", "report.py", "profiles.py", "repro.py", "contract.py"))
+_NOISE = ("_pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin")
+
+
+def is_machinery(entry) -> bool:
+    """Whether a traceback entry is the suite's or the test runner's own frame."""
+    path = str(entry.path)
+    if path.startswith(_MACHINERY):
+        return True
+    return any(f"{os.sep}{n}{os.sep}" in path or path.endswith(f"{os.sep}{n}.py") for n in _NOISE)
