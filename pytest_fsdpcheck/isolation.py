@@ -54,8 +54,9 @@ def time_limit(seconds: float, what: str):
 
 
 class _GuardedArea:
-    def __init__(self, area, name: str, impl_name: str, timeout: float):
+    def __init__(self, area, name: str, impl_name: str, timeout: float, guard: Guarded):
         self._area, self._name, self._impl, self._timeout = area, name, impl_name, timeout
+        self._guard = guard
 
     def __getattr__(self, attr):
         value = getattr(self._area, attr)
@@ -64,8 +65,18 @@ class _GuardedArea:
         what = f"{self._impl}: {self._name}.{attr}"
 
         def call(*args, **kwargs):
-            with time_limit(self._timeout, what):
-                result = value(*args, **kwargs)
+            guard = self._guard
+            guard.calls += 1
+            if guard.hung:
+                # Hypothesis re-runs a failing example while shrinking; one
+                # hang per test is enough to know, not one per attempt.
+                raise ImplementationTimeout(guard.hung + " (an earlier call hung; not called again in this test)")
+            try:
+                with time_limit(self._timeout, what):
+                    result = value(*args, **kwargs)
+            except ImplementationTimeout as exc:
+                guard.hung = str(exc)
+                raise
             if isinstance(result, contextlib.AbstractContextManager):
                 return _GuardedContext(result, what, self._timeout)
             return result
@@ -94,9 +105,15 @@ class Guarded:
     def __init__(self, impl, impl_name: str, timeout: float):
         self._fsdpcheck_inner = impl
         self._fsdpcheck_spec = impl_name
+        self.calls = 0  # implementation calls in the current test: a determinism fingerprint
+        self.hung: str | None = None  # set once a call timed out in the current test
         for area in AREAS:
             obj = getattr(impl, area, None)
-            setattr(self, area, None if obj is None else _GuardedArea(obj, area, impl_name, timeout))
+            setattr(self, area, None if obj is None else _GuardedArea(obj, area, impl_name, timeout, self))
+
+    def start_test(self) -> None:
+        self.calls = 0
+        self.hung = None
 
     def __getattr__(self, attr):
         return getattr(self._fsdpcheck_inner, attr)

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from .catalog import AREAS, area_of
-from .report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, PROP_VIOLATED, Matrix
+from .report import (
+    PROP_CALLS,
+    PROP_EXAMPLES,
+    PROP_IMPL,
+    PROP_INVARIANTS,
+    PROP_NOT_PROVIDED,
+    PROP_VIOLATED,
+    Matrix,
+)
 
 PROFILES = ("ci", "dev", "fuzz")
 DEVICES = ("auto", "cpu", "cuda")
@@ -290,6 +298,14 @@ def _impl_id(state: Session, callspec) -> str | None:
     return next((spec for spec, obj in state.impls.items() if obj is impl), None)
 
 
+def _count_examples(statistics: str) -> int:
+    # Hypothesis only exposes per-test statistics as text; count every case
+    # it ran (passing, failing, invalid) over all phases.
+    import re
+
+    return sum(sum(map(int, m)) for m in re.findall(r"(\d+) passing, (\d+) failing, and (\d+) invalid", statistics))
+
+
 def _trim_traceback(item, excinfo):
     # Show the conformance test's line and the implementation's frames; the
     # suite's own machinery (checkers, generators, plugin) is noise to a user.
@@ -308,9 +324,12 @@ def pytest_runtest_call(item):
     from .isolation import LeakedGlobalState, global_state, leaks, restore
 
     before = global_state()
+    impl = item.callspec.params["fsdpcheck_impl"]
+    impl.start_test()
     try:
         return (yield)
     finally:
+        item.user_properties.append((PROP_CALLS, impl.calls))
         found = leaks(before, global_state())
         if found:
             restore(before)
@@ -325,7 +344,11 @@ def pytest_runtest_call(item):
 def pytest_runtest_makereport(item, call):
     report = yield
     state = get_session(item.config)
-    if state is None or call.when != "call":
+    if state is None:
+        return report
+    if call.when == "teardown" and hasattr(item, "hypothesis_statistics"):
+        report.user_properties = [*report.user_properties, (PROP_EXAMPLES, _count_examples(item.hypothesis_statistics))]
+    if call.when != "call":
         return report
     from .checks import ConformanceFailure
 

@@ -16,6 +16,8 @@ PROP_INVARIANTS = "fsdpcheck_invariants"
 PROP_IMPL = "fsdpcheck_impl"
 PROP_VIOLATED = "fsdpcheck_violated"
 PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
+PROP_CALLS = "fsdpcheck_calls"
+PROP_EXAMPLES = "fsdpcheck_examples"
 
 # Worst first: a cell shows the worst outcome among its tests.
 RANK = ["fail", "unexpected pass", "divergence", "pass", "skipped", "not provided"]
@@ -38,6 +40,7 @@ class Matrix:
         self.cells: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.tests: dict[tuple[str, str], int] = defaultdict(int)
         self.impls: list[str] = []
+        self.per_test: dict[str, dict] = {}
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -49,6 +52,12 @@ class Matrix:
         impl = props.get(PROP_IMPL)
         if not invariants or impl is None:
             return
+        test = self.per_test.setdefault(report.nodeid, {"outcome": None})
+        if report.when == "call" or not report.passed:
+            test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
+        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES)):
+            if prop in props:
+                test[key] = props[prop]
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self.add_impl(impl)
             for inv, outcome in classify(report, invariants, props).items():
@@ -121,7 +130,7 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
 
 
 def write_json(path: str, header: dict, matrix: Matrix, extra: dict) -> None:
-    payload = {"header": header, "matrix": matrix.to_json(), **extra}
+    payload = {"header": header, "matrix": matrix.to_json(), "tests": matrix.per_test, **extra}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, sort_keys=True)
         fh.write("\n")
