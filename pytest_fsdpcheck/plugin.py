@@ -18,6 +18,7 @@ import pytest
 from .catalog import AREAS, area_of
 from .report import (
     PROP_CALLS,
+    PROP_DIGEST,
     PROP_EXAMPLES,
     PROP_IMPL,
     PROP_INVARIANTS,
@@ -321,15 +322,18 @@ def pytest_runtest_call(item):
     state = get_session(item.config)
     if state is None or PROP_IMPL not in dict(item.user_properties):
         return (yield)
+    from . import profiles
     from .isolation import LeakedGlobalState, global_state, leaks, restore
 
     before = global_state()
     impl = item.callspec.params["fsdpcheck_impl"]
     impl.start_test()
+    profiles.reset_digest()
     try:
         return (yield)
     finally:
         item.user_properties.append((PROP_CALLS, impl.calls))
+        item.user_properties.append((PROP_DIGEST, profiles.digest()))
         found = leaks(before, global_state())
         if found:
             restore(before)

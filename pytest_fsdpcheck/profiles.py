@@ -40,3 +40,24 @@ def active() -> str:
 def examples(base: int):
     """``@examples(n)``: n examples under ``ci``, scaled for ``dev``/``fuzz``."""
     return settings(max_examples=max(1, int(base * SCALE[_active])))
+
+
+# A running digest of the examples built in the current test, so two runs can
+# be compared example by example rather than by counts alone.
+_digest = None
+
+
+def reset_digest() -> None:
+    global _digest
+    import hashlib
+
+    _digest = hashlib.blake2b(digest_size=8)
+
+
+def note_example(source: str) -> None:
+    if _digest is not None:
+        _digest.update(source.encode())
+
+
+def digest() -> str | None:
+    return None if _digest is None else _digest.hexdigest()

@@ -18,6 +18,7 @@ PROP_VIOLATED = "fsdpcheck_violated"
 PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
 PROP_CALLS = "fsdpcheck_calls"
 PROP_EXAMPLES = "fsdpcheck_examples"
+PROP_DIGEST = "fsdpcheck_examples_digest"
 
 # Worst first: a cell shows the worst outcome among its tests.
 RANK = ["fail", "unexpected pass", "divergence", "pass", "skipped", "not provided"]
@@ -55,7 +56,7 @@ class Matrix:
         test = self.per_test.setdefault(report.nodeid, {"outcome": None})
         if report.when == "call" or not report.passed:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
-        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES)):
+        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST)):
             if prop in props:
                 test[key] = props[prop]
         if report.when == "call" or (report.when == "setup" and not report.passed):
