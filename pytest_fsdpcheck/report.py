@@ -56,6 +56,8 @@ class Matrix:
         test = self.per_test.setdefault(report.nodeid, {"outcome": None})
         if report.when == "call" or not report.passed:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
+        if report.when == "call":
+            test["seconds"] = round(report.duration, 4)
         for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST)):
             if prop in props:
                 test[key] = props[prop]
