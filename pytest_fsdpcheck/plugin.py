@@ -56,6 +56,10 @@ def pytest_addoption(parser):
         default=None, metavar="N")
     add("--fsdpcheck-divergences", "fsdpcheck_divergences", "declared-divergence file (TOML)",
         default=None, metavar="PATH")
+    group.addoption(
+        "--fsdpcheck-no-shipped-divergences", dest="fsdpcheck_no_shipped", action="store_true", default=False,
+        help="ignore the divergence files shipped for the installed torch (see every raw finding)",
+    )
     add("--fsdpcheck-report", "fsdpcheck_report", "write a JSON report to PATH",
         default=None, metavar="PATH")
     add("--fsdpcheck-timeout", "fsdpcheck_timeout",
@@ -172,7 +176,7 @@ def _build_session(config) -> Session:
     version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     entries, files = [], []
     try:
-        if "torch" in impls:
+        if "torch" in impls and not config.getoption("fsdpcheck_no_shipped"):
             shipped = div.shipped_file_for("torch", version)
             if shipped:
                 entries += div.load(shipped, default_implementation="torch")
@@ -346,15 +350,22 @@ def pytest_runtest_call(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    report = yield
     state = get_session(item.config)
+    failure = call.excinfo.value if call.excinfo is not None else None
+    from .checks import ConformanceFailure
+
+    has_example = isinstance(failure, ConformanceFailure) and failure.example and state is not None
+    if has_example:
+        failure.example_in_section = True
+    report = yield
+    if has_example:
+        report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
     if state is None:
         return report
     if call.when == "teardown" and hasattr(item, "hypothesis_statistics"):
         report.user_properties = [*report.user_properties, (PROP_EXAMPLES, _count_examples(item.hypothesis_statistics))]
     if call.when != "call":
         return report
-    from .checks import ConformanceFailure
 
     props = dict(item.user_properties)
     impl_id = props.get(PROP_IMPL)

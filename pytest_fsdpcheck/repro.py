@@ -19,4 +19,4 @@ def snippet(impl, setup: list[str], body: list[str], imports: list[str] = ()) ->
         *setup,
         *body,
     ]
-    return "\n".join("    " + line if line else "" for line in lines)
+    return "\n".join(lines)

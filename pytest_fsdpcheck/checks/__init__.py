@@ -23,7 +23,13 @@ class ConformanceFailure(AssertionError):
     def __init__(self, violations: list[Violation], example: str | None = None):
         self.violations = list(violations)
         self.example = example
+        #: set by the plugin, which prints the reproducer as its own section
+        #: (without pytest's "E" prefixes, so it can be pasted as is)
+        self.example_in_section = False
         super().__init__(self.render())
+
+    def __str__(self) -> str:
+        return self.render()
 
     @property
     def invariants(self) -> list[str]:
@@ -31,7 +37,9 @@ class ConformanceFailure(AssertionError):
 
     def render(self) -> str:
         lines = [str(v) for v in self.violations]
-        if self.example:
+        if self.example and self.example_in_section:
+            lines += ["(reproducer: see the 'fsdpcheck reproducer' section below)"]
+        elif self.example:
             lines += ["", "Reproducer:", self.example]
         return "\n".join(lines)
 
