@@ -5,7 +5,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import assert_conforms
-from pytest_fsdpcheck.checks.annotation import check_annotated, check_dynamo_effect, check_idempotent, snapshot
+from pytest_fsdpcheck.checks.annotation import (
+    check_annotated,
+    check_dynamo_effect,
+    check_idempotent,
+    snapshot,
+)
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet

@@ -14,7 +14,13 @@ from pytest_fsdpcheck.checks.traversal import (
     expected_traversal,
     snapshot,
 )
-from pytest_fsdpcheck.generators.trees import build_tree, deep_chain, diamond_chain, module_trees, wide_tree
+from pytest_fsdpcheck.generators.trees import (
+    build_tree,
+    deep_chain,
+    diamond_chain,
+    module_trees,
+    wide_tree,
+)
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet
 

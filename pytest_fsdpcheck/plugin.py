@@ -137,8 +137,8 @@ def pytest_configure(config):
 
 def _build_session(config) -> Session:
     from . import divergences as div
-    from .isolation import Guarded
     from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
+    from .isolation import Guarded
 
     specs = config.getoption("fsdpcheck_impl") or config.getini("fsdpcheck_impl")
     if not specs and os.environ.get(ENV_IMPL):
