@@ -17,3 +17,11 @@ from .generators.trees import (  # noqa: F401
     wide_tree,
     wide_trees,
 )
+from .generators.models import (  # noqa: F401, E402
+    ModelSpec,
+    build_model,
+    chain_model,
+    exotic_tracer_specs,
+    make_tracer,
+    model_specs,
+)
