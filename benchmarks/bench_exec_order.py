@@ -82,7 +82,9 @@ def chains(impls):
 
     for n in (2000, 10_000):
         model = chain_model(n)
-        times = {name: best_of(lambda e=e: trace(e, model)) for name, e in [("fx only", None), *impls]}
+        times = {
+            name: best_of(lambda e=e, m=model: trace(e, m)) for name, e in [("fx only", None), *impls]
+        }
         cells = ", ".join(f"{name} {t * 1000:.0f} ms" for name, t in times.items())
         print(f"chain of {n:>6} modules (+root): {cells}")
 

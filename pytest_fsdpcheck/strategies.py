@@ -6,6 +6,14 @@
 ... def test_mine(spec): ...
 """
 
+from .generators.models import (  # noqa: F401
+    ModelSpec,
+    build_model,
+    chain_model,
+    exotic_tracer_specs,
+    make_tracer,
+    model_specs,
+)
 from .generators.trees import (  # noqa: F401
     TreeSpec,
     build_tree,
@@ -16,12 +24,4 @@ from .generators.trees import (  # noqa: F401
     module_trees,
     wide_tree,
     wide_trees,
-)
-from .generators.models import (  # noqa: F401, E402
-    ModelSpec,
-    build_model,
-    chain_model,
-    exotic_tracer_specs,
-    make_tracer,
-    model_specs,
 )
