@@ -132,6 +132,10 @@ def _build_session(config) -> Session:
             impls[spec] = load_implementation(spec)
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+        try:  # reproducers name the implementation by the spec it was loaded from
+            impls[spec]._fsdpcheck_spec = spec
+        except (AttributeError, TypeError):
+            pass
 
     profile = _setting(config, "fsdpcheck_profile", "ci")
     if profile not in PROFILES:

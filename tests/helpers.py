@@ -1,0 +1,54 @@
+"""Reading a suite run's terminal output back: the long failure section of
+each failed test, keyed by its test id."""
+
+from __future__ import annotations
+
+import re
+
+_HEADER = re.compile(r"^_{3,} (\S.*?) _{3,}$")
+
+
+def failure_sections(lines: list[str]) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        match = _HEADER.match(line)
+        if match:
+            current = match.group(1)
+            sections[current] = []
+        elif line.startswith("=") and current is not None:
+            current = None  # the summary/matrix sections that follow
+        elif current is not None:
+            sections[current].append(line)
+    return {name: "\n".join(body) for name, body in sections.items()}
+
+
+def planted_misses(result, report, planted: dict) -> list[str]:
+    """Why each planted implementation was not caught (empty: all were)."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    sections = failure_sections(result.outlines)
+    misses = []
+    for spec, (wanted, _) in planted.items():
+        alternatives = (wanted,) if isinstance(wanted, str) else wanted
+        cells = {inv: report["matrix"].get(spec, {}).get(inv, {}).get("outcome") for inv in alternatives}
+        caught = [inv for inv, cell in cells.items() if cell == "fail"]
+        if not caught:
+            misses.append(f"{spec}: matrix cells {cells}, expected 'fail' for {' or '.join(alternatives)}")
+        texts = [text for name, text in sections.items() if f"[{spec}" in name]
+        if not any(f"{inv}:" in text for inv in caught for text in texts):
+            misses.append(f"{spec}: no failure output of its tests names {' or '.join(alternatives)}")
+    return misses
+
+
+def selection(planted: dict) -> str:
+    """One -k expression running, per implementation, only the tests it needs.
+
+    -k matches substrings of test ids, so the implementation's class name
+    (after the colon) selects its parametrizations.
+    """
+    parts = [f"({spec.rpartition(':')[2]} and ({k}))" for spec, (_, k) in planted.items()]
+    return " or ".join(parts)
+
+
+#: extra arguments for planted-bug runs (see tests/planted/noshrink.py)
+NO_SHRINK = ("-p", "tests.planted.noshrink")
