@@ -40,14 +40,26 @@ def planted_misses(result, report, planted: dict) -> list[str]:
     return misses
 
 
-def selection(planted: dict) -> str:
-    """One -k expression running, per implementation, only the tests it needs.
+def selection(planted: dict, control: str = "reference") -> str:
+    """One -k expression running, per implementation, only the tests it needs,
+    and all of those tests for ``control`` (which must pass them).
 
     -k matches substrings of test ids, so the implementation's class name
     (after the colon) selects its parametrizations.
     """
     parts = [f"({spec.rpartition(':')[2]} and ({k}))" for spec, (_, k) in planted.items()]
+    everything = " or ".join(f"({k})" for k in dict.fromkeys(k for _, k in planted.values()))
+    # "[reference" matches its parametrizations, not test_matches_reference.
+    parts.append(f"([{control} and ({everything}))")
     return " or ".join(parts)
+
+
+def control_problems(report, control: str = "reference") -> list[str]:
+    """The control implementation's cells that are not a pass."""
+    cells = report["matrix"].get(control, {})
+    if not cells:
+        return [f"{control} ran no tests"]
+    return [f"{control}: {inv} is {cell['outcome']!r}" for inv, cell in cells.items() if cell["outcome"] != "pass"]
 
 
 #: extra arguments for planted-bug runs (see tests/planted/noshrink.py)

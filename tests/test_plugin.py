@@ -311,10 +311,11 @@ reason = "matches nothing: stale"
 """
 
 
-def _divergence_run(pytester, suite, *extra):
+def _divergence_run(pytester, suite, *extra, divergences_option=True):
     (pytester.path / "div.toml").write_text(DIVERGENCES)
+    option = ["--fsdpcheck-divergences", "div.toml"] if divergences_option else []
     return suite(
-        "--fsdpcheck", "--fsdpcheck-impl", UNFILTERED, "--fsdpcheck-divergences", "div.toml",
+        "--fsdpcheck", "--fsdpcheck-impl", UNFILTERED, *option,
         "--fsdpcheck-report", "report.json", "-k", "test_root_states or test_handles",
         "-p", "tests.planted.noshrink", "-rx", *extra,
     )
@@ -350,10 +351,12 @@ def test_strict_fails_on_stale_entries_and_unexpected_passes(pytester, suite):
     result.assert_outcomes(passed=1, xfailed=1)
 
 
-def test_strict_from_ini(pytester, suite):
-    pytester.makeini("[pytest]\nfsdpcheck_strict = true\n")
-    result = _divergence_run(pytester, suite)
+def test_divergences_and_strict_from_ini(pytester, suite):
+    pytester.makeini("[pytest]\nfsdpcheck_divergences = div.toml\nfsdpcheck_strict = true\n")
+    result = _divergence_run(pytester, suite, divergences_option=False)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert _report(pytester)["header"]["divergence_files"] == ["div.toml"]
 
 
 def test_undeclared_failure_still_fails_with_divergences_loaded(pytester, suite):
