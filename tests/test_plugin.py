@@ -308,6 +308,11 @@ reason = "declared, but its handles are right: an unexpected pass"
 match = "test_traversal.py::test_no_such_test[{UNFILTERED}]"
 implementation = "{UNFILTERED}"
 reason = "matches nothing: stale"
+
+[[divergence]]
+match = "TRV-1"
+implementation = "torch"
+reason = "torch is not under test: neither stale nor an unexpected pass"
 """
 
 
@@ -343,6 +348,17 @@ def test_declared_divergence_turns_failure_into_xfail(pytester, suite):
         {"match": f"test_traversal.py::test_no_such_test[{UNFILTERED}]", "implementation": UNFILTERED}
     ]
     assert report["unexpected_passes"] == [{"invariant": "TRV-6", "implementation": UNFILTERED}]
+
+
+def test_divergence_findings_are_the_same_under_xdist(pytester, suite):
+    serial = _divergence_run(pytester, suite)
+    serial_report = _report(pytester)
+    parallel = _divergence_run(pytester, suite, "-n", "2")
+    parallel_report = _report(pytester)
+    assert serial.ret == parallel.ret == 0
+    for key in ("matrix", "stale_divergences", "unexpected_passes"):
+        assert parallel_report[key] == serial_report[key], key
+    assert len(serial_report["stale_divergences"]) == len(serial_report["unexpected_passes"]) == 1
 
 
 def test_strict_fails_on_stale_entries_and_unexpected_passes(pytester, suite):
