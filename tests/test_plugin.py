@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -240,6 +241,25 @@ def test_missing_area_is_not_provided_never_pass(pytester, suite):
     result.stdout.fnmatch_lines(["*trav_only:TraversalOnly: traversal"])
 
 
+def _reproducer_reproduces(result, spec, invariant):
+    """The snippet printed with a failure names the implementation it was
+    loaded as, and run on its own it fails on the same invariant."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if line.strip() == "E           Reproducer:")
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("E   "):
+            break
+        if line[1:].strip().startswith(("Failing test case", "Falsifying")):
+            break
+        body.append(line[4:])
+    code = textwrap.dedent("\n".join(body))
+    assert f"impl = load_implementation({spec!r})" in code, code
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert proc.returncode == 1 and "AssertionError" in proc.stderr, code + proc.stderr
+    assert f"Violation(invariant='{invariant}'" in proc.stderr, proc.stderr
+
+
 def test_json_report_has_header_and_matrix(pytester, suite):
     result = suite(
         "--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", "tests.planted.traversal:UnfilteredRoots",
@@ -262,6 +282,7 @@ def test_json_report_has_header_and_matrix(pytester, suite):
     }
     assert _outcomes(report, "tests.planted.traversal:UnfilteredRoots") == {"TRV-7": "fail", "TRV-9": "pass"}
     assert report["stale_divergences"] == [] and report["unexpected_passes"] == []
+    _reproducer_reproduces(result, "tests.planted.traversal:UnfilteredRoots", "TRV-7")
     result.stdout.fnmatch_lines(
         [
             f"fsdpcheck: torch {torch_version}; devices: *; profile: ci; seed: derandomized (ci profile)",
