@@ -156,6 +156,10 @@ def _build_session(config) -> Session:
             impls[spec] = Guarded(load_implementation(spec), spec, timeout)
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+        try:  # reproducers name the implementation by the spec it was loaded from
+            impls[spec]._fsdpcheck_spec = spec
+        except (AttributeError, TypeError):
+            pass
 
     profile = _setting(config, "fsdpcheck_profile", "ci")
     if profile not in PROFILES:
@@ -222,6 +226,15 @@ class XdistHooks:
         session = get_session(node.config)
         if session is not None and session.seed is not None:
             node.workerinput["fsdpcheck_seed"] = session.seed
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        # Only workers collect: they send back which divergence entries matched.
+        session = get_session(node.config)
+        output = getattr(node, "workeroutput", None) or {}
+        if session is not None:
+            for index in output.get("fsdpcheck_matched", ()):
+                session.matched_entries.add(session.divergences[index])
 
 
 def pytest_report_header(config):
@@ -455,7 +468,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _divergence_findings(config, state: Session):
     cached = getattr(state, "_findings", None)
     if cached is None:
-        stale = [e for e in state.divergences if e not in state.matched_entries]
+        # An entry for an implementation that is not under test cannot be judged stale.
+        stale = [
+            e
+            for e in state.divergences
+            if e not in state.matched_entries and (e.implementation == "*" or e.implementation in state.impls)
+        ]
         declared: dict[str, set[str]] = {}
         for e in state.divergences:
             if e.is_invariant and e in state.matched_entries:
@@ -469,7 +487,11 @@ def _divergence_findings(config, state: Session):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     state = get_session(session.config)
-    if state is None or hasattr(session.config, "workerinput"):
+    if state is None:
+        return
+    if hasattr(session.config, "workerinput"):
+        matched = [i for i, e in enumerate(state.divergences) if e in state.matched_entries]
+        session.config.workeroutput["fsdpcheck_matched"] = matched
         return
     stale, unexpected = _divergence_findings(session.config, state)
     if state.strict and (stale or unexpected) and session.exitstatus == 0:

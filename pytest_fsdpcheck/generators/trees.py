@@ -182,9 +182,8 @@ def diamond_chain(diamonds: int) -> TreeSpec:
     for d in range(diamonds):
         top = 3 * d
         children.append((top + 1, top + 2))
-        nxt = (top + 3,) if d < diamonds - 1 else ()
-        children.append(nxt)
-        children.append(nxt)
+        children.append((top + 3,))
+        children.append((top + 3,))
     children.append(())  # the final top
     n = len(children)
     states = tuple(i if i % 3 else None for i in range(n))

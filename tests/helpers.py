@@ -1,0 +1,66 @@
+"""Reading a suite run's terminal output back: the long failure section of
+each failed test, keyed by its test id."""
+
+from __future__ import annotations
+
+import re
+
+_HEADER = re.compile(r"^_{3,} (\S.*?) _{3,}$")
+
+
+def failure_sections(lines: list[str]) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        match = _HEADER.match(line)
+        if match:
+            current = match.group(1)
+            sections[current] = []
+        elif line.startswith("=") and current is not None:
+            current = None  # the summary/matrix sections that follow
+        elif current is not None:
+            sections[current].append(line)
+    return {name: "\n".join(body) for name, body in sections.items()}
+
+
+def planted_misses(result, report, planted: dict) -> list[str]:
+    """Why each planted implementation was not caught (empty: all were)."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    sections = failure_sections(result.outlines)
+    misses = []
+    for spec, (wanted, _) in planted.items():
+        alternatives = (wanted,) if isinstance(wanted, str) else wanted
+        cells = {inv: report["matrix"].get(spec, {}).get(inv, {}).get("outcome") for inv in alternatives}
+        caught = [inv for inv, cell in cells.items() if cell == "fail"]
+        if not caught:
+            misses.append(f"{spec}: matrix cells {cells}, expected 'fail' for {' or '.join(alternatives)}")
+        texts = [text for name, text in sections.items() if f"[{spec}" in name]
+        if not any(f"{inv}:" in text for inv in caught for text in texts):
+            misses.append(f"{spec}: no failure output of its tests names {' or '.join(alternatives)}")
+    return misses
+
+
+def selection(planted: dict, control: str = "reference") -> str:
+    """One -k expression running, per implementation, only the tests it needs,
+    and all of those tests for ``control`` (which must pass them).
+
+    -k matches substrings of test ids, so the implementation's class name
+    (after the colon) selects its parametrizations.
+    """
+    parts = [f"({spec.rpartition(':')[2]} and ({k}))" for spec, (_, k) in planted.items()]
+    everything = " or ".join(f"({k})" for k in dict.fromkeys(k for _, k in planted.values()))
+    # "[reference" matches its parametrizations, not test_matches_reference.
+    parts.append(f"([{control} and ({everything}))")
+    return " or ".join(parts)
+
+
+def control_problems(report, control: str = "reference") -> list[str]:
+    """The control implementation's cells that are not a pass."""
+    cells = report["matrix"].get(control, {})
+    if not cells:
+        return [f"{control} ran no tests"]
+    return [f"{control}: {inv} is {cell['outcome']!r}" for inv, cell in cells.items() if cell["outcome"] != "pass"]
+
+
+#: extra arguments for planted-bug runs (see tests/planted/noshrink.py)
+NO_SHRINK = ("-p", "tests.planted.noshrink")

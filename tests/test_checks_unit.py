@@ -1,0 +1,228 @@
+"""Checkers on hand-made results: each wrong answer gets the right invariant ID."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_fsdpcheck.checks import ConformanceFailure, Violation, assert_conforms
+from pytest_fsdpcheck.checks import annotation as ann
+from pytest_fsdpcheck.checks import traversal as trv
+from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree
+from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
+
+# root m0 -> m1 -> m3, root m0 -> m2; m1 owns s0, m3 and m2 share s1.
+# DFS pre-order visits m0 m1 m3 m2: states [s0, s1], first owners [m1, m3].
+SPEC = TreeSpec(
+    children=((1, 2), (3,), (), ()),
+    states=(None, 0, 1, 1),
+    root_states=frozenset({1}),
+    handled_states=frozenset({0, 1}),
+)
+
+
+def ids(violations) -> list[str]:
+    return sorted({v.invariant for v in violations})
+
+
+@pytest.fixture
+def tree():
+    return build_tree(SPEC, ReferenceTraversal())
+
+
+def test_right_answers_pass(tree):
+    s, m, h = tree.states, tree.modules, tree.handles
+    assert trv.check_states_with_modules(tree, [s[0], s[1]], [m[1], m[3]]) == []
+    assert trv.check_handles(tree, [h[0], h[1]]) == []
+    assert trv.check_root_states(tree, [s[1]]) == []
+
+
+@pytest.mark.parametrize(
+    "states, modules, expected",
+    [
+        ([0, 1, 1], [1, 3, 2], ["TRV-1", "TRV-2"]),  # the shared state listed once per owner
+        ([0, 1], [1], ["TRV-2"]),  # lengths differ
+        ([0, 1], [2, 3], ["TRV-2", "TRV-5"]),  # m2 does not own s0
+        ([0, 1], [1, 2], ["TRV-2", "TRV-5"]),  # s1 paired with its later owner
+        ([1, 0], [3, 1], ["TRV-3", "TRV-5"]),  # order is not DFS pre-order
+        ([0], [1], ["TRV-4", "TRV-5"]),  # s1 missing
+        ([], [], ["TRV-4", "TRV-5"]),
+    ],
+    ids=["duplicate", "lengths", "non-owner", "later-owner", "order", "missing", "empty"],
+)
+def test_wrong_states_with_modules(tree, states, modules, expected):
+    got = trv.check_states_with_modules(tree, [tree.states[i] for i in states], [tree.modules[i] for i in modules])
+    assert ids(got) == expected, got
+    assert all(str(v).startswith(v.invariant + ": ") for v in got)
+
+
+def test_unexpected_state_from_a_replicate_subtree():
+    # m1 is marked replicate: s0 and everything under m1 is pruned, so s1's
+    # first owner becomes m2.
+    spec = TreeSpec(SPEC.children, SPEC.states, SPEC.root_states, SPEC.handled_states, replicate=frozenset({1}))
+    tree = build_tree(spec, ReferenceTraversal())
+    s, m = tree.states, tree.modules
+    assert trv.check_states_with_modules(tree, [s[1]], [m[2]]) == []
+    assert ids(trv.check_states_with_modules(tree, [s[0], s[1]], [m[1], m[2]])) == ["TRV-4"]
+    assert ids(trv.check_states_with_modules(tree, [s[1]], [m[3]])) == ["TRV-2"]
+    # TRV-5 speaks only of trees without incompatible marks.
+    assert "TRV-5" not in ids(trv.check_states_with_modules(tree, [s[1]], [m[3]]))
+
+
+def test_wrong_handles(tree):
+    h = tree.handles
+    assert ids(trv.check_handles(tree, [h[1], h[0]])) == ["TRV-6"]
+    assert ids(trv.check_handles(tree, [h[0]])) == ["TRV-6"]
+    assert ids(trv.check_handles(tree, [h[0], h[1], h[1]])) == ["TRV-6"]
+
+
+def test_wrong_root_states(tree):
+    s = tree.states
+    assert ids(trv.check_root_states(tree, [s[0], s[1]])) == ["TRV-7"]
+    assert ids(trv.check_root_states(tree, [])) == ["TRV-7"]
+
+
+def test_mutation_is_seen(tree):
+    before = trv.snapshot(tree)
+    assert trv.check_unmutated(tree, before) == []
+    tree.modules[2]._visited = True
+    assert ids(trv.check_unmutated(tree, before)) == ["TRV-9"]
+
+
+def test_registry_and_state_mutations_are_seen(tree):
+    from torch import nn
+
+    before = trv.snapshot(tree)
+    tree.modules[3].add_module("extra", nn.Module())
+    assert ids(trv.check_unmutated(tree, before)) == ["TRV-9"]
+
+    fresh = build_tree(SPEC, ReferenceTraversal())
+    before = trv.snapshot(fresh)
+    fresh.states[0]._is_root = True
+    assert ids(trv.check_unmutated(fresh, before)) == ["TRV-9"]
+
+
+def test_diff_against_reference_names_the_difference(tree):
+    class Reordered(ReferenceTraversal):
+        def states_with_modules(self, root):
+            states, modules = super().states_with_modules(root)
+            return states[::-1], modules[::-1]
+
+    reference = ReferenceTraversal()
+    ref_tree = build_tree(SPEC, reference)
+    same = ReferenceTraversal()
+    assert trv.diff_against_reference(ref_tree, reference, build_tree(SPEC, same), same) == []
+    impl = Reordered()
+    got = trv.diff_against_reference(ref_tree, reference, build_tree(SPEC, impl), impl)
+    # Handles follow the (reordered) states; one root state keeps TRV-7 right.
+    assert ids(got) == ["TRV-3", "TRV-6"], got
+
+
+# --- annotation ------------------------------------------------------------------
+
+# root m0 -> m1 (ignored) -> m2 ; root -> m3 -> m2 (m2 shared, also below m1).
+ANN_SPEC = TreeSpec(children=((1, 3), (2,), (), (2,)), ignored=frozenset({1}))
+
+
+def _annotate(tree, flag, skip=()):
+    for i, module in enumerate(tree.modules):
+        if i not in tree.spec.ignored and i not in skip:
+            module._is_fsdp_managed_module = True
+            module._fsdp_use_orig_params = flag
+
+
+@pytest.fixture
+def atree():
+    return build_tree(ANN_SPEC)
+
+
+def test_annotation_right_answer(atree):
+    before = ann.snapshot(atree)
+    _annotate(atree, True)
+    assert ann.check_annotated(atree, before, True) == []
+
+
+def test_annotation_missing_everywhere(atree):
+    before = ann.snapshot(atree)
+    # m2 is below the ignored m1 (ANN-3) and shared (ANN-6); m0 and m3 plain ANN-1.
+    assert ids(ann.check_annotated(atree, before, True)) == ["ANN-1", "ANN-3", "ANN-6"]
+
+
+def test_annotation_wrong_flag(atree):
+    before = ann.snapshot(atree)
+    _annotate(atree, False, skip={2})
+    atree.modules[2]._is_fsdp_managed_module = True
+    atree.modules[2]._fsdp_use_orig_params = True
+    assert ids(ann.check_annotated(atree, before, True)) == ["ANN-1"]
+
+
+def test_annotation_touching_ignored(atree):
+    before = ann.snapshot(atree)
+    _annotate(atree, True)
+    atree.modules[1]._is_fsdp_managed_module = False
+    assert ids(ann.check_annotated(atree, before, True)) == ["ANN-2"]
+
+
+@pytest.mark.parametrize("change", ["attribute", "training", "parameter"])
+def test_annotation_other_changes(atree, change):
+    import torch
+    from torch import nn
+
+    before = ann.snapshot(atree)
+    _annotate(atree, True)
+    target = atree.modules[3]
+    if change == "attribute":
+        target._fsdp_extra = 1
+    elif change == "training":
+        target.training = False
+    else:
+        target.register_parameter("w", nn.Parameter(torch.zeros(1)))
+    assert ids(ann.check_annotated(atree, before, True)) == ["ANN-4"]
+
+
+def test_annotation_shared_module_only(atree):
+    before = ann.snapshot(atree)
+    _annotate(atree, True, skip={2})
+    assert ids(ann.check_annotated(atree, before, True)) == ["ANN-3", "ANN-6"]
+
+
+def test_idempotence_checker(atree):
+    _annotate(atree, True)
+    once = ann.snapshot(atree)
+    twice = ann.snapshot(atree)
+    _annotate(atree, False)
+    assert ann.check_idempotent(atree, once, twice, ann.snapshot(atree), True) == []
+
+    fresh = build_tree(ANN_SPEC)
+    _annotate(fresh, True)
+    once = ann.snapshot(fresh)
+    _annotate(fresh, False)  # a second call with the same flag flipped it
+    twice = ann.snapshot(fresh)
+    assert ids(ann.check_idempotent(fresh, once, twice, ann.snapshot(fresh), True)) == ["ANN-5"]
+
+    stale = build_tree(ANN_SPEC)
+    _annotate(stale, True)
+    once = ann.snapshot(stale)
+    got = ann.check_idempotent(stale, once, once, ann.snapshot(stale), True)  # flag never updated
+    assert ids(got) == ["ANN-5"] and "update the flag" in got[0].message
+
+
+def test_annotation_diff_against_reference(atree):
+    ref = build_tree(ANN_SPEC)
+    _annotate(ref, True)
+    _annotate(atree, True, skip={2})
+    atree.modules[1]._is_fsdp_managed_module = True
+    assert ids(ann.diff_against_reference(ref, atree)) == ["ANN-2", "ANN-3"]
+
+
+# --- failures ------------------------------------------------------------------
+
+
+def test_conformance_failure_message_starts_with_the_ids():
+    violations = [Violation("TRV-3", "expected a, got b"), Violation("TRV-1", "expected c, got d")]
+    with pytest.raises(ConformanceFailure) as info:
+        assert_conforms(violations, "print('repro')")
+    assert info.value.invariants == ["TRV-1", "TRV-3"]
+    message = str(info.value)
+    assert message.splitlines()[0] == "TRV-3: expected a, got b"
+    assert "Reproducer:" in message and message.rstrip().endswith("print('repro')")
+    assert_conforms([])

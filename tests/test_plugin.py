@@ -1,0 +1,408 @@
+"""Self-tests of the pytest plugin: options, usage errors, the idle plugin,
+reporting, pytest-xdist parity and declared divergences.
+
+Every run that enables the plugin goes through a subprocess: enabling it
+imports torch and loads hypothesis profiles process-wide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+TRAVERSAL_ONLY = """
+from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
+
+
+class TraversalOnly:
+    traversal = ReferenceTraversal()
+"""
+
+
+@pytest.fixture
+def suite(pytester, monkeypatch):
+    """``suite(*args)``: pytest in a subprocess in ``pytester.path``, with the
+    repository importable (planted implementations live in ``tests.planted``)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+
+    def run(*args):
+        return pytester.runpytest_subprocess("-p", "no:randomly", *args, timeout=600)
+
+    return run
+
+
+def _torch_facts() -> tuple[str, bool]:
+    """torch's version and CUDA availability, asked of a fresh interpreter:
+    this process stays free of torch (it runs many pytest subprocesses)."""
+    code = "import torch; print(torch.__version__); print(torch.cuda.is_available())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return out[0], out[1] == "True"
+
+
+def _report(pytester, name="report.json") -> dict:
+    return json.loads((pytester.path / name).read_text())
+
+
+def _outcomes(report: dict, impl: str) -> dict:
+    return {inv: cell["outcome"] for inv, cell in report["matrix"][impl].items()}
+
+
+# --- options ----------------------------------------------------------------------
+
+
+def test_help_lists_every_option_and_ini_name(suite):
+    result = suite("--help")
+    out = result.stdout.str()
+    for flag in (
+        "--fsdpcheck",
+        "--fsdpcheck-impl",
+        "--fsdpcheck-device",
+        "--fsdpcheck-profile",
+        "--fsdpcheck-seed",
+        "--fsdpcheck-divergences",
+        "--fsdpcheck-report",
+        "--fsdpcheck-strict",
+    ):
+        assert flag in out
+    for ini in ("fsdpcheck_impl", "fsdpcheck_device", "fsdpcheck_profile", "fsdpcheck_divergences", "fsdpcheck_report", "fsdpcheck_strict"):
+        assert f"{ini} (" in out or f"{ini}:" in out or f"\n  {ini} " in out, ini
+    assert "FSDPCHECK_IMPL" in out
+
+
+def test_ini_equivalents_of_the_options(pytester, suite):
+    pytester.makeini(
+        """
+        [pytest]
+        fsdpcheck = true
+        fsdpcheck_impl = reference
+        fsdpcheck_device = cpu
+        fsdpcheck_profile = dev
+        fsdpcheck_seed = 1234
+        fsdpcheck_report = from-ini.json
+        """
+    )
+    result = suite("-k", "test_handles")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "fsdpcheck: torch *; devices: cpu; profile: dev; seed: 1234 (replay with --fsdpcheck-seed=1234)",
+            "fsdpcheck: implementations (areas provided):",
+            "  reference: traversal, annotation*",
+        ]
+    )
+    header = _report(pytester, "from-ini.json")["header"]
+    assert header["implementations"] == ["reference"]
+    assert (header["devices"], header["profile"], header["seed"]) == (["cpu"], "dev", 1234)
+
+
+def test_command_line_overrides_ini(pytester, suite):
+    pytester.makeini(
+        """
+        [pytest]
+        fsdpcheck_impl = torch
+        fsdpcheck_profile = dev
+        """
+    )
+    pytester.makepyfile(trav_only=TRAVERSAL_ONLY)
+    result = suite(
+        "--fsdpcheck", "--fsdpcheck-impl", "trav_only:TraversalOnly", "--fsdpcheck-profile", "ci",
+        "--fsdpcheck-report", "report.json", "-k", "test_handles",
+    )
+    assert result.ret == 0, result.stdout.str()
+    header = _report(pytester)["header"]
+    assert header["implementations"] == ["trav_only:TraversalOnly"]
+    assert (header["profile"], header["seed"]) == ("ci", None)
+    result.stdout.fnmatch_lines(["*profile: ci; seed: derandomized (ci profile)"])
+
+
+def test_environment_variable_names_implementations(pytester, suite, monkeypatch):
+    pytester.makepyfile(trav_only=TRAVERSAL_ONLY)
+    monkeypatch.setenv("FSDPCHECK_IMPL", "reference, trav_only:TraversalOnly")
+    result = suite("--fsdpcheck", "--fsdpcheck-report", "report.json", "-k", "test_handles")
+    assert result.ret == 0, result.stdout.str()
+    assert _report(pytester)["header"]["implementations"] == ["reference", "trav_only:TraversalOnly"]
+
+
+# --- usage errors -------------------------------------------------------------------
+
+BROKEN_IMPORT = "raise ImportError('planted: this module cannot be imported')\n"
+NO_AREA = "class Nothing:\n    pass\n"
+
+
+@pytest.mark.parametrize(
+    "args, ini, files, says",
+    [
+        (["--fsdpcheck-profile=bogus"], None, {}, "bogus"),
+        (["--fsdpcheck-device=tpu"], None, {}, "tpu"),
+        (["--fsdpcheck-impl", "no-such-impl"], None, {}, "unknown implementation 'no-such-impl'"),
+        (["--fsdpcheck-impl", "broken_impl:Impl"], None, {"broken_impl": BROKEN_IMPORT}, "cannot import 'broken_impl'"),
+        (["--fsdpcheck-impl", "no_area:Nothing"], None, {"no_area": NO_AREA}, "provides none of the areas"),
+        (["--fsdpcheck-impl", "no_area:Missing"], None, {"no_area": NO_AREA}, "has no attribute 'Missing'"),
+        (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "[[divergence]]\nmatch = 'TRV-1'\n"}, "needs a 'reason'"),
+        (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "this is = = not toml"}, "not valid TOML"),
+        (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "[[divergence]]\nmatch = 'TRV-99'\nreason = 'x'\n"}, "unknown invariant 'TRV-99'"),
+        (["--fsdpcheck-divergences", "missing.toml"], None, {}, "cannot read"),
+        (["--fsdpcheck-profile=dev", "--fsdpcheck-seed=abc"], None, {}, "must be an integer"),
+        ([], "fsdpcheck_profile = bogus", {}, "unknown profile 'bogus'"),
+        ([], "fsdpcheck_device = tpu", {}, "unknown device 'tpu'"),
+        ([], "fsdpcheck_impl = no-such-impl", {}, "unknown implementation 'no-such-impl'"),
+    ],
+    ids=[
+        "profile", "device", "unknown-impl", "import-fails", "no-area", "no-attr", "div-no-reason",
+        "div-not-toml", "div-unknown-id", "div-missing-file", "seed", "ini-profile", "ini-device", "ini-impl",
+    ],
+)
+def test_bad_setting_is_a_one_line_usage_error(pytester, suite, args, ini, files, says):
+    for name, text in files.items():
+        (pytester.path / (name if "." in name else name + ".py")).write_text(text)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = suite("--fsdpcheck", *args)
+    output = result.outlines + result.errlines
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, "\n".join(output)
+    assert not any("Traceback" in line for line in output), "\n".join(output)
+    saying = [line for line in output if says in line]
+    assert len(saying) == 1, "\n".join(output)
+    assert saying[0].startswith("ERROR:") or ": error: argument" in saying[0]
+
+
+def test_bad_implementation_from_environment_is_a_usage_error(suite, monkeypatch):
+    monkeypatch.setenv("FSDPCHECK_IMPL", "no-such-impl")
+    result = suite("--fsdpcheck")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fsdpcheck: unknown implementation 'no-such-impl'*"])
+
+
+def test_cuda_without_cuda_is_a_usage_error(suite):
+    if _torch_facts()[1]:
+        pytest.skip("CUDA is available here")
+    result = suite("--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-device=cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device"])
+    assert "Traceback" not in result.stderr.str()
+
+
+# --- the idle plugin -----------------------------------------------------------------
+
+IDLE_CONFTEST = """
+import sys
+
+
+def pytest_sessionfinish(session):
+    loaded = sorted(m for m in ("torch", "pytest_fsdpcheck.plugin", "pytest_fsdpcheck.contract") if m in sys.modules)
+    print("\\nLOADED=" + ",".join(loaded))
+"""
+
+
+@pytest.mark.parametrize("mode", [["--collect-only"], []], ids=["collect-only", "run"])
+def test_idle_plugin_imports_no_torch_and_writes_nothing(pytester, mode):
+    pytester.makeconftest(IDLE_CONFTEST)
+    pytester.makepyfile(test_tiny="def test_one():\n    assert 1 + 1 == 2\n")
+    before = sorted(p.relative_to(pytester.path) for p in pytester.path.rglob("*"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDPCHECK", "PYTEST_ADDOPTS"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *mode],
+        cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The plugin was loaded (so the check means something) but stayed idle.
+    assert "LOADED=pytest_fsdpcheck.plugin" in proc.stdout.splitlines(), proc.stdout
+    assert not any(line.startswith("fsdpcheck") for line in proc.stdout.splitlines()), proc.stdout
+    after = sorted(p.relative_to(pytester.path) for p in pytester.path.rglob("*"))
+    assert after == before
+
+
+# --- reporting -----------------------------------------------------------------------
+
+
+def test_missing_area_is_not_provided_never_pass(pytester, suite):
+    pytester.makepyfile(trav_only=TRAVERSAL_ONLY)
+    result = suite(
+        "--fsdpcheck", "--fsdpcheck-impl", "trav_only:TraversalOnly", "--fsdpcheck-report", "report.json",
+        "-k", "test_handles or test_annotation",
+    )
+    assert result.ret == 0, result.stdout.str()
+    cells = _outcomes(_report(pytester), "trav_only:TraversalOnly")
+    annotation = {inv: out for inv, out in cells.items() if inv.startswith("ANN")}
+    assert sorted(annotation) == [f"ANN-{n}" for n in range(1, 8)]
+    assert set(annotation.values()) == {"not provided"}
+    assert cells["TRV-6"] == "pass"
+    result.stdout.fnmatch_lines(["TRV-6 * pass *", "ANN-1 * n/p *", "ANN-7 * n/p *"])
+    result.stdout.fnmatch_lines(["*trav_only:TraversalOnly: traversal"])
+
+
+def _reproducer_reproduces(result, spec, invariant):
+    """The snippet printed with a failure names the implementation it was
+    loaded as, and run on its own it fails on the same invariant."""
+    lines = result.outlines
+    start = next(i for i, line in enumerate(lines) if line.strip() == "E           Reproducer:")
+    body = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("E   "):
+            break
+        if line[1:].strip().startswith(("Failing test case", "Falsifying")):
+            break
+        body.append(line[4:])
+    code = textwrap.dedent("\n".join(body))
+    assert f"impl = load_implementation({spec!r})" in code, code
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ)
+    assert proc.returncode == 1 and "AssertionError" in proc.stderr, code + proc.stderr
+    assert f"Violation(invariant='{invariant}'" in proc.stderr, proc.stderr
+
+
+def test_json_report_has_header_and_matrix(pytester, suite):
+    result = suite(
+        "--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", "tests.planted.traversal:UnfilteredRoots",
+        "--fsdpcheck-report", "report.json", "-k", "test_root_states", "-p", "tests.planted.noshrink",
+    )
+    assert result.ret == 1
+    report = _report(pytester)
+    torch_version, has_cuda = _torch_facts()
+    assert report["header"] == {
+        "torch": torch_version,
+        "implementations": ["reference", "tests.planted.traversal:UnfilteredRoots"],
+        "devices": ["cpu", "cuda"] if has_cuda else ["cpu"],
+        "profile": "ci",
+        "seed": None,
+        "divergence_files": [],
+    }
+    assert report["matrix"]["reference"] == {
+        "TRV-7": {"outcome": "pass", "tests": 1},
+        "TRV-9": {"outcome": "pass", "tests": 1},
+    }
+    assert _outcomes(report, "tests.planted.traversal:UnfilteredRoots") == {"TRV-7": "fail", "TRV-9": "pass"}
+    assert report["stale_divergences"] == [] and report["unexpected_passes"] == []
+    _reproducer_reproduces(result, "tests.planted.traversal:UnfilteredRoots", "TRV-7")
+    result.stdout.fnmatch_lines(
+        [
+            f"fsdpcheck: torch {torch_version}; devices: *; profile: ci; seed: derandomized (ci profile)",
+            "*fsdpcheck conformance matrix*",
+            "invariant  reference * tests.planted.traversal:UnfilteredRoots *",
+            "TRV-7      pass * FAIL *",
+        ]
+    )
+
+
+def test_xdist_gives_the_serial_matrix(pytester, suite):
+    common = [
+        "--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", "tests.planted.traversal:LastOwner",
+        "--fsdpcheck-impl", "tests.planted.annotation:TogglesFlag", "-p", "tests.planted.noshrink",
+        "-k", "test_states_with_modules or test_idempotent or test_handles",
+    ]
+    serial = suite(*common, "--fsdpcheck-report", "serial.json")
+    parallel = suite(*common, "-n", "2", "--fsdpcheck-report", "parallel.json")
+    assert serial.ret == parallel.ret == 1
+    assert "2 workers" in parallel.stdout.str() or "gw1" in parallel.stdout.str()
+    serial_report, parallel_report = _report(pytester, "serial.json"), _report(pytester, "parallel.json")
+    assert parallel_report["matrix"] == serial_report["matrix"]
+    assert parallel_report["header"] == serial_report["header"]
+    # Not vacuous: the matrix holds passes, failures and not-provided cells.
+    outcomes = {c["outcome"] for cells in serial_report["matrix"].values() for c in cells.values()}
+    assert {"pass", "fail", "not provided"} <= outcomes
+
+
+# --- declared divergences ----------------------------------------------------------
+
+UNFILTERED = "tests.planted.traversal:UnfilteredRoots"
+DIVERGENCES = f"""
+[[divergence]]
+match = "TRV-7"
+implementation = "{UNFILTERED}"
+reason = "planted: root states are not filtered"
+
+[[divergence]]
+match = "TRV-6"
+implementation = "{UNFILTERED}"
+reason = "declared, but its handles are right: an unexpected pass"
+
+[[divergence]]
+match = "test_traversal.py::test_no_such_test[{UNFILTERED}]"
+implementation = "{UNFILTERED}"
+reason = "matches nothing: stale"
+
+[[divergence]]
+match = "TRV-1"
+implementation = "torch"
+reason = "torch is not under test: neither stale nor an unexpected pass"
+"""
+
+
+def _divergence_run(pytester, suite, *extra, divergences_option=True):
+    (pytester.path / "div.toml").write_text(DIVERGENCES)
+    option = ["--fsdpcheck-divergences", "div.toml"] if divergences_option else []
+    return suite(
+        "--fsdpcheck", "--fsdpcheck-impl", UNFILTERED, *option,
+        "--fsdpcheck-report", "report.json", "-k", "test_root_states or test_handles",
+        "-p", "tests.planted.noshrink", "-rx", *extra,
+    )
+
+
+def test_declared_divergence_turns_failure_into_xfail(pytester, suite):
+    result = _divergence_run(pytester, suite)
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=1, xfailed=1)
+    report = _report(pytester)
+    cells = _outcomes(report, UNFILTERED)
+    assert cells["TRV-7"] == "divergence"
+    assert cells["TRV-6"] == "unexpected pass"
+    assert report["header"]["divergence_files"] == ["div.toml"]
+    result.stdout.fnmatch_lines(
+        [
+            "TRV-6 * XPASS *",
+            "TRV-7 * declared *",
+            "stale divergence (div.toml entry 3): test_traversal.py::test_no_such_test* matched no test",
+            f"unexpected pass: TRV-6 is declared divergent for {UNFILTERED} but all its checks passed",
+            "XFAIL *test_root_states*declared divergence: TRV-7: planted: root states are not filtered",
+        ]
+    )
+    assert report["stale_divergences"] == [
+        {"match": f"test_traversal.py::test_no_such_test[{UNFILTERED}]", "implementation": UNFILTERED}
+    ]
+    assert report["unexpected_passes"] == [{"invariant": "TRV-6", "implementation": UNFILTERED}]
+
+
+def test_divergence_findings_are_the_same_under_xdist(pytester, suite):
+    serial = _divergence_run(pytester, suite)
+    serial_report = _report(pytester)
+    parallel = _divergence_run(pytester, suite, "-n", "2")
+    parallel_report = _report(pytester)
+    assert serial.ret == parallel.ret == 0
+    for key in ("matrix", "stale_divergences", "unexpected_passes"):
+        assert parallel_report[key] == serial_report[key], key
+    assert len(serial_report["stale_divergences"]) == len(serial_report["unexpected_passes"]) == 1
+
+
+def test_strict_fails_on_stale_entries_and_unexpected_passes(pytester, suite):
+    result = _divergence_run(pytester, suite, "--fsdpcheck-strict")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, xfailed=1)
+
+
+def test_divergences_and_strict_from_ini(pytester, suite):
+    pytester.makeini("[pytest]\nfsdpcheck_divergences = div.toml\nfsdpcheck_strict = true\n")
+    result = _divergence_run(pytester, suite, divergences_option=False)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert _report(pytester)["header"]["divergence_files"] == ["div.toml"]
+
+
+def test_undeclared_failure_still_fails_with_divergences_loaded(pytester, suite):
+    (pytester.path / "div.toml").write_text(
+        '[[divergence]]\nmatch = "TRV-6"\nimplementation = "' + UNFILTERED + '"\nreason = "unrelated"\n'
+    )
+    result = suite(
+        "--fsdpcheck", "--fsdpcheck-impl", UNFILTERED, "--fsdpcheck-divergences", "div.toml",
+        "--fsdpcheck-report", "report.json", "-k", "test_root_states", "-p", "tests.planted.noshrink",
+    )
+    assert result.ret == 1
+    assert _outcomes(_report(pytester), UNFILTERED)["TRV-7"] == "fail"
