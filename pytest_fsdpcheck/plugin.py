@@ -156,10 +156,6 @@ def _build_session(config) -> Session:
             impls[spec] = Guarded(load_implementation(spec), spec, timeout)
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
-        try:  # reproducers name the implementation by the spec it was loaded from
-            impls[spec]._fsdpcheck_spec = spec
-        except (AttributeError, TypeError):
-            pass
 
     profile = _setting(config, "fsdpcheck_profile", "ci")
     if profile not in PROFILES:
@@ -226,15 +222,6 @@ class XdistHooks:
         session = get_session(node.config)
         if session is not None and session.seed is not None:
             node.workerinput["fsdpcheck_seed"] = session.seed
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error):
-        # Only workers collect: they send back which divergence entries matched.
-        session = get_session(node.config)
-        output = getattr(node, "workeroutput", None) or {}
-        if session is not None:
-            for index in output.get("fsdpcheck_matched", ()):
-                session.matched_entries.add(session.divergences[index])
 
 
 def pytest_report_header(config):
@@ -487,11 +474,7 @@ def _divergence_findings(config, state: Session):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     state = get_session(session.config)
-    if state is None:
-        return
-    if hasattr(session.config, "workerinput"):
-        matched = [i for i, e in enumerate(state.divergences) if e in state.matched_entries]
-        session.config.workeroutput["fsdpcheck_matched"] = matched
+    if state is None or hasattr(session.config, "workerinput"):
         return
     stale, unexpected = _divergence_findings(session.config, state)
     if state.strict and (stale or unexpected) and session.exitstatus == 0:

@@ -64,3 +64,22 @@ def control_problems(report, control: str = "reference") -> list[str]:
 
 #: extra arguments for planted-bug runs (see tests/planted/noshrink.py)
 NO_SHRINK = ("-p", "tests.planted.noshrink")
+
+
+def printed_reproducers(lines) -> list[str]:
+    """The snippets in the 'fsdpcheck reproducer' sections of a run's output,
+    exactly as a user would copy them."""
+    snippets, body = [], None
+    for line in lines:
+        if "fsdpcheck reproducer" in line and line.startswith("-"):
+            body = []
+            continue
+        if body is not None:
+            if line.startswith(("===", "___", "---")):
+                snippets.append("\n".join(body).strip() + "\n")
+                body = None
+            else:
+                body.append(line)
+    if body:
+        snippets.append("\n".join(body).strip() + "\n")
+    return snippets

@@ -1,11 +1,12 @@
 """Every exec-order invariant can fail: each planted bug is caught by its ID."""
 
+from tests.helpers import NO_SHRINK
 from tests.planted.exec_order import ALL
 
 
 def test_planted_exec_order_bugs_are_caught(run_suite):
     impls = [f"tests.planted.exec_order:{name}" for name in ALL.values()]
-    result, report = run_suite(*impls, k="test_exec_order", extra=("-p", "tests.noshrink"))
+    result, report = run_suite(*impls, k="test_exec_order", extra=NO_SHRINK)
     assert report is not None, result.stdout.str()
     output = result.stdout.str()
     for invariant, name in ALL.items():

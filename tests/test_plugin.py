@@ -12,7 +12,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -244,16 +243,10 @@ def test_missing_area_is_not_provided_never_pass(pytester, suite):
 def _reproducer_reproduces(result, spec, invariant):
     """The snippet printed with a failure names the implementation it was
     loaded as, and run on its own it fails on the same invariant."""
-    lines = result.outlines
-    start = next(i for i, line in enumerate(lines) if line.strip() == "E           Reproducer:")
-    body = []
-    for line in lines[start + 1 :]:
-        if not line.startswith("E   "):
-            break
-        if line[1:].strip().startswith(("Failing test case", "Falsifying")):
-            break
-        body.append(line[4:])
-    code = textwrap.dedent("\n".join(body))
+    from tests.helpers import printed_reproducers
+
+    code = printed_reproducers(result.outlines)[0]
+
     assert f"impl = load_implementation({spec!r})" in code, code
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ)
     assert proc.returncode == 1 and "AssertionError" in proc.stderr, code + proc.stderr
