@@ -2,7 +2,7 @@
 per-bucket compile, on generated FX graphs in each implementation's form."""
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck import profiles
@@ -112,9 +112,18 @@ def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
 # --------------------------------------------------------------------------- SPL-2..8, 13
 
 
+# canonical cases: the last bucket reaches its cap inside a mutation whose
+# operands have no other users (it must be extended to the next output), and
+# a parameter-free preamble that must be fused
+EXTEND_AT_END = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("accum", 0)))
+PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (OpSpec("act"), OpSpec("mutate"), OpSpec("module", 0), OpSpec("module", 1)))
+
+
 @pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-13")
 @examples(60)
 @given(spec=single_use, caps=caps())
+@example(spec=EXTEND_AT_END, caps=(1, 1))
+@example(spec=PREAMBLE, caps=(16, 16))
 def test_split_plan(fsdpcheck_impl, spec, caps):
     cap, first = caps
     built = build_graph(spec, form(fsdpcheck_impl))
