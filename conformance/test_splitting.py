@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from pytest_fsdpcheck import profiles
 from pytest_fsdpcheck.checks import Violation, assert_conforms
 from pytest_fsdpcheck.checks import splitting as chk
-from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, ParamSpec, build_graph, graph_specs
+from pytest_fsdpcheck.generators.graphs import (
+    GraphSpec,
+    ModuleSpec,
+    OpSpec,
+    ParamSpec,
+    build_graph,
+    graph_specs,
+)
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet
 

@@ -302,13 +302,13 @@ def check_backend_calls(facts, buckets, calls, gm, example_inputs, meta) -> list
         called, inputs = calls[0]
         if called is not gm:
             return [Violation("SPL-9", f"with one bucket the backend should compile the original graph module, got {type(called).__name__} with {_op_count(called)} op nodes")]
-        if len(inputs) != len(example_inputs) or any(a is not b for a, b in zip(inputs, example_inputs)):
+        if len(inputs) != len(example_inputs) or any(a is not b for a, b in zip(inputs, example_inputs, strict=False)):
             return [Violation("SPL-9", "with one bucket the backend should get the original example inputs")]
         return []
     if len(calls) != len(buckets):
         return [Violation("SPL-10", f"with {len(buckets)} buckets the backend should be called {len(buckets)} times, got {len(calls)}")]
     out = []
-    for i, (b, (called, inputs)) in enumerate(zip(buckets, calls)):
+    for i, (b, (called, inputs)) in enumerate(zip(buckets, calls, strict=False)):
         inside = set(b.nodes)
         external = dict.fromkeys(n for name in b.nodes for n in facts.inputs_of[name] if n not in inside)
         want = [meta[n] for n in external if n in meta]
@@ -366,7 +366,7 @@ def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
     if len(e_out) != len(g_out):
         return [Violation(inv, f"{what}: expected {len(e_out)} outputs, got {len(g_out)}")]
     for label, exp, act in (("output", e_out, g_out), ("gradient", e_grad, g_grad)):
-        for i, (a, b) in enumerate(zip(exp, act)):
+        for i, (a, b) in enumerate(zip(exp, act, strict=False)):
             if (a is None) != (b is None):
                 return [Violation(inv, f"{what}: {label} {i} expected {'none' if a is None else 'a tensor'}, got {'none' if b is None else 'a tensor'}")]
             if a is None:
@@ -447,9 +447,9 @@ def check_ddp_assignment(facts, buckets, bucket_cap, first_cap, assign) -> list[
     a bucket between two tensors of one layer; DDPOptimizer can only cut
     between nodes. The comparable quantity is therefore the sequence of
     per-node parameter bytes walked from the last node: DDP is given one
-    tensor per parameter-holding node, that node's counted bytes (the node's
-    single parameter itself when every node holds one), all of one dtype so
-    DDP's per-dtype grouping does not interfere. For a module chain (every
+    uint8 tensor per parameter-holding node, as many elements as the node's
+    counted bytes, all of one dtype so DDP's per-dtype grouping does not
+    interfere. For a module chain (every
     node's output feeds the next, so no bucket is ever extended) both
     algorithms close a bucket right after the tensor that fills it."""
     import torch

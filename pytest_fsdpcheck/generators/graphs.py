@@ -135,7 +135,7 @@ def make_module(spec: GraphSpec, device="cpu"):
                     mods.append(nn.Conv1d(w, w, 1))
                 else:
                     mods.append(nn.Embedding(VOCAB, w))
-            for m, mod in zip(spec.modules, mods):
+            for m, mod in zip(spec.modules, mods, strict=False):
                 if m.tied_to is not None:
                     mod.weight = mods[m.tied_to].weight
             self.mods = nn.ModuleList(mods)
@@ -145,7 +145,7 @@ def make_module(spec: GraphSpec, device="cpu"):
             for i in range(spec.buffers):
                 self.register_buffer(f"b{i}", torch.rand(w) + 0.5)
             # flags after ties, so a tied weight takes the flags of the module listed last
-            for m, mod in zip(spec.modules, mods):
+            for m, mod in zip(spec.modules, mods, strict=False):
                 for prm in mod.parameters(recurse=False):
                     if m.frozen:
                         prm.requires_grad_(False)
