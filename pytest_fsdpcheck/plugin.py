@@ -128,11 +128,34 @@ def pytest_configure(config):
     if not _enabled(config):
         return
     config.stash[SESSION_KEY] = _build_session(config)
+    _single_thread(config)
     from . import profiles
 
     profiles.activate(config.stash[SESSION_KEY].profile)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
+
+
+_THREADS_KEY = pytest.StashKey[int]()
+
+
+def _single_thread(config) -> None:
+    # Every tensor the suite makes has a few dozen elements: intra-op threads
+    # only add hand-offs, and on a loaded 2-core CI runner (or under -n 2)
+    # they made the numeric checks 6x slower. Set before the first test's
+    # global-state snapshot and restored at unconfigure, so no test sees a change.
+    import torch
+
+    config.stash[_THREADS_KEY] = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    threads = config.stash.get(_THREADS_KEY, None)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _build_session(config) -> Session:
