@@ -101,7 +101,7 @@ def scaling_rows(sizes=(10_000, 50_000), cap=4096, first=1024):
         "torch": {n: _best(lambda g=g: torch_plan(g.gm, g.example_inputs, cap, first)) for n, g in graphs.items()},
     }
     buckets = {n: len(plan(g.gm, cap, first)) for n, g in graphs.items()}
-    for n, g in graphs.items():
+    for g in graphs.values():
         assert [len(b.nodes) for b in torch_plan(g.gm, g.example_inputs, cap, first)] == [
             len(b.nodes) for b in plan(g.gm, cap, first)
         ], "reference and torch plans differ on the benchmark graph"

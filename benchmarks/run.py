@@ -156,11 +156,11 @@ def _best(fn, repeat=3) -> float:
 
 
 def bench_scaling() -> list[tuple[str, str]]:
+    import torch
+
     from pytest_fsdpcheck.generators.trees import build_tree, deep_chain, wide_tree
     from pytest_fsdpcheck.impls.reference import ReferenceImplementation
     from pytest_fsdpcheck.impls.torch_impl import TorchImplementation
-
-    import torch
 
     torch.set_num_threads(1)  # as during the suite
     rows = []
