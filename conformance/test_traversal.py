@@ -29,7 +29,13 @@ CALLS = {
     "handles": "handles = impl.traversal.handles(tree.root)",
     "root_states": "roots = impl.traversal.root_states(tree.root)",
 }
+# What a reproducer runs per check; "reference" replays the differential check.
+REPRO_CALLS = {
+    **CALLS,
+    "reference": "reference = ReferenceImplementation().traversal\nref = build_tree(tree.spec, reference)",
+}
 CHECKS = {
+    "reference": "diff_against_reference(ref, reference, tree, impl.traversal)",
     "states_with_modules": "check_states_with_modules(tree, states, modules)",
     "handles": "check_handles(tree, handles)",
     "root_states": "check_root_states(tree, roots)",
@@ -39,11 +45,13 @@ CHECKS = {
 def reproducer(impl, spec, call):
     return snippet(
         impl,
-        [f"tree = build_tree({spec.to_source()}, impl.traversal)", CALLS[call]],
+        [f"tree = build_tree({spec.to_source()}, impl.traversal)", REPRO_CALLS[call]],
         [f"violations = {CHECKS[call]}", "assert not violations, violations"],
         imports=[
             "from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree",
             "from pytest_fsdpcheck.checks.traversal import check_states_with_modules, check_handles, check_root_states",
+            "from pytest_fsdpcheck.checks.traversal import diff_against_reference",
+            "from pytest_fsdpcheck.impls.reference import ReferenceImplementation",
         ],
     )
 
@@ -154,4 +162,4 @@ def test_matches_reference(fsdpcheck_impl, spec):
     ref = build_tree(spec, reference)
     got = build_tree(spec, fsdpcheck_impl.traversal)
     violations = diff_against_reference(ref, reference, got, fsdpcheck_impl.traversal)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, "states_with_modules"))
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, "reference"))
