@@ -1,11 +1,10 @@
 """Traversal conformance (TRV-1..9): FSDP state collection over module DAGs."""
 
-import time
-
 import pytest
 from hypothesis import given
 
 from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
 from pytest_fsdpcheck.checks.traversal import (
     check_handles,
     check_root_states,
@@ -120,15 +119,6 @@ def test_large_trees(fsdpcheck_impl, shape, call):
     assert_conforms(violations)
 
 
-def _best_time(fn, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 @pytest.mark.invariant("TRV-8")
 @pytest.mark.parametrize("shape", ["chain", "wide"])
 def test_linear_growth(fsdpcheck_impl, shape):
@@ -139,15 +129,11 @@ def test_linear_growth(fsdpcheck_impl, shape):
     traversal = fsdpcheck_impl.traversal
     trees = {n: build_tree(make(n), traversal) for n in (small, large)}
     try:
-        t_small = _best_time(lambda: traversal.states_with_modules(trees[small].root))
-        t_large = _best_time(lambda: traversal.states_with_modules(trees[large].root))
+        t_small = best_time(lambda: traversal.states_with_modules(trees[small].root))
+        t_large = best_time(lambda: traversal.states_with_modules(trees[large].root))
     except RecursionError:
         assert_conforms([Violation("TRV-8", f"states_with_modules raised RecursionError on a {large}-module {shape}")])
-    ratio = t_large / max(t_small, 1e-6)
-    if ratio > 10:
-        assert_conforms(
-            [Violation("TRV-8", f"expected linear growth, but 4x the modules took {ratio:.1f}x the time ({t_small:.4f}s -> {t_large:.4f}s)")]
-        )
+    assert_conforms(check_linear_growth("TRV-8", t_small, t_large, large // small, 10, f"modules ({shape})"))
 
 
 @pytest.mark.invariant("TRV-1", "TRV-2", "TRV-3", "TRV-4", "TRV-6", "TRV-7")
