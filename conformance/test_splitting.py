@@ -1,0 +1,275 @@
+"""Splitting conformance (SPL-1..15): DDPOptimizer's bucket plan, split and
+per-bucket compile, on generated FX graphs in each implementation's form."""
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from pytest_fsdpcheck import profiles
+from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, ParamSpec, build_graph, graph_specs
+from pytest_fsdpcheck.profiles import examples
+from pytest_fsdpcheck.repro import snippet
+
+# every parameter read by exactly one node: counting-once rules (SPL-4) and
+# parameters as call_method arguments are exercised by their own tests
+single_use = graph_specs(multi_use=False, method_args=False)
+full = graph_specs()
+
+
+@st.composite
+def caps(draw):
+    cap = draw(st.integers(1, 600))
+    return cap, draw(st.integers(1, cap))
+
+
+def examples_no_shrink_in_ci(n):
+    # a declared divergence fails on every run; shrinking it again costs
+    # seconds of compile_fn calls in CI without telling anything new
+    budget = examples(n)
+    if profiles.active() == "ci":
+        return settings(budget, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    return budget
+
+
+class Recorder:
+    """The backend handed to the implementation: records each call and
+    returns the graph module itself (eager)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, gm, example_inputs):
+        self.calls.append((gm, list(example_inputs)))
+        return gm
+
+
+def split(impl, built, cap, first, backend=None):
+    backend = backend or Recorder()
+    result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first, backend=backend)
+    return result, backend
+
+
+def reproducer(impl, spec, cap, first, check, device="cpu"):
+    return snippet(
+        impl,
+        [
+            f"spec = {spec.to_source()}",
+            f"built = build_graph(spec, impl.splitting.graph_form, device={device!r})",
+            "facts = chk.graph_facts(built.gm, built.example_inputs)",
+            "calls = []",
+            f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
+            "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm)",
+        ],
+        [f"violations = {check}", "assert not violations, violations"],
+        imports=[
+            "from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, ParamSpec, OpSpec, build_graph",
+            "from pytest_fsdpcheck.checks import splitting as chk",
+        ],
+    )
+
+
+def form(impl):
+    return impl.splitting.graph_form
+
+
+# --------------------------------------------------------------------------- SPL-1
+
+
+@pytest.mark.invariant("SPL-1")
+@examples(8)
+@given(spec=single_use, cap=st.integers(1, 4096), excess=st.integers(1, 4096))
+def test_first_cap_above_cap_rejected(fsdpcheck_impl, spec, cap, excess):
+    built = build_graph(spec, form(fsdpcheck_impl))
+    error = None
+    try:
+        split(fsdpcheck_impl, built, cap, cap + excess)
+    except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
+        error = exc
+    check = f"chk.check_cap_rejected(error, {cap + excess}, {cap})"
+    assert_conforms(chk.check_cap_rejected(error, cap + excess, cap), reproducer(fsdpcheck_impl, spec, cap, cap + excess, check))
+
+
+@pytest.mark.invariant("SPL-1")
+@pytest.mark.parametrize("cap", [4096, 2**20, 2**21])
+def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
+    import torch.distributed as dist
+
+    default = dist._DEFAULT_FIRST_BUCKET_BYTES if dist.is_available() else cap
+    spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("act"), OpSpec("module", 1)))
+    outcomes = []
+    for first in (None, default):
+        try:
+            outcomes.append((split(fsdpcheck_impl, build_graph(spec, form(fsdpcheck_impl)), cap, first)[0].buckets, None))
+        except Exception as exc:  # noqa: BLE001
+            outcomes.append((None, exc))
+    (plan_default, err_default), (plan_explicit, err_explicit) = outcomes
+    assert_conforms(chk.check_default_first_cap(plan_default, plan_explicit, err_default, err_explicit, default, cap))
+
+
+# --------------------------------------------------------------------------- SPL-2..8, 13
+
+
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-13")
+@examples(60)
+@given(spec=single_use, caps=caps())
+def test_split_plan(fsdpcheck_impl, spec, caps):
+    cap, first = caps
+    built = build_graph(spec, form(fsdpcheck_impl))
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    result, _ = split(fsdpcheck_impl, built, cap, first)
+    violations = chk.check_plan(facts, result.buckets, cap, first)
+    if not violations:
+        violations = chk.check_table(result.table, result.buckets, cap)
+    check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+
+
+@pytest.mark.invariant("SPL-3")
+@examples_no_shrink_in_ci(15)
+@given(spec=graph_specs(multi_use=False, method_args=True), caps=caps())
+def test_sizes_with_method_arguments(fsdpcheck_impl, spec, caps):
+    """Parameters passed to ``call_method`` nodes (``h.mul(p)``) count too."""
+    cap, first = caps
+    built = build_graph(spec, form(fsdpcheck_impl))
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    result, _ = split(fsdpcheck_impl, built, cap, first)
+    violations = chk.check_partition(facts, result.buckets) or chk.check_sizes(facts, result.buckets)
+    check = "chk.check_partition(facts, result.buckets) or chk.check_sizes(facts, result.buckets)"
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+
+
+# --------------------------------------------------------------------------- SPL-4
+
+_W = ModuleSpec("linear")
+COUNT_ONCE_CASES = {
+    "module-called-twice": GraphSpec(4, 2, (_W,), (), 0, (OpSpec("module", 0), OpSpec("act"), OpSpec("module", 0))),
+    "tied-weights": GraphSpec(4, 2, (_W, ModuleSpec("linear", tied_to=0)), (), 0, (OpSpec("module", 0), OpSpec("module", 1))),
+    "param-read-twice": GraphSpec(4, 2, (), (ParamSpec("matrix"),), 0, (OpSpec("param", 0), OpSpec("act"), OpSpec("param", 0))),
+}
+
+
+def _check_counted_once(impl, spec, cap, first):
+    built = build_graph(spec, form(impl))
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    result, _ = split(impl, built, cap, first)
+    violations = chk.check_partition(facts, result.buckets) or chk.check_counted_once(facts, result.buckets)
+    check = "chk.check_partition(facts, result.buckets) or chk.check_counted_once(facts, result.buckets)"
+    assert_conforms(violations, reproducer(impl, spec, cap, first, check))
+
+
+@pytest.mark.invariant("SPL-4")
+@pytest.mark.parametrize("case", sorted(COUNT_ONCE_CASES))
+def test_counted_once_cases(fsdpcheck_impl, case):
+    _check_counted_once(fsdpcheck_impl, COUNT_ONCE_CASES[case], 10**6, 10**6)
+
+
+@pytest.mark.invariant("SPL-4")
+@examples_no_shrink_in_ci(15)
+@given(spec=full, caps=caps())
+def test_counted_once(fsdpcheck_impl, spec, caps):
+    _check_counted_once(fsdpcheck_impl, spec, *caps)
+
+
+# --------------------------------------------------------------------------- SPL-9..12
+
+
+def _grad_targets(built):
+    seen, targets = set(), []
+    for t in [*built.example_inputs, *built.gm.parameters()]:
+        if getattr(t, "requires_grad", False) and id(t) not in seen:
+            seen.add(id(t))
+            targets.append(t)
+    return targets
+
+
+@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12")
+@examples(40)
+@given(spec=full, caps=caps())
+def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
+    cap, first = caps
+    built = build_graph(spec, form(fsdpcheck_impl), device=fsdpcheck_device)
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    meta = chk.value_meta(built.gm, built.example_inputs)
+    wrt = _grad_targets(built)
+    code_before = built.gm.code
+    expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+    result, backend = split(fsdpcheck_impl, built, cap, first)
+    violations = chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+    violations += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
+    after = chk.evaluate(built.gm, built.example_inputs, wrt)
+    violations += chk.compare(expected, after, "the original graph module after the split", "SPL-12", exact=True)
+    if built.gm.code != code_before:
+        violations.append(Violation("SPL-12", "the original graph module's code changed during the split"))
+    check = "chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, chk.value_meta(built.gm, built.example_inputs))"
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device))
+
+
+# --------------------------------------------------------------------------- SPL-14
+
+
+@pytest.mark.invariant("SPL-14")
+@examples(12)
+@given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
+def test_higher_order_ops(fsdpcheck_impl, spec, caps):
+    if form(fsdpcheck_impl) != "dynamo":
+        pytest.skip("higher-order ops are generated in Dynamo-form graphs only")
+    cap, first = caps
+    built = build_graph(spec, "dynamo")
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    wrt = _grad_targets(built)
+    expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+    try:
+        result, _ = split(fsdpcheck_impl, built, cap, first)
+    except NotImplementedError as exc:
+        violations = [] if str(exc).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
+    else:
+        found = chk.check_plan(facts, result.buckets, cap, first, ids=("SPL-2", "SPL-6"))
+        found += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
+        violations = [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)"))
+
+
+# --------------------------------------------------------------------------- SPL-15
+
+
+@pytest.mark.invariant("SPL-15")
+@examples(25)
+@given(spec=graph_specs(chain_only=True), caps=caps())
+def test_agrees_with_ddp_assignment(fsdpcheck_impl, spec, caps):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    cap, first = caps
+    built = build_graph(spec, form(fsdpcheck_impl))
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    result, _ = split(fsdpcheck_impl, built, cap, first)
+
+    def assign(tensors, limits):
+        return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
+
+    violations = chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
+    check = f"chk.check_ddp_assignment(facts, result.buckets, {cap}, {first}, lambda t, l: torch.distributed._compute_bucket_assignment_by_size(t, l)[0])"
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+
+
+# --------------------------------------------------------------------------- differential
+
+
+@pytest.mark.invariant("SPL-3", "SPL-5")
+@examples(30)
+@given(spec=single_use, caps=caps())
+def test_matches_reference(fsdpcheck_impl, spec, caps):
+    from pytest_fsdpcheck.reference.splitting import ReferenceSplitting
+
+    cap, first = caps
+    got, _ = split(fsdpcheck_impl, build_graph(spec, form(fsdpcheck_impl)), cap, first)
+    ref, _ = split(type("Ref", (), {"splitting": ReferenceSplitting()})(), build_graph(spec, form(fsdpcheck_impl)), cap, first)
+    violations = []
+    if [b.nodes for b in got.buckets] != [b.nodes for b in ref.buckets]:
+        violations.append(Violation("SPL-5", f"the reference cuts the graph as {[len(b.nodes) for b in ref.buckets]} nodes per bucket, got {[len(b.nodes) for b in got.buckets]}"))
+    elif [b.size for b in got.buckets] != [b.size for b in ref.buckets]:
+        violations.append(Violation("SPL-3", f"the reference sizes the buckets {[b.size for b in ref.buckets]}, got {[b.size for b in got.buckets]}"))
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, "..."))

@@ -1,0 +1,454 @@
+"""Checkers for the splitting area (SPL-1..15).
+
+They judge a plan (a list of ``BucketInfo``) and what happened around it from
+facts read off the input graph here, never through an implementation's own
+bucketing code: parameter tensors are found through the graph module's own
+modules/attributes (module form) or by position in ``example_inputs``
+(Dynamo form), and every size is recomputed. Each parameter is attributed to
+the latest node that reads it, so it is counted once over the whole plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import Violation, short
+
+OUTPUT = "<output>"
+
+
+@dataclass
+class GraphFacts:
+    nodes: list[str]  # op nodes (not placeholder/output) in graph order
+    position: dict[str, int]
+    users: dict[str, list[str]]  # OUTPUT for the graph output
+    inputs_of: dict[str, list[str]]  # node -> nodes (placeholders included) it reads
+    reads: dict[str, list[tuple[int, int, str]]]  # node -> (param id, bytes, name) per read
+    attributed: dict[str, int] = field(default_factory=dict)  # node -> bytes counted there
+    attributed_ids: dict[str, set] = field(default_factory=dict)
+    total: int = 0  # bytes of all distinct counted parameters
+
+
+def _counted(tensor) -> bool:
+    import torch
+
+    return (
+        isinstance(tensor, torch.nn.Parameter)
+        and tensor.requires_grad
+        and getattr(tensor, "_ddp_ignored", False) is not True
+    )
+
+
+def graph_facts(gm, example_inputs) -> GraphFacts:
+    import torch
+
+    placeholder_value = {}
+    args_iter = iter(example_inputs)
+    nodes, users, inputs_of, reads = [], {}, {}, {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            placeholder_value[node.name] = next(args_iter, None)
+            continue
+        if node.op == "output":
+            continue
+        nodes.append(node.name)
+        users[node.name] = [OUTPUT if u.op == "output" else u.name for u in node.users]
+        read_nodes: list = []
+        torch.fx.node.map_arg((node.args, node.kwargs), read_nodes.append)
+        inputs_of[node.name] = [n.name for n in read_nodes]
+        tensors = []
+        if node.op == "call_module":
+            sub = gm.get_submodule(node.target)
+            tensors = [(f"{node.target}.{n}", p) for n, p in sub.named_parameters()]
+        elif node.op == "get_attr":
+            obj = gm
+            for part in node.target.split("."):
+                obj = getattr(obj, part)
+            tensors = [(node.target, obj)]
+        elif node.op in ("call_function", "call_method"):
+            tensors = [(n.name, placeholder_value.get(n.name)) for n in read_nodes if n.op == "placeholder"]
+        reads[node.name] = [
+            (id(t), t.untyped_storage().nbytes(), name) for name, t in tensors if _counted(t)
+        ]
+    facts = GraphFacts(nodes, {n: i for i, n in enumerate(nodes)}, users, inputs_of, reads)
+    seen: set = set()
+    for name in reversed(nodes):
+        size, ids = 0, set()
+        for pid, nbytes, _ in reads[name]:
+            if pid not in seen:
+                seen.add(pid)
+                ids.add(pid)
+                size += nbytes
+        facts.attributed[name] = size
+        facts.attributed_ids[name] = ids
+        facts.total += size
+    return facts
+
+
+# --------------------------------------------------------------------------- SPL-1
+
+
+def check_cap_rejected(error: BaseException | None, first_cap: int, cap: int) -> list[Violation]:
+    if error is None:
+        return [Violation("SPL-1", f"first_bucket_cap={first_cap} > bucket_bytes_cap={cap} should be rejected, but the split went ahead")]
+    if isinstance(error, NotImplementedError) or not isinstance(error, (ValueError, AssertionError, TypeError)):
+        return [Violation("SPL-1", f"first_bucket_cap > bucket_bytes_cap should raise ValueError/AssertionError, got {type(error).__name__}: {error}")]
+    if not str(error).strip():
+        return [Violation("SPL-1", f"first_bucket_cap > bucket_bytes_cap raised {type(error).__name__} with no message")]
+    return []
+
+
+def check_default_first_cap(default_plan, explicit_plan, default_error, explicit_error, default_bytes, cap) -> list[Violation]:
+    """An unset first cap behaves as DDP's default (``default_bytes``): the
+    same plan, or the same rejection when the default exceeds ``cap``."""
+    if (default_error is None) != (explicit_error is None):
+        got = "raised " + type(default_error).__name__ if default_error else "split"
+        want = "raised " + type(explicit_error).__name__ if explicit_error else "split"
+        return [Violation("SPL-1", f"with bucket_bytes_cap={cap}, an unset first cap should act as first_bucket_cap={default_bytes} (which {want}), but it {got}")]
+    if default_error is None and _shape(default_plan) != _shape(explicit_plan):
+        return [Violation("SPL-1", f"unset first cap should plan as first_bucket_cap={default_bytes}: expected {_shape(explicit_plan)}, got {_shape(default_plan)}")]
+    return []
+
+
+def _shape(buckets):
+    return [(b.nodes, b.size) for b in buckets]
+
+
+# --------------------------------------------------------------------------- SPL-2..8
+
+
+def check_plan(facts: GraphFacts, buckets, bucket_cap: int, first_cap: int, ids=("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8")) -> list[Violation]:
+    out = check_partition(facts, buckets)
+    if out:
+        return out  # the other rules are about a partition
+    checks = {
+        "SPL-3": check_sizes,
+        "SPL-5": check_closing,
+        "SPL-6": check_outputs,
+        "SPL-7": check_extensions,
+        "SPL-8": check_fused,
+    }
+    for inv, fn in checks.items():
+        if inv in ids:
+            out += fn(facts, buckets, bucket_cap, first_cap)
+    return out
+
+
+def check_partition(facts: GraphFacts, buckets) -> list[Violation]:
+    flat = [n for b in buckets for n in b.nodes]
+    if flat == facts.nodes:
+        return []
+    seen: dict = {}
+    for n in flat:
+        seen[n] = seen.get(n, 0) + 1
+    twice = [n for n, c in seen.items() if c > 1]
+    missing = [n for n in facts.nodes if n not in seen]
+    foreign = [n for n in seen if n not in facts.position]
+    if twice or missing or foreign:
+        what = "; ".join(
+            f"{label} {short(names)}" for label, names in (("in several buckets:", twice), ("in none:", missing), ("not op nodes of the graph:", foreign)) if names
+        )
+        return [Violation("SPL-2", f"every op node should be in exactly one bucket, but nodes are {what}")]
+    return [Violation("SPL-2", f"buckets should be contiguous runs in graph order, got {[short(b.nodes, 4) for b in buckets]}")]
+
+
+def _bucket_size(facts, bucket) -> int:
+    return sum(facts.attributed[n] for n in bucket.nodes)
+
+
+def check_sizes(facts, buckets, *_caps) -> list[Violation]:
+    out = []
+    for i, b in enumerate(buckets):
+        want = _bucket_size(facts, b)
+        if b.size != want:
+            out.append(Violation("SPL-3", f"bucket {i} ({short(b.nodes, 4)}) should hold {want} bytes of trainable, non-ignored parameters, got size {b.size}"))
+        elif b.param_ids and set(b.param_ids) != set().union(*(facts.attributed_ids[n] for n in b.nodes)):
+            out.append(Violation("SPL-3", f"bucket {i} lists parameters {short(b.params, 6)} which are not the trainable, non-ignored parameters last read in it"))
+    return out
+
+
+def check_counted_once(facts, buckets) -> list[Violation]:
+    out = []
+    ids = [pid for b in buckets for pid in b.param_ids]
+    if len(ids) != len(set(ids)):
+        names = [name for b in buckets for name in b.params]
+        out.append(Violation("SPL-4", f"each parameter should be counted once, but the plan lists {len(ids)} entries for {len(set(ids))} parameters: {short(names, 8)}"))
+    got = sum(b.size for b in buckets)
+    if got != facts.total:
+        out.append(Violation("SPL-4", f"bucket sizes should add up to the {facts.total} bytes of distinct trainable parameters, got {got}"))
+    elif not out:
+        for i, b in enumerate(buckets):
+            want = _bucket_size(facts, b)
+            if b.size != want:
+                out.append(Violation("SPL-4", f"a parameter read by several nodes counts in the bucket of its last read: bucket {i} should hold {want} bytes, got {b.size}"))
+    return out
+
+
+def _walk(facts, bucket):
+    """Walk a bucket from its last node back: yields ``(k, size, external)``
+    for the suffix ``nodes[k:]``."""
+    end = facts.position[bucket.nodes[-1]]
+    size, external = 0, False
+    for k in range(len(bucket.nodes) - 1, -1, -1):
+        name = bucket.nodes[k]
+        size += facts.attributed[name]
+        external = external or any(u == OUTPUT or facts.position[u] > end for u in facts.users[name])
+        yield k, size, external
+
+
+def _cap_of(i, buckets, bucket_cap, first_cap):
+    return first_cap if i == len(buckets) - 1 else bucket_cap
+
+
+def _fusion_point(facts, bucket, cap):
+    """In the earliest bucket: the index where the walk met its cap with an
+    external output (the rest before it is a fused preamble), or None."""
+    for k, size, external in _walk(facts, bucket):
+        if k > 0 and size >= cap and external:
+            return k
+    return None
+
+
+def check_closing(facts, buckets, bucket_cap, first_cap) -> list[Violation]:
+    out = []
+    for i, b in enumerate(buckets):
+        cap = _cap_of(i, buckets, bucket_cap, first_cap)
+        if i == 0:
+            k = _fusion_point(facts, b, cap)
+            if k is not None:
+                early = sum(facts.attributed[n] for n in b.nodes[:k])
+                if early:
+                    out.append(Violation("SPL-5", f"bucket 0 reached its cap {cap} with an external output at {b.nodes[k]!r}; it should close there, but it goes on over {short(b.nodes[:k], 4)} holding {early} more bytes"))
+            continue
+        for k, size, external in _walk(facts, b):
+            if k > 0 and size >= cap and external:
+                out.append(Violation("SPL-5", f"bucket {i} reached its cap {cap} (size {size}) with an external output at {b.nodes[k]!r} and should close there, but it also takes {short(b.nodes[:k], 4)}"))
+                break
+            if k == 0 and not (size >= cap and external):
+                why = f"its size {size} is below the cap {cap}" if size < cap else "it has no external output"
+                out.append(Violation("SPL-5", f"bucket {i} ({short(b.nodes, 4)}) closed before {b.nodes[0]!r} although {why}"))
+    return out
+
+
+def check_outputs(facts, buckets, *_caps) -> list[Violation]:
+    out = []
+    for i, b in enumerate(buckets):
+        inside = set(b.nodes)
+        if not any(u not in inside for n in b.nodes for u in facts.users[n]):
+            out.append(Violation("SPL-6", f"bucket {i} ({short(b.nodes, 4)}) should have an output used outside it, but none of its nodes is"))
+    return out
+
+
+def check_extensions(facts, buckets, bucket_cap, first_cap) -> list[Violation]:
+    out = []
+    for i, b in enumerate(buckets):
+        cap = _cap_of(i, buckets, bucket_cap, first_cap)
+        stop = (_fusion_point(facts, b, cap) or 0) if i == 0 else 0
+        extra_ops, before, size = 0, None, 0
+        for k, size_k, _external in _walk(facts, b):
+            if k < stop:
+                break
+            if k < len(b.nodes) - 1 and size >= cap:
+                extra_ops += 1
+                if before is None:
+                    before = size
+            size = size_k
+        extra_bytes = size - before if before is not None else 0
+        if (b.extra_ops, b.extra_bytes) != (extra_ops, extra_bytes):
+            out.append(Violation("SPL-7", f"bucket {i} ({short(b.nodes, 4)}) was extended past its cap {cap} by {extra_ops} ops and {extra_bytes} bytes, but reports {b.extra_ops} ops and {b.extra_bytes} bytes"))
+    return out
+
+
+def check_fused(facts, buckets, *_caps) -> list[Violation]:
+    if len(buckets) < 2:
+        return []
+    empty = [i for i, b in enumerate(buckets) if _bucket_size(facts, b) == 0]
+    if not empty:
+        return []
+    return [Violation("SPL-8", f"with {len(buckets)} buckets none should be free of counted parameters, but buckets {empty} are (a parameter-free earliest bucket is fused into the next)")]
+
+
+# --------------------------------------------------------------------------- SPL-9, SPL-10
+
+
+def value_meta(gm, example_inputs) -> dict:
+    """``node name -> (shape, dtype)`` of every tensor the graph computes."""
+    import torch
+
+    meta: dict = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            if isinstance(result, torch.Tensor):
+                meta[n.name] = (tuple(result.shape), result.dtype)
+            return result
+
+    with torch.no_grad():
+        Recorder(gm).run(*example_inputs)
+    return meta
+
+
+def check_backend_calls(facts, buckets, calls, gm, example_inputs, meta) -> list[Violation]:
+    """``calls``: ``(graph module, example inputs)`` per backend call, in order."""
+    import torch
+
+    if len(buckets) == 1:
+        if len(calls) != 1:
+            return [Violation("SPL-9", f"with one bucket the backend should be called once, got {len(calls)} calls")]
+        called, inputs = calls[0]
+        if called is not gm:
+            return [Violation("SPL-9", f"with one bucket the backend should compile the original graph module, got {type(called).__name__} with {_op_count(called)} op nodes")]
+        if len(inputs) != len(example_inputs) or any(a is not b for a, b in zip(inputs, example_inputs)):
+            return [Violation("SPL-9", "with one bucket the backend should get the original example inputs")]
+        return []
+    if len(calls) != len(buckets):
+        return [Violation("SPL-10", f"with {len(buckets)} buckets the backend should be called {len(buckets)} times, got {len(calls)}")]
+    out = []
+    for i, (b, (called, inputs)) in enumerate(zip(buckets, calls)):
+        inside = set(b.nodes)
+        external = dict.fromkeys(n for name in b.nodes for n in facts.inputs_of[name] if n not in inside)
+        want = sorted((meta[n] for n in external if n in meta), key=repr)
+        got = sorted(((tuple(t.shape), t.dtype) for t in inputs if isinstance(t, torch.Tensor)), key=repr)
+        if want != got:
+            out.append(Violation("SPL-10", f"backend call {i} should get example inputs (shape, dtype) {short(want, 6)} for bucket {i}, got {short(got, 6)}"))
+        elif _op_count(called) != len(b.nodes):
+            out.append(Violation("SPL-10", f"backend call {i} should compile bucket {i}'s {len(b.nodes)} op nodes, got a module with {_op_count(called)}"))
+    return out
+
+
+def _op_count(module) -> int | None:
+    graph = getattr(module, "graph", None)
+    if graph is None:
+        return None
+    return sum(1 for n in graph.nodes if n.op not in ("placeholder", "output"))
+
+
+# --------------------------------------------------------------------------- SPL-11, SPL-12
+
+
+def evaluate(fn, example_inputs, wrt):
+    """Outputs of ``fn(*example_inputs)`` and gradients of the sum of all
+    floating outputs with respect to the tensors ``wrt``."""
+    import torch
+
+    outputs = fn(*example_inputs)
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+    outputs = list(outputs)
+    loss = sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point())
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
+    return [o.detach() for o in outputs], [None if g is None else g.detach() for g in grads]
+
+
+def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
+    import torch
+
+    (e_out, e_grad), (g_out, g_grad) = expected, got
+    if len(e_out) != len(g_out):
+        return [Violation(inv, f"{what}: expected {len(e_out)} outputs, got {len(g_out)}")]
+    for label, exp, act in (("output", e_out, g_out), ("gradient", e_grad, g_grad)):
+        for i, (a, b) in enumerate(zip(exp, act)):
+            if (a is None) != (b is None):
+                return [Violation(inv, f"{what}: {label} {i} expected {'none' if a is None else 'a tensor'}, got {'none' if b is None else 'a tensor'}")]
+            if a is None:
+                continue
+            same = torch.equal(a, b) if exact else (a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-4, atol=1e-5))
+            if not same:
+                diff = (a.float() - b.float()).abs().max().item() if a.shape == b.shape else f"shape {tuple(b.shape)} vs {tuple(a.shape)}"
+                return [Violation(inv, f"{what}: {label} {i} differs from the original graph's (max abs difference {diff})")]
+    return []
+
+
+# --------------------------------------------------------------------------- SPL-13
+
+_HEADER = re.compile(r"used bucket cap (\d+) and created (\d+) buckets")
+
+
+def parse_table(lines: list[str]):
+    """``(header, rows, extended)`` from logged lines: the header's
+    ``(cap, count)`` or None, bucket rows ``(index, size, name)`` and
+    extension rows ``(index, ops, bytes)``; continuation rows inherit index
+    and size. Both ``|`` and box-drawing (tabulate) tables are read."""
+    header, rows, extended, section = None, [], [], None
+    for line in lines:
+        m = _HEADER.search(line)
+        if m:
+            header = (int(m.group(1)), int(m.group(2)))
+            continue
+        cells = [c.strip() for c in re.split(r"[|│]", line)]
+        if len(cells) < 3:
+            continue
+        if line.strip().startswith("│"):  # tabulate's simple_grid has outer borders
+            cells = cells[1:-1]
+        if len(cells) != 3:
+            continue
+        if cells[0] == "Index":
+            section = "extended" if "Extra" in cells[1] else "rows"
+            continue
+        if section == "rows":
+            if cells[0]:
+                rows.append((int(cells[0]), int(cells[1]), cells[2]))
+            elif rows:
+                rows.append((rows[-1][0], rows[-1][1], cells[2]))
+        elif section == "extended" and cells[0]:
+            extended.append((int(cells[0]), int(cells[1]), int(cells[2])))
+    return header, rows, extended
+
+
+def check_table(lines: list[str], buckets, bucket_cap: int) -> list[Violation]:
+    """The table numbers buckets like DDP: 0 is the bucket holding the
+    graph's last nodes. Row listings are optional (the seed prints them only
+    when ``tabulate`` is installed) but must match when present."""
+    header, rows, extended = parse_table(lines)
+    has_params = any(b.params for b in buckets)
+    if has_params and header is None:
+        return [Violation("SPL-13", f"the log should state the bucket cap and the number of buckets ({len(buckets)}), got {short(lines, 4)}")]
+    if header is not None and header != (bucket_cap, len(buckets)):
+        return [Violation("SPL-13", f"the table should say cap {bucket_cap} and {len(buckets)} buckets, it says cap {header[0]} and {header[1]} buckets")]
+    numbered = list(enumerate(reversed(buckets)))
+    if rows:
+        want = [(i, b.size, name) for i, b in numbered for name in b.params]
+        if rows != want:
+            return [Violation("SPL-13", f"the table rows should be (index, size, parameter) {short(want, 6)}, got {short(rows, 6)}")]
+    if extended:
+        want = [(i, b.extra_ops, b.extra_bytes) for i, b in numbered if b.extra_ops]
+        if extended != want:
+            return [Violation("SPL-13", f"the extended-bucket table should be {want}, got {extended}")]
+    return []
+
+
+# --------------------------------------------------------------------------- SPL-15
+
+
+def check_ddp_assignment(facts, buckets, bucket_cap, first_cap, assign) -> list[Violation]:
+    """Compare the grouping of parameter-holding nodes with DDP's own
+    assignment ``assign(tensors, [first_cap, bucket_cap]) -> bucket indices``.
+
+    DDP buckets parameter tensors in reverse registration order and may close
+    a bucket between two tensors of one layer; DDPOptimizer can only cut
+    between nodes. The comparable quantity is therefore the sequence of
+    per-node parameter bytes walked from the last node: DDP is given one
+    tensor per parameter-holding node, that node's counted bytes (the node's
+    single parameter itself when every node holds one), all of one dtype so
+    DDP's per-dtype grouping does not interfere. For a module chain (every
+    node's output feeds the next, so no bucket is ever extended) both
+    algorithms close a bucket right after the tensor that fills it."""
+    import torch
+
+    holders = [n for n in reversed(facts.nodes) if facts.attributed[n]]
+    if not holders:
+        return []
+    bucket_of = {n: i for i, b in enumerate(buckets) for n in b.nodes}
+    groups: list = []
+    for k, n in enumerate(holders):
+        if groups and bucket_of[holders[k - 1]] == bucket_of[n]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    tensors = [torch.empty(facts.attributed[n], dtype=torch.uint8) for n in holders]
+    ddp = [list(g) for g in assign(tensors, [first_cap, bucket_cap])]
+    if ddp != groups:
+        return [Violation("SPL-15", f"DDP's bucket assignment groups the parameter-holding nodes (walked from the last) as {ddp}, the plan as {groups} ({short(holders, 6)})")]
+    return []

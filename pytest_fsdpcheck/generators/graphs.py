@@ -1,0 +1,472 @@
+"""FX graphs for the splitting area: a pure-data spec, its builder, and
+hypothesis strategies.
+
+A ``GraphSpec`` is a straight-line program over one activation ``h`` of shape
+``[batch, width]``: every op reads ``h`` (and maybe a module, a parameter, a
+buffer or an earlier value) and produces the next ``h``. It prints as valid
+Python (``to_source``) so a failing example replays without hypothesis.
+
+``build_graph(spec, form)`` gives ``(GraphModule, example_inputs)`` in the
+form an implementation consumes:
+
+* ``"module"`` (seed era, torch <= 2.3): ``fx.symbolic_trace`` of the eager
+  ``SpecModule`` -- ``call_module`` for leaf modules, ``get_attr`` for direct
+  parameters and buffers.
+* ``"dynamo"`` (torch >= 2.4): synthesized directly, the way Dynamo hands a
+  graph to a backend -- parameters and buffers lifted to placeholders in first
+  use order, each with ``meta["example_value"]`` (the tensor itself) and a
+  ``_dynamo_source``; built-in modules inlined into their functional calls.
+  No ``torch.compile`` per example: ``tests/test_graph_generators.py`` checks
+  the synthesized graph against a real Dynamo capture of ``SpecModule``.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+MODULE_KINDS = ("linear", "norm", "conv", "embedding")
+VOCAB = 5  # embedding rows
+DTYPES = ("float32", "float64", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    kind: str  # one of MODULE_KINDS
+    frozen: bool = False
+    ignored: bool = False  # parameters carry ``_ddp_ignored = True``
+    tied_to: int | None = None  # linear only: reuse that linear module's weight
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """A parameter used directly: ``matrix`` ``[w, w]`` (``h @ p.t()``) or
+    ``vector`` ``[w]`` (``h * p``, in ``dtype``, cast back to float32)."""
+
+    kind: str = "matrix"
+    dtype: str = "float32"
+    frozen: bool = False
+    ignored: bool = False
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """``kind``: ``module`` (ref = module), ``param`` (ref = parameter;
+    ``method`` uses ``h.mul(p)`` instead of ``torch.mul(h, p)`` for vectors),
+    ``act`` (tanh), ``mutate`` (``t = h + 1; t.mul_(2)``: a node with no
+    users), ``buffer`` (ref = buffer), ``skip`` (``h + values[ref]``; value 0
+    is the input), ``hop`` (``torch.ops.higher_order.wrap`` of ``h @ p.t()``,
+    ref = a matrix parameter)."""
+
+    kind: str
+    ref: int = 0
+    method: bool = False
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    width: int
+    batch: int
+    modules: tuple[ModuleSpec, ...]
+    params: tuple[ParamSpec, ...]
+    buffers: int
+    ops: tuple[OpSpec, ...]
+    outputs: tuple[int, ...] = ()  # extra values returned before the final one
+
+    def to_source(self) -> str:
+        return repr(self)
+
+    def uses(self) -> dict:
+        """``("module"|"param", index) -> number of op nodes reading it``;
+        a tied linear also reads its tie target's weight."""
+        count: dict = {}
+        for op in self.ops:
+            keys = []
+            if op.kind == "module":
+                keys.append(("module", op.ref))
+                tied = self.modules[op.ref].tied_to
+                if tied is not None:
+                    keys.append(("module", tied))
+            elif op.kind in ("param", "hop"):
+                keys.append(("param", op.ref))
+            for key in keys:
+                count[key] = count.get(key, 0) + 1
+        return count
+
+    @property
+    def has_hop(self) -> bool:
+        return any(op.kind == "hop" for op in self.ops)
+
+    @property
+    def needs_index(self) -> bool:
+        return any(op.kind == "module" and self.modules[op.ref].kind == "embedding" for op in self.ops)
+
+
+# --------------------------------------------------------------------------- eager model
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def make_module(spec: GraphSpec, device="cpu"):
+    """The eager ``nn.Module`` the spec describes (``SpecModule``)."""
+    torch = _torch()
+    nn = torch.nn
+
+    class SpecModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = spec.width
+            mods = []
+            for m in spec.modules:
+                if m.kind == "linear":
+                    mods.append(nn.Linear(w, w))
+                elif m.kind == "norm":
+                    mods.append(nn.LayerNorm(w))
+                elif m.kind == "conv":
+                    mods.append(nn.Conv1d(w, w, 1))
+                else:
+                    mods.append(nn.Embedding(VOCAB, w))
+            for m, mod in zip(spec.modules, mods):
+                if m.tied_to is not None:
+                    mod.weight = mods[m.tied_to].weight
+            self.mods = nn.ModuleList(mods)
+            for i, p in enumerate(spec.params):
+                shape = (w, w) if p.kind == "matrix" else (w,)
+                self.register_parameter(f"p{i}", nn.Parameter(torch.randn(shape, dtype=getattr(torch, p.dtype))))
+            for i in range(spec.buffers):
+                self.register_buffer(f"b{i}", torch.rand(w) + 0.5)
+            # flags after ties, so a tied weight takes the flags of the module listed last
+            for m, mod in zip(spec.modules, mods):
+                for prm in mod.parameters(recurse=False):
+                    if m.frozen:
+                        prm.requires_grad_(False)
+                    if m.ignored:
+                        prm._ddp_ignored = True
+            for i, p in enumerate(spec.params):
+                prm = getattr(self, f"p{i}")
+                if p.frozen:
+                    prm.requires_grad_(False)
+                if p.ignored:
+                    prm._ddp_ignored = True
+
+        def forward(self, x, idx=None):
+            values = [x]
+            h = x
+            for op in spec.ops:
+                if op.kind == "module":
+                    mod = self.mods[op.ref]
+                    kind = spec.modules[op.ref].kind
+                    if kind == "conv":
+                        h = mod(h.unsqueeze(-1)).squeeze(-1)
+                    elif kind == "embedding":
+                        h = h + mod(idx)
+                    else:
+                        h = mod(h)
+                elif op.kind == "param":
+                    p = getattr(self, f"p{op.ref}")
+                    if spec.params[op.ref].kind == "matrix":
+                        h = h @ p.t()
+                    else:
+                        h = h.mul(p) if op.method else torch.mul(h, p)
+                        if spec.params[op.ref].dtype != "float32":
+                            h = h.to(torch.float32)
+                elif op.kind == "act":
+                    h = torch.tanh(h)
+                elif op.kind == "mutate":
+                    h = h + 1
+                    h.mul_(2)
+                elif op.kind == "buffer":
+                    h = h * getattr(self, f"b{op.ref}")
+                elif op.kind == "skip":
+                    h = h + values[op.ref]
+                elif op.kind == "hop":
+                    h = _hop_body(h, getattr(self, f"p{op.ref}"))[0]
+                values.append(h)
+            return tuple(values[i] for i in spec.outputs) + (h,)
+
+    torch.manual_seed(0)
+    return SpecModule().to(device)
+
+
+def _hop_body(h, p):
+    return (h @ p.t(),)
+
+
+def make_inputs(spec: GraphSpec, device="cpu"):
+    torch = _torch()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(spec.batch, spec.width, generator=gen).to(device).requires_grad_(True)
+    if spec.needs_index:
+        return [x, torch.randint(0, VOCAB, (spec.batch,), generator=gen).to(device)]
+    return [x]
+
+
+# --------------------------------------------------------------------------- builders
+
+
+@dataclass
+class BuiltGraph:
+    gm: object  # fx.GraphModule
+    example_inputs: list
+    module: object  # the eager SpecModule (shares the graph's parameters)
+    inputs: list  # the model's own inputs (x[, idx])
+    form: str
+
+
+def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGraph:
+    module = make_module(spec, device)
+    inputs = make_inputs(spec, device)
+    if form == "module":
+        if spec.has_hop:
+            raise ValueError("higher-order ops exist only in Dynamo-form graphs")
+        torch = _torch()
+        gm = torch.fx.symbolic_trace(module)
+        if not spec.needs_index:  # symbolic_trace keeps the unused ``idx`` placeholder
+            for node in list(gm.graph.nodes):
+                if node.op == "placeholder" and node.target == "idx":
+                    gm.graph.erase_node(node)
+            gm.recompile()
+        return BuiltGraph(gm, list(inputs), module, inputs, form)
+    if form != "dynamo":
+        raise ValueError(f"unknown graph form {form!r}")
+    gm, example_inputs = _dynamo_graph(spec, module, inputs)
+    return BuiltGraph(gm, example_inputs, module, inputs, form)
+
+
+def _source(name: str, is_input: bool):
+    try:
+        from torch._dynamo.source import AttrSource, LocalSource
+    except ImportError:  # pragma: no cover - only the Dynamo form needs it
+        return name
+    if is_input:
+        return LocalSource(local_name=name, is_input=True)
+    return AttrSource(LocalSource(local_name="self", is_input=True), name)
+
+
+def _dynamo_graph(spec: GraphSpec, module, inputs):
+    """Emit the graph Dynamo would trace for ``module.forward``. Placeholders
+    are created lazily at the first use and moved to the front afterwards."""
+    torch = _torch()
+    fx = torch.fx
+    graph = fx.Graph()
+    root = torch.nn.Module()
+    lifted: dict = {}  # id(tensor) -> placeholder node
+    order: list = []  # (node, tensor) in first use order
+    anchor = graph.placeholder("__anchor")
+
+    def lift(tensor, name, is_input):
+        node = lifted.get(id(tensor))
+        if node is None:
+            with graph.inserting_before(anchor):
+                node = graph.placeholder(name)
+            node.meta["example_value"] = tensor
+            node._dynamo_source = _source(name, is_input)
+            lifted[id(tensor)] = node
+            order.append(tensor)
+        return node
+
+    def param(qualname):
+        is_buffer = qualname.startswith("b")
+        tensor = module.get_buffer(qualname) if is_buffer else module.get_parameter(qualname)
+        return lift(tensor, "l_self_" + qualname.replace(".", "_") + "_", False)
+
+    call = graph.call_function
+    meth = graph.call_method
+    x = lift(inputs[0], "l_x_", True)
+    values = [x]
+    h = x
+    hop_count = 0
+    for op in spec.ops:
+        if op.kind == "module":
+            m = spec.modules[op.ref]
+            pre = f"mods.{op.ref}."
+            if m.kind == "linear":
+                weight_owner = f"mods.{m.tied_to}." if m.tied_to is not None else pre
+                h = call(torch._C._nn.linear, (h, param(weight_owner + "weight"), param(pre + "bias")))
+            elif m.kind == "norm":
+                h = call(torch.nn.functional.layer_norm, (h, (spec.width,), param(pre + "weight"), param(pre + "bias"), 1e-05))
+            elif m.kind == "conv":
+                u = meth("unsqueeze", (h, -1))
+                c = call(torch.conv1d, (u, param(pre + "weight"), param(pre + "bias"), (1,), (0,), (1,), 1))
+                h = meth("squeeze", (c, -1))
+            else:
+                idx = lift(inputs[1], "l_idx_", True)
+                e = call(torch.nn.functional.embedding, (idx, param(pre + "weight"), None, None, 2.0, False, False))
+                h = call(operator.add, (h, e))
+        elif op.kind == "param":
+            p = param(f"p{op.ref}")
+            ps = spec.params[op.ref]
+            if ps.kind == "matrix":
+                h = call(operator.matmul, (h, meth("t", (p,))))
+            else:
+                h = meth("mul", (h, p)) if op.method else call(torch.mul, (h, p))
+                if ps.dtype != "float32":
+                    h = meth("to", (h, torch.float32))
+        elif op.kind == "act":
+            h = call(torch.tanh, (h,))
+        elif op.kind == "mutate":
+            h = call(operator.add, (h, 1))
+            meth("mul_", (h, 2))
+        elif op.kind == "buffer":
+            h = call(operator.mul, (h, param(f"b{op.ref}")))
+        elif op.kind == "skip":
+            h = call(operator.add, (h, values[op.ref]))
+        elif op.kind == "hop":
+            body_name = f"wrap_body_{hop_count}"
+            hop_count += 1
+            root.add_module(body_name, _hop_body_graph())
+            body = graph.get_attr(body_name)
+            wrapped = call(torch.ops.higher_order.wrap, (body, h, param(f"p{op.ref}")))
+            h = call(operator.getitem, (wrapped, 0))
+        values.append(h)
+    graph.output(tuple(values[i] for i in spec.outputs) + (h,))
+    graph.erase_node(anchor)
+    gm = fx.GraphModule(root, graph)
+    # compile_fn copies these onto the split submodules (torch >= 2.5)
+    gm._param_name_to_source = {}
+    gm.graph.lint()
+    return gm, order
+
+
+def _hop_body_graph():
+    torch = _torch()
+    g = torch.fx.Graph()
+    h, p = g.placeholder("l_h_"), g.placeholder("l_p_")
+    out = g.call_function(operator.matmul, (h, g.call_method("t", (p,))))
+    g.output((out,))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def graph_specs(
+    draw,
+    *,
+    max_ops: int = 14,
+    multi_use: bool = True,
+    method_args: bool = True,
+    hop: bool = False,
+    frozen: bool = True,
+    ignored: bool = True,
+    mixed_dtypes: bool = True,
+    chain_only: bool = False,
+):
+    """Graph specs. ``multi_use`` allows modules called twice, tied weights and
+    parameters read by several nodes; without it every parameter is read by
+    exactly one node. ``method_args`` allows ``h.mul(p)`` (a parameter as a
+    ``call_method`` argument). ``chain_only`` draws a chain of linear modules."""
+    width = draw(st.sampled_from((4, 8)))
+    batch = draw(st.integers(1, 3))
+    if chain_only:
+        n = draw(st.integers(1, 10))
+        mods = tuple(ModuleSpec("linear") for _ in range(n))
+        ops = []
+        for i in range(n):
+            ops.append(OpSpec("module", i))
+            if draw(st.booleans()):
+                ops.append(OpSpec("act"))
+        return GraphSpec(width, batch, mods, (), 0, tuple(ops))
+
+    n_ops = draw(st.integers(1, max_ops))
+    n_mods = draw(st.integers(0, 5))
+    n_params = draw(st.integers(0, 4))
+    mods = []
+    for i in range(n_mods):
+        kind = draw(st.sampled_from(MODULE_KINDS))
+        tie = None
+        if multi_use and kind == "linear":
+            earlier = [j for j in range(i) if mods[j].kind == "linear" and mods[j].tied_to is None]
+            if earlier and draw(st.integers(0, 3)) == 0:
+                tie = draw(st.sampled_from(earlier))
+        mods.append(
+            ModuleSpec(
+                kind,
+                frozen=frozen and draw(st.integers(0, 5)) == 0,
+                ignored=ignored and draw(st.integers(0, 5)) == 0,
+                tied_to=tie,
+            )
+        )
+    params = []
+    for _ in range(n_params):
+        kind = draw(st.sampled_from(("matrix", "vector")))
+        dtype = draw(st.sampled_from(DTYPES)) if (mixed_dtypes and kind == "vector") else "float32"
+        params.append(
+            ParamSpec(
+                kind,
+                dtype,
+                frozen=frozen and draw(st.integers(0, 5)) == 0,
+                ignored=ignored and draw(st.integers(0, 5)) == 0,
+            )
+        )
+    n_buffers = draw(st.integers(0, 2))
+    kinds = ["act", "mutate", "skip"]
+    if mods:
+        kinds += ["module"] * 3
+    if params:
+        kinds += ["param"] * 2
+    if n_buffers:
+        kinds.append("buffer")
+    matrices = [i for i, p in enumerate(params) if p.kind == "matrix"]
+    if hop and matrices:
+        kinds.append("hop")
+    # a parameter-free preamble (possibly empty) comes first
+    preamble = draw(st.integers(0, 2))
+    used: set = set()
+    ops = []
+    for i in range(n_ops):
+        kind = draw(st.sampled_from(("act", "mutate", "skip") if i < preamble else kinds))
+        ref, method = 0, False
+        if kind == "module" or kind == "param" or kind == "hop":
+            pool = range(n_mods) if kind == "module" else (matrices if kind == "hop" else range(n_params))
+            if not multi_use:
+                pool = [r for r in pool if not (_keys(mods, kind, r) & used)]
+            if not pool:
+                kind = "act"
+            else:
+                ref = draw(st.sampled_from(list(pool)))
+                used.update(_keys(mods, kind, ref))
+                if kind == "param" and method_args and params[ref].kind == "vector":
+                    method = draw(st.booleans())
+        elif kind == "buffer":
+            ref = draw(st.integers(0, n_buffers - 1))
+        elif kind == "skip":
+            ref = draw(st.integers(0, i))
+        ops.append(OpSpec(kind, ref, method))
+    n_values = len(ops) + 1
+    outputs = tuple(sorted(set(draw(st.lists(st.integers(1, n_values - 1), max_size=2))))) if n_values > 2 else ()
+    return GraphSpec(width, batch, tuple(mods), tuple(params), n_buffers, tuple(ops), outputs)
+
+
+def _keys(mods, kind, ref):
+    # a tied linear also reads the weight of the module it is tied to
+    if kind != "module":
+        return {("p", ref)}
+    keys = {("m", ref)}
+    if mods[ref].tied_to is not None:
+        keys.add(("m", mods[ref].tied_to))
+    return keys
+
+
+def graphs(form: str = "dynamo", **kwargs):
+    """Strategy of ``BuiltGraph`` in ``form`` (see ``graph_specs``)."""
+    return graph_specs(hop=kwargs.pop("hop", False) and form == "dynamo", **kwargs).map(lambda s: build_graph(s, form))
+
+
+def large_spec(n_nodes: int = 20_000, width: int = 4) -> GraphSpec:
+    """A spec whose Dynamo-form graph has about ``n_nodes`` nodes (placeholders
+    included): repeating blocks of linear, tanh, mutate, parameter and skip ops."""
+    block = 7  # nodes per block: linear + 2 placeholders, tanh, add + mul_, add(skip)
+    n_blocks = max(1, n_nodes // block)
+    mods = tuple(ModuleSpec("linear") for _ in range(n_blocks))
+    ops = []
+    for i in range(n_blocks):
+        ops += [OpSpec("module", i), OpSpec("act"), OpSpec("mutate"), OpSpec("skip", len(ops))]
+    return GraphSpec(width, 2, mods, (), 0, tuple(ops))

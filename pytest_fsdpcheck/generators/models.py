@@ -1,0 +1,409 @@
+"""torch.fx-traceable models for the exec-order area: a pure-data spec, its
+builder, tracer subclasses, and hypothesis strategies.
+
+A ``ModelSpec`` is plain tuples and strings, so an example prints and replays
+without torch (``to_source()``); ``build_model`` turns it into modules whose
+forward is driven by the spec's *programs*. Everything a program does is
+static Python control flow, so ``torch.fx`` traces it.
+
+Module kinds: ``block`` (custom module running a program over its own
+parameters and children), ``linear`` (``nn.Linear``, a leaf by default),
+``act`` (``nn.ReLU``, parameter-free leaf) and ``seq`` (``nn.Sequential`` of its
+registered children). Module 0 is the root block; children always have higher
+indices, and one module may be registered under several parents.
+
+Program steps of a block (``pN`` is its own parameter N, ``cN`` child slot N):
+
+``("call", c)``            ``x = cN(x)``
+``("call_n", c, k)``       call child ``c`` ``k`` times
+``("mul", p)``             ``x = x * pN`` (vector parameter)
+``("linear", p)``          ``x = F.linear(x, pN)`` (matrix parameter)
+``("addcmul", p, q)``      ``x = torch.addcmul(x, pP, pQ)`` (two uses in one op)
+``("child_param", c, n)``  ``x = x * cC.<n>`` (a parent using a child's parameter)
+``("relu",)``              parameter-free op
+``("mode", a, b)``         root only: ``x = ca(x) if mode else cb(x)`` (needs ``concrete_args``)
+``("kw_linear", p)``       ``F.linear(x, weight=pN)`` (a use passed by keyword)
+``("stack_use", p)``       ``pN`` used only inside a list argument of ``torch.stack``
+``("fail",)``              raises ``PlannedTraceError`` (for restore-on-exception checks)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hypothesis import strategies as st
+
+DIM = 4
+KINDS = ("block", "linear", "act", "seq")
+TRACERS = ("default", "leaf_rules", "into_nn", "wrapping")
+#: upper bound on module calls per generated forward, so shared, repeatedly
+#: called modules cannot blow a small spec up exponentially
+CALL_BUDGET = 60
+
+
+class PlannedTraceError(RuntimeError):
+    """Raised by a ``("fail",)`` step: a forward that breaks half-way through a trace."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    kinds: tuple[str, ...]
+    children: tuple[tuple[int, ...], ...]  # registered children per module
+    params: tuple[tuple[str, ...], ...] = ()  # per block: "vec" (D,) or "mat" (D, D)
+    programs: tuple[tuple[tuple, ...], ...] = ()  # per block: steps
+    tracer: str = "default"
+    leaf_blocks: frozenset[int] = frozenset()  # blocks the tracer treats as leaves
+    concrete_mode: bool | None = None  # concrete_args={"mode": ...} when not None
+
+    @property
+    def size(self) -> int:
+        return len(self.kinds)
+
+    def params_of(self, module: int) -> tuple[str, ...]:
+        return self.params[module] if self.params else ()
+
+    def program_of(self, module: int) -> tuple[tuple, ...]:
+        return self.programs[module] if self.programs else ()
+
+    def concrete_args(self):
+        return None if self.concrete_mode is None else {"mode": self.concrete_mode}
+
+    def to_source(self) -> str:
+        parts = [f"kinds={self.kinds!r}", f"children={self.children!r}"]
+        if self.params:
+            parts.append(f"params={self.params!r}")
+        if self.programs:
+            parts.append(f"programs={self.programs!r}")
+        if self.tracer != "default":
+            parts.append(f"tracer={self.tracer!r}")
+        if self.leaf_blocks:
+            parts.append(f"leaf_blocks=frozenset({sorted(self.leaf_blocks)!r})")
+        if self.concrete_mode is not None:
+            parts.append(f"concrete_mode={self.concrete_mode!r}")
+        return "ModelSpec(" + ", ".join(parts) + ")"
+
+
+def with_failure(spec: ModelSpec, block: int) -> ModelSpec:
+    """``spec`` whose ``block`` (and, as a backstop, the root) raise at the end
+    of their program, so a trace stops after some modules were recorded."""
+    programs = [list(spec.program_of(i)) for i in range(spec.size)]
+    for i in {block, 0}:
+        if spec.kinds[i] == "block":
+            programs[i].append(("fail",))
+    return replace(spec, programs=tuple(tuple(p) for p in programs))
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _classes():
+    # torch is imported lazily: generators are importable by an idle plugin.
+    global _CLASSES
+    if _CLASSES is not None:
+        return _CLASSES
+    import torch
+    import torch.nn.functional as F
+    from torch import fx, nn
+
+    class Block(nn.Module):
+        """Runs a static program; see the module docstring for the steps."""
+
+        def __init__(self, param_kinds, program):
+            super().__init__()
+            for n, kind in enumerate(param_kinds):
+                shape = (DIM,) if kind == "vec" else (DIM, DIM)
+                setattr(self, f"p{n}", nn.Parameter(torch.randn(shape) * 0.5))
+            self._program = tuple(program)
+
+        def forward(self, x, mode=True):
+            for step in self._program:
+                op = step[0]
+                if op == "call":
+                    x = getattr(self, f"c{step[1]}")(x)
+                elif op == "call_n":
+                    for _ in range(step[2]):
+                        x = getattr(self, f"c{step[1]}")(x)
+                elif op == "mul":
+                    x = x * getattr(self, f"p{step[1]}")
+                elif op == "linear":
+                    x = F.linear(x, getattr(self, f"p{step[1]}"))
+                elif op == "addcmul":
+                    x = torch.addcmul(x, getattr(self, f"p{step[1]}"), getattr(self, f"p{step[2]}"))
+                elif op == "child_param":
+                    x = x * getattr(getattr(self, f"c{step[1]}"), step[2])
+                elif op == "relu":
+                    x = torch.relu(x)
+                elif op == "mode":
+                    x = getattr(self, f"c{step[1] if mode else step[2]}")(x)
+                elif op == "kw_linear":
+                    x = F.linear(x, weight=getattr(self, f"p{step[1]}"))
+                elif op == "stack_use":
+                    x = x + torch.stack([x.sum(0), getattr(self, f"p{step[1]}")]).sum(0)
+                elif op == "fail":
+                    raise PlannedTraceError("planned failure half-way through the forward")
+                else:
+                    raise ValueError(f"unknown step {step!r}")
+            return x
+
+    class ChainLink(nn.Module):
+        """One link of a long chain: a non-leaf wrapper around a leaf Linear."""
+
+        def __init__(self, width):
+            super().__init__()
+            self.lin = nn.Linear(width, width)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    class LeafRuleTracer(fx.Tracer):
+        """Own leaf rules: given modules become leaves, and optionally
+        ``nn.Linear``/``nn.ReLU`` are traced into instead of being leaves."""
+
+        def __init__(self, extra_leaves=(), trace_into_nn=False):
+            super().__init__()
+            self.extra_leaf_ids = frozenset(id(m) for m in extra_leaves)
+            self.trace_into_nn = trace_into_nn
+
+        def is_leaf_module(self, m, module_qualified_name):
+            if id(m) in self.extra_leaf_ids:
+                return True
+            if self.trace_into_nn and isinstance(m, (nn.Linear, nn.ReLU)):
+                return False
+            return super().is_leaf_module(m, module_qualified_name)
+
+    class WrappingTracer(LeafRuleTracer):
+        """Overrides ``call_module``/``create_proxy`` in the class and counts
+        them: a patch must wrap these overrides, not bypass them."""
+
+        def __init__(self, extra_leaves=(), trace_into_nn=False):
+            super().__init__(extra_leaves, trace_into_nn)
+            self.counts = {"call_module": 0, "create_proxy": 0}
+
+        def call_module(self, m, forward, args, kwargs):
+            self.counts["call_module"] += 1
+            return super().call_module(m, forward, args, kwargs)
+
+        def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+            self.counts["create_proxy"] += 1
+            return super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+
+    _CLASSES = {
+        "Block": Block,
+        "ChainLink": ChainLink,
+        "LeafRuleTracer": LeafRuleTracer,
+        "WrappingTracer": WrappingTracer,
+    }
+    return _CLASSES
+
+
+_CLASSES = None
+
+
+def __getattr__(name):
+    # The module classes are created on first use (torch imported lazily) but
+    # are public names of this module, e.g. for isinstance checks.
+    if name in ("Block", "ChainLink", "LeafRuleTracer", "WrappingTracer"):
+        return _classes()[name]
+    raise AttributeError(name)
+
+
+@dataclass
+class BuiltModel:
+    spec: ModelSpec
+    root: object
+    modules: list  # spec index -> module
+
+    def label(self, obj) -> str:
+        for i, m in enumerate(self.modules):
+            if m is obj:
+                return f"m{i}"
+        return type(obj).__name__
+
+    def inputs(self, seed: int = 0):
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        return (torch.randn(2, DIM, generator=gen),)
+
+
+def build_model(spec: ModelSpec) -> BuiltModel:
+    """Real modules for ``spec``, built from the last index to the first so
+    every child exists before its parents (no recursion)."""
+    import torch
+    from torch import nn
+
+    classes = _classes()
+    torch.manual_seed(0)
+    modules: list = [None] * spec.size
+    for i in range(spec.size - 1, -1, -1):
+        kind = spec.kinds[i]
+        if kind == "block":
+            m = classes["Block"](spec.params_of(i), spec.program_of(i))
+            for slot, child in enumerate(spec.children[i]):
+                m.add_module(f"c{slot}", modules[child])
+        elif kind == "seq":
+            m = nn.Sequential()
+            for slot, child in enumerate(spec.children[i]):
+                m.add_module(str(slot), modules[child])
+        elif kind == "linear":
+            m = nn.Linear(DIM, DIM)
+        elif kind == "act":
+            m = nn.ReLU()
+        else:
+            raise ValueError(f"unknown module kind {kind!r}")
+        modules[i] = m
+    return BuiltModel(spec, modules[0], modules)
+
+
+def make_tracer(spec: ModelSpec, built: BuiltModel):
+    """A fresh tracer of the kind ``spec.tracer`` names, for ``built``."""
+    from torch import fx
+
+    classes = _classes()
+    leaves = [built.modules[i] for i in sorted(spec.leaf_blocks)]
+    if spec.tracer == "default":
+        return fx.Tracer()
+    if spec.tracer == "leaf_rules":
+        return classes["LeafRuleTracer"](leaves)
+    if spec.tracer == "into_nn":
+        return classes["LeafRuleTracer"](leaves, trace_into_nn=True)
+    if spec.tracer == "wrapping":
+        return classes["WrappingTracer"](leaves, trace_into_nn=bool(len(leaves) % 2))
+    raise ValueError(f"unknown tracer kind {spec.tracer!r}")
+
+
+def chain_model(n_modules: int, width: int = 2):
+    """A flat chain of about ``n_modules`` modules: ``nn.Sequential`` of
+    ``n_modules // 2`` non-leaf links, each wrapping a leaf ``nn.Linear``.
+    Flat on purpose: fx's own tracing cost stays linear in it (a nested chain
+    would recurse in fx, and its usage infos are quadratic by the spec)."""
+    from torch import nn
+
+    link = _classes()["ChainLink"]
+    return nn.Sequential(*[link(width) for _ in range(max(1, n_modules // 2))])
+
+
+# --------------------------------------------------------------------- strategies
+
+
+def _call_cost(spec_kinds, children, programs, costs, i) -> int:
+    kind = spec_kinds[i]
+    if kind == "seq":
+        return 1 + sum(costs[c] for c in children[i])
+    if kind != "block":
+        return 1
+    total = 1
+    for step in programs[i]:
+        if step[0] == "call":
+            total += costs[children[i][step[1]]]
+        elif step[0] == "call_n":
+            total += step[2] * costs[children[i][step[1]]]
+        elif step[0] == "mode":
+            total += max(costs[children[i][step[1]]], costs[children[i][step[2]]])
+    return total
+
+
+@st.composite
+def model_specs(
+    draw,
+    min_modules: int = 1,
+    max_modules: int = 8,
+    tracers: tuple[str, ...] = ("default",),
+    concrete: bool = False,
+    nested_uses: bool = False,
+    max_steps: int = 6,
+) -> ModelSpec:
+    """Traceable models: static control flow, repeated and shared module calls,
+    direct parameter uses, unused parameters, parameter-free modules, nested
+    containers; ``tracers`` picks tracer kinds (see ``TRACERS``), ``concrete``
+    adds a root branch specialised by ``concrete_args``, ``nested_uses`` adds
+    parameters passed by keyword or inside a list."""
+    n = draw(st.integers(min_modules, max_modules))
+    kinds = ["block"] + [draw(st.sampled_from(("block", "block", "linear", "act", "seq"))) for _ in range(n - 1)]
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        containers = [j for j in range(i) if kinds[j] in ("block", "seq")]
+        kids[draw(st.sampled_from(containers))].append(i)
+    shares = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n // 2))
+    for parent, child in shares:
+        if parent < child and kinds[parent] in ("block", "seq"):
+            kids[parent].append(child)  # registered again under another (or the same) parent
+    params = [
+        tuple(draw(st.lists(st.sampled_from(("vec", "mat")), max_size=3))) if kinds[i] == "block" else ()
+        for i in range(n)
+    ]
+    concrete_mode = draw(st.booleans()) if concrete else None
+
+    costs = [1] * n
+    programs: list[tuple] = [()] * n
+    for i in range(n - 1, -1, -1):
+        if kinds[i] == "block":
+            programs[i] = _draw_program(draw, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps)
+        costs[i] = _call_cost(kinds, kids, programs, costs, i)
+
+    tracer = draw(st.sampled_from(tracers))
+    blocks = [i for i in range(1, n) if kinds[i] == "block"]
+    leaf_blocks = frozenset()
+    if tracer != "default" and blocks:
+        leaf_blocks = frozenset(draw(st.sets(st.sampled_from(blocks), max_size=2)))
+    return ModelSpec(
+        kinds=tuple(kinds),
+        children=tuple(tuple(k) for k in kids),
+        params=tuple(params),
+        programs=tuple(programs),
+        tracer=tracer,
+        leaf_blocks=leaf_blocks,
+        concrete_mode=concrete_mode,
+    )
+
+
+def _draw_program(draw, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps):
+    vecs = [p for p, k in enumerate(params[i]) if k == "vec"]
+    mats = [p for p, k in enumerate(params[i]) if k == "mat"]
+    slots = list(range(len(kids[i])))
+    child_params = []
+    for slot, child in enumerate(kids[i]):
+        if kinds[child] == "linear":
+            child_params.append((slot, "bias"))
+        elif kinds[child] == "block":
+            child_params += [(slot, f"p{p}") for p, k in enumerate(params[child]) if k == "vec"]
+    options = [st.just(("relu",))]
+    if slots:
+        options += [
+            st.tuples(st.just("call"), st.sampled_from(slots)),
+            st.tuples(st.just("call_n"), st.sampled_from(slots), st.integers(2, 3)),
+        ]
+        if i == 0 and concrete_mode is not None:
+            options.append(st.tuples(st.just("mode"), st.sampled_from(slots), st.sampled_from(slots)))
+    if vecs:
+        options += [
+            st.tuples(st.just("mul"), st.sampled_from(vecs)),
+            st.tuples(st.just("addcmul"), st.sampled_from(vecs), st.sampled_from(vecs)),
+        ]
+        if nested_uses:
+            options.append(st.tuples(st.just("stack_use"), st.sampled_from(vecs)))
+    if mats:
+        options.append(st.tuples(st.just("linear"), st.sampled_from(mats)))
+        if nested_uses:
+            options.append(st.tuples(st.just("kw_linear"), st.sampled_from(mats)))
+    if child_params:
+        options.append(st.sampled_from(child_params).map(lambda sp: ("child_param", *sp)))
+    steps = draw(st.lists(st.one_of(options), max_size=max_steps))
+    # Drop calls that would exceed the call budget (keeps shrinking monotone).
+    kept, cost = [], 1
+    for step in steps:
+        if step[0] in ("call", "call_n", "mode"):
+            child_cost = max(costs[kids[i][s]] for s in step[1:3] if isinstance(s, int)) if step[0] == "mode" else costs[kids[i][step[1]]]
+            extra = child_cost * (step[2] if step[0] == "call_n" else 1)
+            if cost + extra > CALL_BUDGET:
+                continue
+            cost += extra
+        kept.append(step)
+    return tuple(kept)
+
+
+def exotic_tracer_specs(**kwargs):
+    """Specs traced by tracer subclasses and/or with ``concrete_args`` (EXO-7)."""
+    kwargs.setdefault("tracers", ("leaf_rules", "into_nn", "wrapping"))
+    kwargs.setdefault("concrete", True)
+    return model_specs(**kwargs)

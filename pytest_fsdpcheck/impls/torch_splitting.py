@@ -1,0 +1,80 @@
+"""Adapter for torch's DDPOptimizer (``torch._dynamo.backends.distributed``).
+
+The module and class are looked up on every call, so a patched or forked
+torch is what gets checked. torch >= 2.4 consumes Dynamo-form graphs
+(parameters lifted to placeholders); the seed era (2.3) module-form graphs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from ..contract import BucketInfo, SplitResult
+
+MODULE = "torch._dynamo.backends.distributed"
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.extend(record.getMessage().strip("\n").splitlines())
+
+
+class TorchSplitting:
+    def __init__(self):
+        from .torch_impl import torch_version
+
+        self.graph_form = "dynamo" if torch_version() >= (2, 4) else "module"
+
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        import torch._dynamo.config as dynamo_config
+
+        mod = importlib.import_module(MODULE)
+        optimizer = mod.DDPOptimizer(bucket_bytes_cap, backend, first_bucket_cap=first_bucket_cap)
+        handler = _Collect()
+        logger = getattr(mod, "log", None) or logging.getLogger(MODULE)
+        old_level = logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        # The seed era can defer each submodule's compile to its first run;
+        # compile eagerly so the backend calls (SPL-10) happen inside the split.
+        had_lazy = hasattr(dynamo_config, "optimize_ddp_lazy_compile")
+        old_lazy = getattr(dynamo_config, "optimize_ddp_lazy_compile", None)
+        try:
+            if had_lazy:
+                dynamo_config.optimize_ddp_lazy_compile = False
+            compiled = optimizer.compile_fn(gm, list(example_inputs))
+        finally:
+            if had_lazy:
+                dynamo_config.optimize_ddp_lazy_compile = old_lazy
+            logger.removeHandler(handler)
+            logger.setLevel(old_level)
+        return SplitResult(_buckets(optimizer.buckets), compiled, _table(handler.lines))
+
+
+def _buckets(buckets) -> list[BucketInfo]:
+    # torch keeps buckets in graph order but each bucket's nodes backwards
+    # (they are collected walking from the last node).
+    infos = []
+    for b in buckets:
+        extra_ops = b.opcount_increased_to_capture_external_output
+        infos.append(
+            BucketInfo(
+                nodes=[n.name for n in reversed(b.nodes)],
+                size=b.size,
+                params=list(b.params),
+                param_ids=list(b.param_ids),
+                extra_ops=extra_ops,
+                extra_bytes=b.size - b.paramsize_before_opcount_increase if extra_ops else 0,
+            )
+        )
+    return infos
+
+
+def _table(lines: list[str]) -> list[str]:
+    # the per-node debug lines of the submodule compiler are not the table
+    return [line for line in lines if not line.startswith("run_node ")]

@@ -1,0 +1,213 @@
+"""Reference DDPOptimizer (seed ``003_*``, DESIGN.md SPL-1..14).
+
+Walks the graph once from the last node back. Each trainable, non-ignored
+parameter is counted once, at the latest node that reads it (the point where
+its gradient is complete in backward). A bucket closes before the next node as
+soon as it has reached its cap (the first-bucket cap for the bucket holding
+the graph's last nodes) and one of its nodes is used outside it; until it has
+such an output it keeps absorbing nodes, and records how many. A
+parameter-free earliest bucket is fused into the next one.
+
+Whether a bucket has an external output is tracked incrementally: nodes join
+a bucket in reverse graph order and a node's users all come after it, so once
+a node has a user outside the bucket it keeps it. The whole plan is linear in
+nodes plus edges.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from ..contract import BucketInfo, SplitResult
+
+DEFAULT_FIRST_BUCKET_BYTES = 1024 * 1024  # DDP's first-bucket default (c10d)
+
+
+@dataclass
+class _Bucket:
+    nodes: list = field(default_factory=list)  # reverse graph order while planning
+    size: int = 0
+    params: list = field(default_factory=list)
+    param_ids: list = field(default_factory=list)
+    has_external_output: bool = False
+    extra_ops: int = 0
+    size_before_extension: int = 0
+
+
+def _is_counted(tensor) -> bool:
+    import torch
+
+    return (
+        isinstance(tensor, torch.nn.Parameter)
+        and tensor.requires_grad
+        and not getattr(tensor, "_ddp_ignored", False)
+    )
+
+
+def _node_params(gm, node):
+    """``(name, parameter)`` read by ``node``: a called module's parameters,
+    a ``get_attr`` parameter, or parameters passed as placeholder arguments."""
+    import torch
+
+    if node.op == "call_module":
+        return [(f"{node.target}.{n}", p) for n, p in gm.get_submodule(node.target).named_parameters()]
+    if node.op == "get_attr":
+        value = _fetch_attr(gm, node.target)
+        return [(node.target, value)] if isinstance(value, torch.Tensor) else []
+    if node.op in ("call_function", "call_method"):
+        found = []
+        for arg in (*node.args, *node.kwargs.values()):
+            if isinstance(arg, torch.fx.Node) and arg.op == "placeholder":
+                value = arg.meta.get("example_value")
+                if isinstance(value, torch.Tensor):
+                    found.append((str(arg.target), value))
+        return found
+    return []
+
+
+def _fetch_attr(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int) -> list[_Bucket]:
+    """The buckets in graph order, each with its nodes in graph order."""
+    buckets = [_Bucket()]  # buckets[-1] is the one being filled
+    bucket_index: dict = {}
+    counted: set = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        current = buckets[-1]
+        cap = first_bucket_cap if len(buckets) == 1 else bucket_bytes_cap
+        if current.size >= cap:
+            if current.has_external_output:
+                current = _Bucket()
+                buckets.append(current)
+            else:
+                if current.extra_ops == 0:
+                    current.size_before_extension = current.size
+                current.extra_ops += 1
+        for name, param in _node_params(gm, node):
+            if _is_counted(param) and id(param) not in counted:
+                counted.add(id(param))
+                current.size += param.untyped_storage().nbytes()
+                current.params.append(name)
+                current.param_ids.append(id(param))
+        here = len(buckets) - 1
+        bucket_index[node] = here
+        if not current.has_external_output:
+            current.has_external_output = any(bucket_index.get(user) != here for user in node.users)
+        current.nodes.append(node)
+    if len(buckets) > 1 and buckets[-1].size == 0:
+        preamble = buckets.pop()
+        buckets[-1].nodes.extend(preamble.nodes)
+    buckets.reverse()
+    for bucket in buckets:
+        bucket.nodes.reverse()
+    return buckets
+
+
+def table_lines(buckets: list[_Bucket], bucket_bytes_cap: int) -> list[str]:
+    """The bucket table, numbered like DDP (0 = the bucket with the graph's
+    last nodes); rows are ``index | size | name`` with blank index and size
+    for a bucket's further parameters."""
+    numbered = list(enumerate(reversed(buckets)))
+    rows = []
+    for index, bucket in numbered:
+        for i, name in enumerate(bucket.params):
+            rows.append(f"{index} | {bucket.size} | {name}" if i == 0 else f" |  | {name}")
+    if not rows:
+        return ["DDPOptimizer captured no parameters and did not split this graph."]
+    lines = [
+        f"DDPOptimizer used bucket cap {bucket_bytes_cap} and created {len(buckets)} buckets.",
+        "DDPOptimizer produced the following bucket assignments:",
+        "Index | Size (b) | Param Names",
+        *rows,
+    ]
+    extended = [(i, b) for i, b in numbered if b.extra_ops]
+    if extended:
+        lines.append("DDPOptimizer extended these buckets to ensure per-subgraph output nodes:")
+        lines.append("Index | Extra Ops | Extra Param Size (b)")
+        lines += [f"{i} | {b.extra_ops} | {b.size - b.size_before_extension}" for i, b in extended]
+    return lines
+
+
+class ReferenceSplitting:
+    graph_form = "dynamo"  # module-form graphs (call_module/get_attr) are planned the same way
+
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        if first_bucket_cap is None:
+            first_bucket_cap = DEFAULT_FIRST_BUCKET_BYTES
+        if first_bucket_cap > bucket_bytes_cap:
+            raise ValueError(
+                f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
+                f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
+            )
+        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap)
+        infos = [
+            BucketInfo(
+                nodes=[n.name for n in b.nodes],
+                size=b.size,
+                params=list(b.params),
+                param_ids=list(b.param_ids),
+                extra_ops=b.extra_ops,
+                extra_bytes=b.size - b.size_before_extension if b.extra_ops else 0,
+            )
+            for b in buckets
+        ]
+        table = table_lines(buckets, bucket_bytes_cap)
+        if len(buckets) == 1:
+            return SplitResult(infos, backend(gm, list(example_inputs)), table)
+        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend), table)
+
+
+def _split_and_compile(gm, buckets, example_inputs, backend):
+    import torch
+    from torch.fx.passes.split_module import split_module
+
+    partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
+    split_gm = split_module(gm, None, lambda node: partition[node])
+
+    # Real values give the backend each submodule's example inputs; the
+    # graphs run here mutate only their own intermediates.
+    env: dict = {}
+    placeholders = iter(example_inputs)
+    with torch.no_grad():
+        for node in split_gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "call_module":
+                submod = split_gm.get_submodule(node.target)
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                compiled = backend(submod, list(args))
+                env[node] = submod(*args)
+                setattr(split_gm, node.target, _wrapper_class()(compiled))
+            elif node.op == "get_attr":
+                env[node] = _fetch_attr(split_gm, node.target)
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+    split_gm.recompile()
+    return split_gm
+
+
+@functools.cache
+def _wrapper_class():
+    import torch
+
+    class CompiledSubmodule(torch.nn.Module):
+        """Holds a backend's compiled callable in place of a split submodule."""
+
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *args):
+            return self.fn(*args)
+
+    return CompiledSubmodule
