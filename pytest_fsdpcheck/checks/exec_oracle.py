@@ -91,9 +91,7 @@ def observe_eager(root, inputs, tracer, kwargs=None) -> ObservedExec:
     class ParamUses(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if not leaf_depth[0] and stack:
-                named = [
-                    (fqn_of[id(t)], t) for t in _tensors_in(args, kwargs) if id(t) in fqn_of
-                ]
+                named = [(fqn_of[id(t)], t) for t in _tensors_in(args, kwargs) if id(t) in fqn_of]
                 if named:
                     use(stack[-1][0], named)
             return func(*args, **(kwargs or {}))
@@ -130,7 +128,12 @@ def graph_signature(graph) -> list[tuple]:
         return ("v", repr(value))
 
     return [
-        (node.op, node.name, describe(node.target) if not isinstance(node.target, str) else node.target,
-         describe(node.args), describe(node.kwargs))
+        (
+            node.op,
+            node.name,
+            describe(node.target) if not isinstance(node.target, str) else node.target,
+            describe(node.args),
+            describe(node.kwargs),
+        )
         for node in graph.nodes
     ]

@@ -31,7 +31,12 @@ def check_tracer_restored(before: dict, tracer, when: str) -> list[Violation]:
     for name in PATCHED:
         now = getattr(tracer, name)
         if now != before["resolved"][name]:
-            out.append(Violation("EXO-1", f"after the context exited {when}, expected tracer.{name} to be the original {before['resolved'][name]!r}, got {now!r}"))
+            out.append(
+                Violation(
+                    "EXO-1",
+                    f"after the context exited {when}, expected tracer.{name} to be the original {before['resolved'][name]!r}, got {now!r}",
+                )
+            )
     return out
 
 
@@ -44,7 +49,12 @@ def check_tracer_clean(before_plain: dict, tracer, when: str) -> list[Violation]
     removed = sorted(set(expected) - set(now))
     changed = sorted(n for n in PATCHED if n in now and n in expected and now[n] != expected[n])
     if added or removed or changed:
-        return [Violation("EXO-1", f"after the context exited {when}, expected the tracer's __dict__ to hold what an unpatched trace leaves, got extra attributes {added}, missing {removed}, replaced {changed}")]
+        return [
+            Violation(
+                "EXO-1",
+                f"after the context exited {when}, expected the tracer's __dict__ to hold what an unpatched trace leaves, got extra attributes {added}, missing {removed}, replaced {changed}",
+            )
+        ]
     return []
 
 
@@ -67,7 +77,12 @@ def check_module_order(built, info, observed: ObservedExec) -> list[Violation]:
     if len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True)):
         return []
     e, g = _labels(built, expected), _labels(built, got)
-    return [Violation("EXO-2", f"expected module forward order {short(e)}, got {short(g)} ({first_difference(e, g)})")]
+    return [
+        Violation(
+            "EXO-2",
+            f"expected module forward order {short(e)}, got {short(g)} ({first_difference(e, g)})",
+        )
+    ]
 
 
 def check_param_order(built, info, observed: ObservedExec) -> list[Violation]:
@@ -77,14 +92,31 @@ def check_param_order(built, info, observed: ObservedExec) -> list[Violation]:
     ids = [id(p) for p in got]
     if len(set(ids)) != len(ids):
         dupes = sorted({n for n in label(got) if label(got).count(n) > 1})
-        out.append(Violation("EXO-3", f"expected each parameter once (first use only), got repeats of {short(dupes)}"))
+        out.append(
+            Violation(
+                "EXO-3",
+                f"expected each parameter once (first use only), got repeats of {short(dupes)}",
+            )
+        )
     used = {id(p) for p in expected}
     unused = [p for p in got if id(p) not in used]
     if unused:
-        out.append(Violation("EXO-3", f"expected unused parameters to be absent, got {short(label(unused))} in the order"))
-    if not out and not (len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))):
+        out.append(
+            Violation(
+                "EXO-3",
+                f"expected unused parameters to be absent, got {short(label(unused))} in the order",
+            )
+        )
+    if not out and not (
+        len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))
+    ):
         e, g = label(expected), label(got)
-        out.append(Violation("EXO-3", f"expected parameter first-use order {short(e)} (eager oracle), got {short(g)} ({first_difference(e, g)})"))
+        out.append(
+            Violation(
+                "EXO-3",
+                f"expected parameter first-use order {short(e)} (eager oracle), got {short(g)} ({first_difference(e, g)})",
+            )
+        )
     return out
 
 
@@ -95,7 +127,11 @@ def _entry_repr(built, entry, label):
 
 def _same_entry(a, b) -> bool:
     (ma, na), (mb, nb) = a, b
-    return ma is mb and len(na) == len(nb) and all(x[0] == y[0] and x[1] is y[1] for x, y in zip(na, nb, strict=True))
+    return (
+        ma is mb
+        and len(na) == len(nb)
+        and all(x[0] == y[0] and x[1] is y[1] for x, y in zip(na, nb, strict=True))
+    )
 
 
 def check_usage_infos(built, info, observed: ObservedExec) -> list[Violation]:
@@ -105,14 +141,26 @@ def check_usage_infos(built, info, observed: ObservedExec) -> list[Violation]:
     if got_keys != expected_keys:
         missing = [built.label(m) for m in expected if id(m) not in got_keys]
         extra = [built.label(m) for m in got if id(m) not in expected_keys]
-        return [Violation("EXO-4", f"expected usage infos for exactly the called modules (and the root), got missing {missing}, extra {extra}")]
+        return [
+            Violation(
+                "EXO-4",
+                f"expected usage infos for exactly the called modules (and the root), got missing {missing}, extra {extra}",
+            )
+        ]
     by_id = {id(m): entries for m, entries in got.items()}
     for module, want in expected.items():
         have = list(by_id[id(module)])
-        if len(have) != len(want) or not all(_same_entry(a, b) for a, b in zip(have, want, strict=True)):
+        if len(have) != len(want) or not all(
+            _same_entry(a, b) for a, b in zip(have, want, strict=True)
+        ):
             w = [_entry_repr(built, e, label) for e in want]
             h = [_entry_repr(built, e, label) for e in have]
-            return [Violation("EXO-4", f"expected usage infos of {built.label(module)} to be {short(w, 6)}, got {short(h, 6)} ({first_difference(w, h)})")]
+            return [
+                Violation(
+                    "EXO-4",
+                    f"expected usage infos of {built.label(module)} to be {short(w, 6)}, got {short(h, 6)} ({first_difference(w, h)})",
+                )
+            ]
     return []
 
 
@@ -124,7 +172,12 @@ def check_visited(built, info) -> list[Violation]:
     if order_ids != visited_ids:
         only_v = [p for p in info.visited_params if id(p) not in order_ids]
         only_o = [p for p in info.param_forward_order if id(p) not in visited_ids]
-        out.append(Violation("EXO-5", f"expected the visited set to equal the ordered parameters, got {short(label(only_v))} only visited and {short(label(only_o))} only ordered"))
+        out.append(
+            Violation(
+                "EXO-5",
+                f"expected the visited set to equal the ordered parameters, got {short(label(only_v))} only visited and {short(label(only_o))} only ordered",
+            )
+        )
     # A module's own entries (direct uses, a leaf's call) are uses; a child
     # call's entry lists all the child's parameters, used or not (EXO-4).
     missing = []
@@ -133,7 +186,12 @@ def check_visited(built, info) -> list[Violation]:
             if entry_module is module:
                 missing += [name for name, p in named if id(p) not in order_ids]
     if missing:
-        out.append(Violation("EXO-5", f"expected every parameter of a module's own usage entries in the parameter order, got {short(sorted(set(missing)))} missing"))
+        out.append(
+            Violation(
+                "EXO-5",
+                f"expected every parameter of a module's own usage entries in the parameter order, got {short(sorted(set(missing)))} missing",
+            )
+        )
     return out
 
 
@@ -144,27 +202,49 @@ def check_same_graph(plain_graph, patched_graph) -> list[Violation]:
     expected, got = graph_signature(plain_graph), graph_signature(patched_graph)
     if expected == got:
         return []
-    return [Violation("EXO-6", f"expected the patched tracer's graph to equal the unpatched one ({len(expected)} nodes), got {len(got)} nodes ({first_difference(expected, got)})")]
+    return [
+        Violation(
+            "EXO-6",
+            f"expected the patched tracer's graph to equal the unpatched one ({len(expected)} nodes), got {len(got)} nodes ({first_difference(expected, got)})",
+        )
+    ]
 
 
-def check_subclass_overrides(plain_counts: dict | None, patched_counts: dict | None) -> list[Violation]:
+def check_subclass_overrides(
+    plain_counts: dict | None, patched_counts: dict | None
+) -> list[Violation]:
     """A tracer subclass's own ``call_module``/``create_proxy`` still run,
     as often as in an unpatched trace."""
     if plain_counts is None or plain_counts == patched_counts:
         return []
-    return [Violation("EXO-7", f"expected the tracer subclass's own overrides to run as in an unpatched trace {plain_counts}, got {patched_counts}")]
+    return [
+        Violation(
+            "EXO-7",
+            f"expected the tracer subclass's own overrides to run as in an unpatched trace {plain_counts}, got {patched_counts}",
+        )
+    ]
 
 
 def as_exo7(violations: list[Violation], config: str) -> list[Violation]:
     """Under a tracer subclass or ``concrete_args``, any wrong recording is EXO-7."""
-    return [v if v.invariant == "EXO-7" else Violation("EXO-7", f"with {config}: {v}") for v in violations]
+    return [
+        v if v.invariant == "EXO-7" else Violation("EXO-7", f"with {config}: {v}")
+        for v in violations
+    ]
 
 
 # ------------------------------------------------------------------ EXO-8
 
 
-def check_linear_growth(t_small: float, t_large: float, factor: int, limit: float, what: str) -> list[Violation]:
+def check_linear_growth(
+    t_small: float, t_large: float, factor: int, limit: float, what: str
+) -> list[Violation]:
     ratio = t_large / max(t_small, 1e-6)
     if ratio > limit:
-        return [Violation("EXO-8", f"expected linear growth, but {factor}x the {what} took {ratio:.1f}x the time ({t_small:.4f}s -> {t_large:.4f}s)")]
+        return [
+            Violation(
+                "EXO-8",
+                f"expected linear growth, but {factor}x the {what} took {ratio:.1f}x the time ({t_small:.4f}s -> {t_large:.4f}s)",
+            )
+        ]
     return []

@@ -183,9 +183,13 @@ def _classes():
             self.counts["call_module"] += 1
             return super().call_module(m, forward, args, kwargs)
 
-        def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        def create_proxy(
+            self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None
+        ):
             self.counts["create_proxy"] += 1
-            return super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+            return super().create_proxy(
+                kind, target, args, kwargs, name, type_expr, proxy_factory_fn
+            )
 
     _CLASSES = {
         "Block": Block,
@@ -229,11 +233,9 @@ class BuiltModel:
 def build_model(spec: ModelSpec) -> BuiltModel:
     """Real modules for ``spec``, built from the last index to the first so
     every child exists before its parents (no recursion)."""
-    import torch
     from torch import nn
 
     classes = _classes()
-    torch.manual_seed(0)
     modules: list = [None] * spec.size
     for i in range(spec.size - 1, -1, -1):
         kind = spec.kinds[i]
@@ -272,6 +274,11 @@ def make_tracer(spec: ModelSpec, built: BuiltModel):
     raise ValueError(f"unknown tracer kind {spec.tracer!r}")
 
 
+def make_leaf_tracer(leaves=(), trace_into_nn=False):
+    """A ``LeafRuleTracer`` treating ``leaves`` as leaf modules."""
+    return _classes()["LeafRuleTracer"](leaves, trace_into_nn)
+
+
 def chain_model(n_modules: int, width: int = 2):
     """A flat chain of about ``n_modules`` modules: ``nn.Sequential`` of
     ``n_modules // 2`` non-leaf links, each wrapping a leaf ``nn.Linear``.
@@ -281,6 +288,21 @@ def chain_model(n_modules: int, width: int = 2):
 
     link = _classes()["ChainLink"]
     return nn.Sequential(*[link(width) for _ in range(max(1, n_modules // 2))])
+
+
+def wide_leaf_model(n_params: int):
+    """``(root, leaf)``: a root wrapping one module with ``n_params``
+    parameters, to be traced as a leaf (``LeafRuleTracer([leaf])``): one
+    module call, one graph node, so the recording's cost per parameter is
+    all that grows."""
+    import torch
+    from torch import nn
+
+    leaf = nn.Module()
+    for n in range(n_params):
+        leaf.register_parameter(f"w{n}", nn.Parameter(torch.zeros(1)))
+    root = nn.Sequential(nn.Sequential(leaf))
+    return root, leaf
 
 
 # --------------------------------------------------------------------- strategies
@@ -303,6 +325,16 @@ def _call_cost(spec_kinds, children, programs, costs, i) -> int:
     return total
 
 
+def _picker(draw):
+    # Integer draws are the cheapest choice hypothesis offers, and they shrink
+    # towards the first option (the simplest: see the orders below).
+    def pick(options):
+        options = list(options)
+        return options[draw(st.integers(0, len(options) - 1))] if len(options) > 1 else options[0]
+
+    return pick
+
+
 @st.composite
 def model_specs(
     draw,
@@ -318,18 +350,20 @@ def model_specs(
     containers; ``tracers`` picks tracer kinds (see ``TRACERS``), ``concrete``
     adds a root branch specialised by ``concrete_args``, ``nested_uses`` adds
     parameters passed by keyword or inside a list."""
+    pick = _picker(draw)
     n = draw(st.integers(min_modules, max_modules))
-    kinds = ["block"] + [draw(st.sampled_from(("block", "block", "linear", "act", "seq"))) for _ in range(n - 1)]
+    kinds = ["block"] + [pick(("block", "linear", "act", "seq", "block")) for _ in range(n - 1)]
     kids: list[list[int]] = [[] for _ in range(n)]
     for i in range(1, n):
-        containers = [j for j in range(i) if kinds[j] in ("block", "seq")]
-        kids[draw(st.sampled_from(containers))].append(i)
-    shares = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n // 2))
-    for parent, child in shares:
+        kids[pick(j for j in range(i) if kinds[j] in ("block", "seq"))].append(i)
+    for _ in range(draw(st.integers(0, n // 2))):
+        parent, child = pick(range(n)), pick(range(n))
         if parent < child and kinds[parent] in ("block", "seq"):
             kids[parent].append(child)  # registered again under another (or the same) parent
     params = [
-        tuple(draw(st.lists(st.sampled_from(("vec", "mat")), max_size=3))) if kinds[i] == "block" else ()
+        tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3))))
+        if kinds[i] == "block"
+        else ()
         for i in range(n)
     ]
     concrete_mode = draw(st.booleans()) if concrete else None
@@ -338,14 +372,16 @@ def model_specs(
     programs: list[tuple] = [()] * n
     for i in range(n - 1, -1, -1):
         if kinds[i] == "block":
-            programs[i] = _draw_program(draw, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps)
+            programs[i] = _draw_program(
+                draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps
+            )
         costs[i] = _call_cost(kinds, kids, programs, costs, i)
 
-    tracer = draw(st.sampled_from(tracers))
+    tracer = pick(tracers)
     blocks = [i for i in range(1, n) if kinds[i] == "block"]
     leaf_blocks = frozenset()
     if tracer != "default" and blocks:
-        leaf_blocks = frozenset(draw(st.sets(st.sampled_from(blocks), max_size=2)))
+        leaf_blocks = frozenset(pick(blocks) for _ in range(draw(st.integers(0, 2))))
     return ModelSpec(
         kinds=tuple(kinds),
         children=tuple(tuple(k) for k in kids),
@@ -357,49 +393,53 @@ def model_specs(
     )
 
 
-def _draw_program(draw, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps):
+def _draw_program(draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps):
     vecs = [p for p, k in enumerate(params[i]) if k == "vec"]
     mats = [p for p, k in enumerate(params[i]) if k == "mat"]
-    slots = list(range(len(kids[i])))
+    slots = range(len(kids[i]))
     child_params = []
     for slot, child in enumerate(kids[i]):
         if kinds[child] == "linear":
             child_params.append((slot, "bias"))
         elif kinds[child] == "block":
             child_params += [(slot, f"p{p}") for p, k in enumerate(params[child]) if k == "vec"]
-    options = [st.just(("relu",))]
+    ops = ["relu"]
     if slots:
-        options += [
-            st.tuples(st.just("call"), st.sampled_from(slots)),
-            st.tuples(st.just("call_n"), st.sampled_from(slots), st.integers(2, 3)),
-        ]
-        if i == 0 and concrete_mode is not None:
-            options.append(st.tuples(st.just("mode"), st.sampled_from(slots), st.sampled_from(slots)))
+        ops += ["call", "call_n"] + (["mode"] if i == 0 and concrete_mode is not None else [])
     if vecs:
-        options += [
-            st.tuples(st.just("mul"), st.sampled_from(vecs)),
-            st.tuples(st.just("addcmul"), st.sampled_from(vecs), st.sampled_from(vecs)),
-        ]
-        if nested_uses:
-            options.append(st.tuples(st.just("stack_use"), st.sampled_from(vecs)))
+        ops += ["mul", "addcmul"] + (["stack_use"] if nested_uses else [])
     if mats:
-        options.append(st.tuples(st.just("linear"), st.sampled_from(mats)))
-        if nested_uses:
-            options.append(st.tuples(st.just("kw_linear"), st.sampled_from(mats)))
+        ops += ["linear"] + (["kw_linear"] if nested_uses else [])
     if child_params:
-        options.append(st.sampled_from(child_params).map(lambda sp: ("child_param", *sp)))
-    steps = draw(st.lists(st.one_of(options), max_size=max_steps))
-    # Drop calls that would exceed the call budget (keeps shrinking monotone).
-    kept, cost = [], 1
-    for step in steps:
-        if step[0] in ("call", "call_n", "mode"):
-            child_cost = max(costs[kids[i][s]] for s in step[1:3] if isinstance(s, int)) if step[0] == "mode" else costs[kids[i][step[1]]]
-            extra = child_cost * (step[2] if step[0] == "call_n" else 1)
+        ops.append("child_param")
+    steps, cost = [], 1
+    for _ in range(draw(st.integers(0, max_steps))):
+        op = pick(ops)
+        if op in ("call", "call_n", "mode"):
+            if op == "call":
+                step = ("call", pick(slots))
+                extra = costs[kids[i][step[1]]]
+            elif op == "call_n":
+                step = ("call_n", pick(slots), draw(st.integers(2, 3)))
+                extra = step[2] * costs[kids[i][step[1]]]
+            else:
+                step = ("mode", pick(slots), pick(slots))
+                extra = max(costs[kids[i][step[1]]], costs[kids[i][step[2]]])
             if cost + extra > CALL_BUDGET:
-                continue
+                continue  # dropped: keeps shared, repeated calls from exploding
             cost += extra
-        kept.append(step)
-    return tuple(kept)
+        elif op in ("mul", "stack_use"):
+            step = (op, pick(vecs))
+        elif op == "addcmul":
+            step = (op, pick(vecs), pick(vecs))
+        elif op in ("linear", "kw_linear"):
+            step = (op, pick(mats))
+        elif op == "child_param":
+            step = ("child_param", *pick(child_params))
+        else:
+            step = ("relu",)
+        steps.append(step)
+    return tuple(steps)
 
 
 def exotic_tracer_specs(**kwargs):

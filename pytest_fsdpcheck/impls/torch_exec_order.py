@@ -26,7 +26,8 @@ from ..contract import ExecInfo
 def _normalise(target: ExecInfo, module_order, usage, param_order, visited) -> None:
     target.module_forward_order = list(module_order)
     target.module_to_param_usage_infos = {
-        module: [(entry[0], list(entry[1])) for entry in entries] for module, entries in usage.items()
+        module: [(entry[0], list(entry[1])) for entry in entries]
+        for module, entries in usage.items()
     }
     target.param_forward_order = list(param_order)
     target.visited_params = set(visited)

@@ -1,0 +1,375 @@
+"""Exec-order conformance (EXO-1..8): recording module and parameter order
+while torch.fx traces generated models."""
+
+import gc
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks.exec_order import (
+    as_exo7,
+    check_linear_growth,
+    check_module_order,
+    check_param_order,
+    check_same_graph,
+    check_subclass_overrides,
+    check_tracer_clean,
+    check_tracer_restored,
+    check_usage_infos,
+    check_visited,
+    observe_eager,
+    tracer_snapshot,
+)
+from pytest_fsdpcheck.generators.models import (
+    ModelSpec,
+    PlannedTraceError,
+    build_model,
+    chain_model,
+    exotic_tracer_specs,
+    make_tracer,
+    model_specs,
+    wide_leaf_model,
+    with_failure,
+)
+from pytest_fsdpcheck.profiles import examples
+from pytest_fsdpcheck.repro import snippet
+
+IMPORTS = [
+    "from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_tracer",
+    "from pytest_fsdpcheck.checks.exec_order import (check_module_order, check_param_order,",
+    "    check_usage_infos, check_visited, check_same_graph, observe_eager)",
+]
+
+
+def reproducer(impl, spec):
+    return snippet(
+        impl,
+        [
+            f"spec = {spec.to_source()}",
+            "built = build_model(spec)",
+            "tracer = make_tracer(spec, built)",
+            "with impl.exec_order.patch_tracer(tracer, built.root) as info:",
+            "    graph = tracer.trace(built.root, concrete_args=spec.concrete_args())",
+            "plain = make_tracer(spec, built).trace(built.root, concrete_args=spec.concrete_args())",
+            "mode = {} if spec.concrete_mode is None else {'mode': spec.concrete_mode}",
+            "observed = observe_eager(built.root, built.inputs(), make_tracer(spec, built), mode)",
+        ],
+        [
+            "violations = (check_module_order(built, info, observed) + check_param_order(built, info, observed)",
+            "    + check_usage_infos(built, info, observed) + check_visited(built, info) + check_same_graph(plain, graph))",
+            "assert not violations, violations",
+        ],
+        imports=IMPORTS,
+    )
+
+
+def _record(exec_order, spec):
+    """Trace ``spec`` with the patched tracer; returns what the checks need."""
+    built = build_model(spec)
+    tracer = make_tracer(spec, built)
+    with exec_order.patch_tracer(tracer, built.root) as info:
+        graph = tracer.trace(built.root, concrete_args=spec.concrete_args())
+    plain_tracer = make_tracer(spec, built)
+    plain = plain_tracer.trace(built.root, concrete_args=spec.concrete_args())
+    mode = {} if spec.concrete_mode is None else {"mode": spec.concrete_mode}
+    observed = observe_eager(built.root, built.inputs(), make_tracer(spec, built), mode)
+    counts = (getattr(plain_tracer, "counts", None), getattr(tracer, "counts", None))
+    return built, info, graph, plain, observed, counts
+
+
+def _all_checks(built, info, graph, plain, observed):
+    return (
+        check_module_order(built, info, observed)
+        + check_param_order(built, info, observed)
+        + check_usage_infos(built, info, observed)
+        + check_visited(built, info)
+        + check_same_graph(plain, graph)
+    )
+
+
+@pytest.mark.invariant("EXO-2", "EXO-3", "EXO-4", "EXO-5", "EXO-6")
+@examples(150)
+@given(spec=model_specs())
+def test_exec_order(fsdpcheck_impl, spec):
+    built, info, graph, plain, observed, _ = _record(fsdpcheck_impl.exec_order, spec)
+    assert_conforms(
+        _all_checks(built, info, graph, plain, observed), reproducer(fsdpcheck_impl, spec)
+    )
+
+
+@pytest.mark.invariant("EXO-7")
+@examples(100)
+@given(spec=exotic_tracer_specs())
+def test_tracer_subclasses_and_concrete_args(fsdpcheck_impl, spec):
+    config = f"tracer {spec.tracer!r}, leaf blocks {sorted(spec.leaf_blocks)}, concrete_args {spec.concrete_args()}"
+    try:
+        built, info, graph, plain, observed, counts = _record(fsdpcheck_impl.exec_order, spec)
+    except Exception as exc:  # noqa: BLE001 - any failure to trace is the finding
+        violations = [
+            Violation(
+                "EXO-7",
+                f"expected tracing with {config} to succeed, got {type(exc).__name__}: {exc}",
+            )
+        ]
+    else:
+        violations = as_exo7(
+            _all_checks(built, info, graph, plain, observed) + check_subclass_overrides(*counts),
+            config,
+        )
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+
+
+# Parameters handed to an op by keyword or inside a list: a fixed corpus
+# (each case is a handful of modules), so a known gap costs no shrinking.
+NESTED_USES = {
+    "keyword-in-root": ModelSpec(
+        kinds=("block", "linear"),
+        children=((1,),),
+        params=(("mat", "vec"), ()),
+        programs=((("call", 0), ("kw_linear", 0), ("mul", 1)), ()),
+    ),
+    "list-in-root": ModelSpec(
+        kinds=("block",),
+        children=((),),
+        params=(("vec", "vec"),),
+        programs=((("stack_use", 1), ("mul", 0)),),
+    ),
+    "keyword-in-repeated-child": ModelSpec(
+        kinds=("block", "block", "act"),
+        children=((1,), (2,)),
+        params=(("vec",), ("mat", "mat"), ()),
+        programs=(
+            (("mul", 0), ("call_n", 0, 2)),
+            (("linear", 1), ("call", 0), ("kw_linear", 0)),
+            (),
+        ),
+    ),
+    "list-in-shared-child": ModelSpec(
+        kinds=("block", "seq", "block"),
+        children=((1, 2), (2,), ()),
+        params=((), (), ("vec", "mat")),
+        programs=((("call", 0), ("call", 1)), (), (("linear", 1), ("stack_use", 0))),
+    ),
+}
+
+
+@pytest.mark.invariant("EXO-3", "EXO-4")
+@pytest.mark.parametrize("case", list(NESTED_USES))
+def test_param_uses_by_keyword_and_in_lists(fsdpcheck_impl, case):
+    """A parameter handed to an op by keyword (``F.linear(x, weight=w)``) or
+    inside a list (``torch.stack([..., w])``) is used all the same."""
+    spec = NESTED_USES[case]
+    built, info, graph, plain, observed, _ = _record(fsdpcheck_impl.exec_order, spec)
+    violations = check_param_order(built, info, observed) + check_usage_infos(built, info, observed)
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+
+
+def _restore_case(exec_order, spec, block):
+    """Trace normally, then a variant raising half-way; snapshots around both."""
+    built = build_model(spec)
+    tracer = make_tracer(spec, built)
+    before = tracer_snapshot(tracer)
+    with exec_order.patch_tracer(tracer, built.root):
+        tracer.trace(built.root, concrete_args=spec.concrete_args())
+    results = [("normally", before, tracer)]
+    failing = build_model(with_failure(spec, block))
+    tracer = make_tracer(spec, failing)
+    before = tracer_snapshot(tracer)
+    raised = None
+    try:
+        with exec_order.patch_tracer(tracer, failing.root):
+            tracer.trace(failing.root, concrete_args=spec.concrete_args())
+    except PlannedTraceError as exc:
+        raised = exc
+    results.append(("by an exception", before, tracer))
+    return results, raised
+
+
+def _blocks(spec):
+    return [i for i, kind in enumerate(spec.kinds) if kind == "block"]
+
+
+@pytest.mark.invariant("EXO-1")
+@examples(40)
+@given(spec=model_specs(tracers=("default", "wrapping")), data=st.data())
+def test_tracer_restored(fsdpcheck_impl, spec, data):
+    block = data.draw(st.sampled_from(_blocks(spec)), label="failing block")
+    results, raised = _restore_case(fsdpcheck_impl.exec_order, spec, block)
+    violations = []
+    for when, before, tracer in results:
+        violations += check_tracer_restored(before, tracer, when)
+    if raised is None:
+        violations.append(
+            Violation(
+                "EXO-1",
+                "expected the forward's PlannedTraceError to propagate out of the context, got no exception",
+            )
+        )
+    assert_conforms(violations)
+
+
+# "Nothing is left on the tracer" does not depend on the model's shape, so a
+# few fixed models cover it without shrinking: plain and subclassed tracers,
+# and a tracer whose instance already carries its own call_module.
+CLEAN_CASES = {
+    "default": ModelSpec(
+        kinds=("block", "block", "linear"),
+        children=((1,), (2,), ()),
+        params=(("vec",), ("mat",), ()),
+        programs=((("mul", 0), ("call", 0)), (("linear", 0), ("call", 0)), ()),
+    ),
+    "wrapping": ModelSpec(
+        kinds=("block", "block", "act"),
+        children=((1,), (2,), ()),
+        params=(("vec",), (), ()),
+        programs=((("call", 0), ("mul", 0)), (("call", 0),), ()),
+        tracer="wrapping",
+    ),
+}
+
+
+@pytest.mark.invariant("EXO-1")
+@pytest.mark.parametrize(
+    "own_attribute", [False, True], ids=["class-methods", "instance-attribute"]
+)
+@pytest.mark.parametrize("case", list(CLEAN_CASES))
+def test_tracer_left_clean(fsdpcheck_impl, case, own_attribute):
+    spec = CLEAN_CASES[case]
+    violations = []
+    for failing, when in ((False, "normally"), (True, "by an exception")):
+        built = build_model(with_failure(spec, 1) if failing else spec)
+        tracer = make_tracer(spec, built)
+        if own_attribute:  # a user's own per-instance wrapper must survive
+            tracer.call_module = _InstanceWrapper(tracer.call_module)
+        tracer.trace(build_model(spec).root)  # what tracing itself leaves on the tracer
+        before = tracer_snapshot(tracer)
+        try:
+            with fsdpcheck_impl.exec_order.patch_tracer(tracer, built.root):
+                tracer.trace(built.root)
+        except PlannedTraceError:
+            pass
+        violations += check_tracer_clean(before, tracer, when)
+    assert_conforms(violations)
+
+
+class _InstanceWrapper:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+@pytest.mark.invariant("EXO-2", "EXO-3", "EXO-4", "EXO-5")
+@examples(60)
+@given(spec=model_specs(tracers=("default", "leaf_rules", "into_nn", "wrapping"), concrete=True))
+def test_matches_reference(fsdpcheck_impl, spec):
+    """Differential: the same model recorded by this implementation and the reference."""
+    from pytest_fsdpcheck.checks.exec_order import ObservedExec
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+
+    reference = ReferenceImplementation().exec_order
+    built = build_model(spec)
+    infos = []
+    for exec_order in (reference, fsdpcheck_impl.exec_order):
+        tracer = make_tracer(spec, built)
+        with exec_order.patch_tracer(tracer, built.root) as info:
+            tracer.trace(built.root, concrete_args=spec.concrete_args())
+        infos.append(info)
+    ref, got = infos
+    # The reference's recording stands in for the oracle: same checkers, so
+    # a difference names the invariant it breaks.
+    as_observed = ObservedExec(
+        ref.module_forward_order, ref.module_to_param_usage_infos, ref.param_forward_order
+    )
+    violations = [
+        Violation(
+            v.invariant,
+            f"differs from the reference: {v.message.replace('(eager oracle)', '(reference)')}",
+        )
+        for v in check_module_order(built, got, as_observed)
+        + check_param_order(built, got, as_observed)
+        + check_usage_infos(built, got, as_observed)
+    ]
+    ref_visited = {id(p) for p in ref.visited_params}
+    if {id(p) for p in got.visited_params} != ref_visited:
+        violations.append(
+            Violation(
+                "EXO-5",
+                "differs from the reference: expected the reference's visited set, got a different set of parameters",
+            )
+        )
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+
+
+def _trace(exec_order, model, tracer):
+    with exec_order.patch_tracer(tracer, model) as info:
+        tracer.trace(model)
+    return info
+
+
+def _chain(n):
+    from torch import fx
+
+    model = chain_model(n)
+    links = len(model)
+    # root, then each link and its Linear; two parameters per link
+    return model, lambda: fx.Tracer(), 1 + 2 * links, 2 * links
+
+
+def _wide_leaf(n):
+    from pytest_fsdpcheck.generators.models import make_leaf_tracer
+
+    model, leaf = wide_leaf_model(n)
+    return model, lambda: make_leaf_tracer([leaf]), 3, n
+
+
+GROWTH = {"chain-modules": (_chain, 500, 2000), "leaf-parameters": (_wide_leaf, 500, 2000)}
+
+
+def _best_time(fn, repeat=3, good_enough=0.0):
+    """Best of ``repeat`` runs, with the collector off as timeit does (a full
+    collection over a big heap would add a superlinear cost of its own);
+    stops early once a run is at most ``good_enough``."""
+    best = float("inf")
+    for _ in range(repeat):
+        gc.disable()
+        try:
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        finally:
+            gc.enable()
+        if best <= good_enough:
+            break
+    return best
+
+
+@pytest.mark.invariant("EXO-8")
+@pytest.mark.parametrize("shape", list(GROWTH))
+def test_linear_growth(fsdpcheck_impl, shape):
+    """4x the module calls (a flat chain) or 4x the parameters (one leaf
+    module) may cost at most ~10x the time: linear gives ~4x, a quadratic
+    membership scan ~16x. A ratio, not a wall-clock budget."""
+    make, small, large = GROWTH[shape]
+    cases = {n: make(n) for n in (small, large)}
+    exec_order = fsdpcheck_impl.exec_order
+    model, new_tracer, calls, params = cases[large]
+    info = _trace(exec_order, model, new_tracer())
+    violations = []
+    if len(info.module_forward_order) != calls or len(info.param_forward_order) != params:
+        violations.append(
+            Violation(
+                "EXO-8",
+                f"on the {large}-size {shape} model expected {calls} module calls and {params} parameters recorded, got {len(info.module_forward_order)} and {len(info.param_forward_order)}",
+            )
+        )
+    timed = {n: (lambda c=cases[n]: _trace(exec_order, c[0], c[1]())) for n in cases}
+    t_small = _best_time(timed[small])
+    limit = 10.0
+    t_large = _best_time(timed[large], good_enough=limit * t_small / 2)
+    violations += check_linear_growth(t_small, t_large, large // small, limit, shape)
+    assert_conforms(violations)
