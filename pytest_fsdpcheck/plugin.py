@@ -329,6 +329,15 @@ class _MatrixRecorder:
 
     def pytest_runtest_logreport(self, report):
         self.state.matrix.record(report)
+        # Under xdist, collection (where entries are matched) runs on the
+        # workers only; the controller sees the reports.
+        props = dict(getattr(report, "user_properties", ()))
+        impl_id, invariants = props.get(PROP_IMPL), props.get(PROP_INVARIANTS)
+        if impl_id is None or not invariants:
+            return
+        for entry in self.state.divergences:
+            if entry.applies_to(impl_id) and (entry.matches_test(report.nodeid) or entry.match in invariants):
+                self.state.matched_entries.add(entry)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
