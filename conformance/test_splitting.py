@@ -2,13 +2,20 @@
 per-bucket compile, on generated FX graphs in each implementation's form."""
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck import profiles
 from pytest_fsdpcheck.checks import Violation, assert_conforms
 from pytest_fsdpcheck.checks import splitting as chk
-from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, ParamSpec, build_graph, graph_specs
+from pytest_fsdpcheck.generators.graphs import (
+    GraphSpec,
+    ModuleSpec,
+    OpSpec,
+    ParamSpec,
+    build_graph,
+    graph_specs,
+)
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet
 
@@ -64,6 +71,7 @@ def reproducer(impl, spec, cap, first, check, device="cpu"):
         ],
         [f"violations = {check}", "assert not violations, violations"],
         imports=[
+            "import torch",
             "from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, ParamSpec, OpSpec, build_graph",
             "from pytest_fsdpcheck.checks import splitting as chk",
         ],
@@ -111,9 +119,18 @@ def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
 # --------------------------------------------------------------------------- SPL-2..8, 13
 
 
+# canonical cases: the last bucket reaches its cap inside a mutation whose
+# operands have no other users (it must be extended to the next output), and
+# a parameter-free preamble that must be fused
+EXTEND_AT_END = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("accum", 0)))
+PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (OpSpec("act"), OpSpec("mutate"), OpSpec("module", 0), OpSpec("module", 1)))
+
+
 @pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-13")
 @examples(60)
 @given(spec=single_use, caps=caps())
+@example(spec=EXTEND_AT_END, caps=(1, 1))
+@example(spec=PREAMBLE, caps=(16, 16))
 def test_split_plan(fsdpcheck_impl, spec, caps):
     cap, first = caps
     built = build_graph(spec, form(fsdpcheck_impl))
@@ -224,6 +241,8 @@ def test_higher_order_ops(fsdpcheck_impl, spec, caps):
         result, _ = split(fsdpcheck_impl, built, cap, first)
     except NotImplementedError as exc:
         violations = [] if str(exc).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
+    except Exception as exc:  # noqa: BLE001 - any other failure is the violation
+        violations = [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, got {type(exc).__name__}: {exc}")]
     else:
         found = chk.check_plan(facts, result.buckets, cap, first, ids=("SPL-2", "SPL-6"))
         found += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")

@@ -17,3 +17,14 @@ from .generators.trees import (  # noqa: F401
     wide_tree,
     wide_trees,
 )
+from .generators.graphs import (  # noqa: F401
+    BuiltGraph,
+    GraphSpec,
+    ModuleSpec,
+    OpSpec,
+    ParamSpec,
+    build_graph,
+    graph_specs,
+    graphs,
+    large_spec,
+)

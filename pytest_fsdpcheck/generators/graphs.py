@@ -58,7 +58,10 @@ class OpSpec:
     ``act`` (tanh), ``mutate`` (``t = h + 1; t.mul_(2)``: a node with no
     users), ``buffer`` (ref = buffer), ``skip`` (``h + values[ref]``; value 0
     is the input), ``hop`` (``torch.ops.higher_order.wrap`` of ``h @ p.t()``,
-    ref = a matrix parameter)."""
+    ref = a matrix parameter), ``accum`` (``t = h * 2; t.add_(h @ p.t())``,
+    ref = a matrix parameter: parameter-reading nodes whose only user is a
+    mutation with no users, so a bucket can reach its cap without an
+    external output and must be extended)."""
 
     kind: str
     ref: int = 0
@@ -89,7 +92,7 @@ class GraphSpec:
                 tied = self.modules[op.ref].tied_to
                 if tied is not None:
                     keys.append(("module", tied))
-            elif op.kind in ("param", "hop"):
+            elif op.kind in ("param", "hop", "accum"):
                 keys.append(("param", op.ref))
             for key in keys:
                 count[key] = count.get(key, 0) + 1
@@ -132,7 +135,7 @@ def make_module(spec: GraphSpec, device="cpu"):
                     mods.append(nn.Conv1d(w, w, 1))
                 else:
                     mods.append(nn.Embedding(VOCAB, w))
-            for m, mod in zip(spec.modules, mods):
+            for m, mod in zip(spec.modules, mods, strict=False):
                 if m.tied_to is not None:
                     mod.weight = mods[m.tied_to].weight
             self.mods = nn.ModuleList(mods)
@@ -142,7 +145,7 @@ def make_module(spec: GraphSpec, device="cpu"):
             for i in range(spec.buffers):
                 self.register_buffer(f"b{i}", torch.rand(w) + 0.5)
             # flags after ties, so a tied weight takes the flags of the module listed last
-            for m, mod in zip(spec.modules, mods):
+            for m, mod in zip(spec.modules, mods, strict=False):
                 for prm in mod.parameters(recurse=False):
                     if m.frozen:
                         prm.requires_grad_(False)
@@ -187,6 +190,10 @@ def make_module(spec: GraphSpec, device="cpu"):
                     h = h + values[op.ref]
                 elif op.kind == "hop":
                     h = _hop_body(h, getattr(self, f"p{op.ref}"))[0]
+                elif op.kind == "accum":
+                    t = h * 2
+                    t.add_(h @ getattr(self, f"p{op.ref}").t())
+                    h = t
                 values.append(h)
             return tuple(values[i] for i in spec.outputs) + (h,)
 
@@ -324,6 +331,10 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             body = graph.get_attr(body_name)
             wrapped = call(torch.ops.higher_order.wrap, (body, h, param(f"p{op.ref}")))
             h = call(operator.getitem, (wrapped, 0))
+        elif op.kind == "accum":
+            t = call(operator.mul, (h, 2))
+            meth("add_", (t, call(operator.matmul, (h, meth("t", (param(f"p{op.ref}"),))))))
+            h = t
         values.append(h)
     graph.output(tuple(values[i] for i in spec.outputs) + (h,))
     graph.erase_node(anchor)
@@ -415,6 +426,8 @@ def graph_specs(
     if n_buffers:
         kinds.append("buffer")
     matrices = [i for i, p in enumerate(params) if p.kind == "matrix"]
+    if matrices:
+        kinds.append("accum")
     if hop and matrices:
         kinds.append("hop")
     # a parameter-free preamble (possibly empty) comes first
@@ -424,8 +437,8 @@ def graph_specs(
     for i in range(n_ops):
         kind = draw(st.sampled_from(("act", "mutate", "skip") if i < preamble else kinds))
         ref, method = 0, False
-        if kind == "module" or kind == "param" or kind == "hop":
-            pool = range(n_mods) if kind == "module" else (matrices if kind == "hop" else range(n_params))
+        if kind in ("module", "param", "hop", "accum"):
+            pool = range(n_mods) if kind == "module" else (matrices if kind in ("hop", "accum") else range(n_params))
             if not multi_use:
                 pool = [r for r in pool if not (_keys(mods, kind, r) & used)]
             if not pool:

@@ -37,9 +37,16 @@ class TorchSplitting:
         optimizer = mod.DDPOptimizer(bucket_bytes_cap, backend, first_bucket_cap=first_bucket_cap)
         handler = _Collect()
         logger = getattr(mod, "log", None) or logging.getLogger(MODULE)
-        old_level = logger.level
-        logger.addHandler(handler)
+        # The table is logged at DEBUG; only our handler sees it (no
+        # propagation), and the graph-dump artifact logger below stays quiet:
+        # rendering every graph costs more than the split.
+        graph_logger = getattr(mod, "ddp_graph_log", None)
+        saved = (logger.level, logger.propagate, graph_logger.level if graph_logger else None, logger.handlers)
+        logger.handlers = [handler]
         logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        if graph_logger is not None:
+            graph_logger.setLevel(logging.INFO)
         # The seed era can defer each submodule's compile to its first run;
         # compile eagerly so the backend calls (SPL-10) happen inside the split.
         had_lazy = hasattr(dynamo_config, "optimize_ddp_lazy_compile")
@@ -51,8 +58,11 @@ class TorchSplitting:
         finally:
             if had_lazy:
                 dynamo_config.optimize_ddp_lazy_compile = old_lazy
-            logger.removeHandler(handler)
-            logger.setLevel(old_level)
+            logger.handlers = saved[3]
+            logger.setLevel(saved[0])
+            logger.propagate = saved[1]
+            if graph_logger is not None:
+                graph_logger.setLevel(saved[2])
         return SplitResult(_buckets(optimizer.buckets), compiled, _table(handler.lines))
 
 

@@ -1,0 +1,224 @@
+"""Planted-bug splitting implementations, one per SPL invariant (1..15).
+
+Each is the reference with one behaviour broken; ``tests/test_planted_splitting.py``
+proves the suite fails the matching invariant. The planner here is a
+knob-driven restatement of the reference walk so one rule can be bent at a
+time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pytest_fsdpcheck.contract import BucketInfo, SplitResult
+from pytest_fsdpcheck.reference import splitting as ref
+
+
+def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_frozen=False,
+         per_use=False, fuse=True, close_late=False):
+    buckets = [ref._Bucket()]
+    index: dict = {}
+    counted: set = set()
+    delayed = False
+    for node in reversed(gm.graph.nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        current = buckets[-1]
+        limit = first_cap if (len(buckets) == 1 and use_first_cap) else cap
+        if current.size >= limit:
+            if current.has_external_output or not need_output:
+                if close_late and not delayed:
+                    delayed = True
+                else:
+                    delayed = False
+                    current = ref._Bucket()
+                    buckets.append(current)
+            else:
+                if current.extra_ops == 0:
+                    current.size_before_extension = current.size
+                current.extra_ops += 1
+        for name, param in ref._node_params(gm, node):
+            trainable = isinstance(param, torch.nn.Parameter) and (param.requires_grad or count_frozen)
+            if trainable and not getattr(param, "_ddp_ignored", False) and (per_use or id(param) not in counted):
+                counted.add(id(param))
+                current.size += param.untyped_storage().nbytes()
+                current.params.append(name)
+                current.param_ids.append(id(param))
+        here = len(buckets) - 1
+        index[node] = here
+        if not current.has_external_output:
+            current.has_external_output = any(index.get(u) != here for u in node.users)
+        current.nodes.append(node)
+    if fuse and len(buckets) > 1 and buckets[-1].size == 0:
+        buckets[-2].nodes.extend(buckets.pop().nodes)
+    buckets.reverse()
+    for b in buckets:
+        b.nodes.reverse()
+    return buckets
+
+
+def infos(buckets):
+    return [
+        BucketInfo([n.name for n in b.nodes], b.size, list(b.params), list(b.param_ids), b.extra_ops,
+                   b.size - b.size_before_extension if b.extra_ops else 0)
+        for b in buckets
+    ]
+
+
+class PlantedSplitting:
+    graph_form = "dynamo"
+    knobs: dict = {}
+
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        first = ref.DEFAULT_FIRST_BUCKET_BYTES if first_bucket_cap is None else first_bucket_cap
+        self.check_caps(first, bucket_bytes_cap)
+        buckets = plan(gm, bucket_bytes_cap, first, **self.knobs)
+        result = SplitResult(infos(buckets), None, ref.table_lines(buckets, bucket_bytes_cap))
+        result.compiled = self.compile(gm, buckets, example_inputs, backend)
+        return self.finish(result, gm, buckets)
+
+    def check_caps(self, first, cap):
+        if first > cap:
+            raise ValueError(f"first_bucket_cap {first} exceeds bucket_bytes_cap {cap}")
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return ref._split_and_compile(gm, buckets, example_inputs, backend)
+
+    def finish(self, result, gm, buckets):
+        return result
+
+
+def _impl(splitting_cls):
+    class Impl:
+        traversal = annotation = exec_order = None
+        splitting = splitting_cls()
+
+    Impl.__name__ = splitting_cls.__name__
+    return Impl
+
+
+class _AcceptsBigFirstCap(PlantedSplitting):  # SPL-1
+    def check_caps(self, first, cap):
+        pass
+
+
+class _DropsANode(PlantedSplitting):  # SPL-2
+    def finish(self, result, gm, buckets):
+        result.buckets[0].nodes = result.buckets[0].nodes[1:]
+        return result
+
+
+class _CountsFrozen(PlantedSplitting):  # SPL-3
+    knobs = {"count_frozen": True}
+
+
+class _CountsPerUse(PlantedSplitting):  # SPL-4
+    knobs = {"per_use": True}
+
+
+class _ClosesLate(PlantedSplitting):  # SPL-5
+    knobs = {"close_late": True}
+
+
+class _NoExtension(PlantedSplitting):  # SPL-6
+    knobs = {"need_output": False}
+
+
+class _HidesExtension(PlantedSplitting):  # SPL-7
+    def finish(self, result, gm, buckets):
+        for b in result.buckets:
+            b.extra_ops = b.extra_bytes = 0
+        return result
+
+
+class _NoFusion(PlantedSplitting):  # SPL-8
+    knobs = {"fuse": False}
+
+
+class _AlwaysSplits(PlantedSplitting):  # SPL-9
+    def compile(self, gm, buckets, example_inputs, backend):
+        return ref._split_and_compile(gm, buckets, example_inputs, backend)
+
+
+class _CompilesWhole(PlantedSplitting):  # SPL-10
+    def compile(self, gm, buckets, example_inputs, backend):
+        return backend(gm, list(example_inputs))
+
+
+class _WrongOutputs(PlantedSplitting):  # SPL-11
+    def compile(self, gm, buckets, example_inputs, backend):
+        compiled = super().compile(gm, buckets, example_inputs, backend)
+
+        def off_by_a_bit(*args):
+            out = compiled(*args)
+            return (out[0] * 1.01, *out[1:])
+
+        return off_by_a_bit
+
+
+class _EditsOriginal(PlantedSplitting):  # SPL-12
+    def compile(self, gm, buckets, example_inputs, backend):
+        # after compiling, leave the caller's graph doubling its first output
+        compiled = super().compile(gm, buckets, example_inputs, backend)
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        first = output.args[0][0]
+        with gm.graph.inserting_before(output):
+            doubled = gm.graph.call_function(torch.mul, (first, 2))
+        output.args = ((doubled, *output.args[0][1:]),)
+        gm.recompile()
+        return compiled
+
+
+class _WrongTable(PlantedSplitting):  # SPL-13
+    def finish(self, result, gm, buckets):
+        result.table = [line.replace(f"created {len(buckets)} buckets", f"created {len(buckets) + 1} buckets") for line in result.table]
+        return result
+
+
+class _HopCrash(PlantedSplitting):  # SPL-14
+    def split(self, gm, example_inputs, **kwargs):
+        if any(n.op == "get_attr" and isinstance(getattr(gm, n.target), torch.fx.GraphModule) for n in gm.graph.nodes):
+            raise RuntimeError("cannot split")
+        return super().split(gm, example_inputs, **kwargs)
+
+
+class _IgnoresFirstCap(PlantedSplitting):  # SPL-15
+    knobs = {"use_first_cap": False}
+
+
+AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
+DropsANode = _impl(_DropsANode)
+CountsFrozen = _impl(_CountsFrozen)
+CountsPerUse = _impl(_CountsPerUse)
+ClosesLate = _impl(_ClosesLate)
+NoExtension = _impl(_NoExtension)
+HidesExtension = _impl(_HidesExtension)
+NoFusion = _impl(_NoFusion)
+AlwaysSplits = _impl(_AlwaysSplits)
+CompilesWhole = _impl(_CompilesWhole)
+WrongOutputs = _impl(_WrongOutputs)
+EditsOriginal = _impl(_EditsOriginal)
+WrongTable = _impl(_WrongTable)
+HopCrash = _impl(_HopCrash)
+IgnoresFirstCap = _impl(_IgnoresFirstCap)
+
+#: planted implementation name -> the invariant it must fail
+TARGETS = {
+    "AcceptsBigFirstCap": "SPL-1",
+    "DropsANode": "SPL-2",
+    "CountsFrozen": "SPL-3",
+    "CountsPerUse": "SPL-4",
+    "ClosesLate": "SPL-5",
+    "NoExtension": "SPL-6",
+    "HidesExtension": "SPL-7",
+    "NoFusion": "SPL-8",
+    "AlwaysSplits": "SPL-9",
+    "CompilesWhole": "SPL-10",
+    "WrongOutputs": "SPL-11",
+    "EditsOriginal": "SPL-12",
+    "WrongTable": "SPL-13",
+    "HopCrash": "SPL-14",
+    "IgnoresFirstCap": "SPL-15",
+}

@@ -1,0 +1,39 @@
+"""The reference splitter on module-form graphs (seed era) and on graphs of
+20,000 nodes, judged by the same checkers as the conformance suite."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.contract import BucketInfo
+from pytest_fsdpcheck.generators.graphs import build_graph, graph_specs, large_spec
+from pytest_fsdpcheck.reference.splitting import ReferenceSplitting, plan
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@given(spec=graph_specs(), cap=st.integers(1, 600))
+def test_module_form_plans_conform(spec, cap):
+    built = build_graph(spec, "module")
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    calls = []
+    result = ReferenceSplitting().split(
+        built.gm, built.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=cap,
+        backend=lambda gm, ex: calls.append((gm, ex)) or gm,
+    )
+    assert not chk.check_plan(facts, result.buckets, cap, cap)
+    assert not chk.check_counted_once(facts, result.buckets)
+    assert not chk.check_table(result.table, result.buckets, cap)
+    meta = chk.value_meta(built.gm, built.example_inputs)
+    assert not chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
+
+
+def test_large_graph_plan_conforms_and_is_linear():
+    # the timing is not asserted (speed lives in benchmarks/); the plan must
+    # conform at 20,000 nodes without recursion
+    for n in (5_000, 20_000):
+        built = build_graph(large_spec(n), "dynamo")
+        buckets = plan(built.gm, 4096, 1024)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        as_infos = [BucketInfo([n.name for n in b.nodes], b.size, b.params, b.param_ids, b.extra_ops,
+                               b.size - b.size_before_extension if b.extra_ops else 0) for b in buckets]
+        assert not chk.check_plan(facts, as_infos, 4096, 1024)
