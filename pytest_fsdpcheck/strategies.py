@@ -6,6 +6,14 @@
 ... def test_mine(spec): ...
 """
 
+from .generators.models import (  # noqa: F401
+    ModelSpec,
+    build_model,
+    chain_model,
+    exotic_tracer_specs,
+    make_tracer,
+    model_specs,
+)
 from .generators.trees import (  # noqa: F401
     TreeSpec,
     build_tree,

@@ -5,7 +5,7 @@ from tests.planted.exec_order import ALL
 
 def test_planted_exec_order_bugs_are_caught(run_suite):
     impls = [f"tests.planted.exec_order:{name}" for name in ALL.values()]
-    result, report = run_suite(*impls, k="test_exec_order")
+    result, report = run_suite(*impls, k="test_exec_order", extra=("-p", "tests.noshrink"))
     assert report is not None, result.stdout.str()
     output = result.stdout.str()
     for invariant, name in ALL.items():

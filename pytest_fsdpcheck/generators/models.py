@@ -355,11 +355,12 @@ def model_specs(
     kinds = ["block"] + [pick(("block", "linear", "act", "seq", "block")) for _ in range(n - 1)]
     kids: list[list[int]] = [[] for _ in range(n)]
     for i in range(1, n):
-        kids[pick(j for j in range(i) if kinds[j] in ("block", "seq"))].append(i)
-    for _ in range(draw(st.integers(0, n // 2))):
-        parent, child = pick(range(n)), pick(range(n))
-        if parent < child and kinds[parent] in ("block", "seq"):
-            kids[parent].append(child)  # registered again under another (or the same) parent
+        containers = [j for j in range(i) if kinds[j] in ("block", "seq")]
+        first = pick(containers)
+        kids[first].append(i)
+        others = [j for j in containers if j != first]
+        if others and draw(st.booleans()):
+            kids[pick(others)].append(i)  # shared: registered under a second parent
     params = [
         tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3))))
         if kinds[i] == "block"
@@ -413,11 +414,15 @@ def _draw_program(draw, pick, i, kinds, kids, params, costs, concrete_mode, nest
     if child_params:
         ops.append("child_param")
     steps, cost = [], 1
-    for _ in range(draw(st.integers(0, max_steps))):
-        op = pick(ops)
+    # Optionally call every child once first, so shared children really are
+    # called from each of their parents; then random steps.
+    planned = [("call", slot) for slot in slots] if slots and draw(st.booleans()) else []
+    planned += [None] * draw(st.integers(0, max_steps))
+    for preset in planned:
+        op = pick(ops) if preset is None else "call"
         if op in ("call", "call_n", "mode"):
             if op == "call":
-                step = ("call", pick(slots))
+                step = preset or ("call", pick(slots))
                 extra = costs[kids[i][step[1]]]
             elif op == "call_n":
                 step = ("call_n", pick(slots), draw(st.integers(2, 3)))
