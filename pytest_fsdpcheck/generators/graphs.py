@@ -251,9 +251,13 @@ def _source(name: str, is_input: bool):
         from torch._dynamo.source import AttrSource, LocalSource
     except ImportError:  # pragma: no cover - only the Dynamo form needs it
         return name
-    if is_input:
-        return LocalSource(local_name=name, is_input=True)
-    return AttrSource(LocalSource(local_name="self", is_input=True), name)
+    def local(local_name):
+        try:
+            return LocalSource(local_name=local_name, is_input=True)
+        except TypeError:  # torch < 2.4: LocalSource has no is_input field
+            return LocalSource(local_name=local_name)
+
+    return local(name) if is_input else AttrSource(local("self"), name)
 
 
 def _dynamo_graph(spec: GraphSpec, module, inputs):
