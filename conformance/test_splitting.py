@@ -236,10 +236,8 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
 @examples(12)
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
 def test_higher_order_ops(fsdpcheck_impl, spec, caps):
-    if form(fsdpcheck_impl) != "dynamo":
-        pytest.skip("higher-order ops are generated in Dynamo-form graphs only")
     cap, first = caps
-    built = build_graph(spec, "dynamo")
+    built = build_graph(spec, form(fsdpcheck_impl))
     facts = chk.graph_facts(built.gm, built.example_inputs)
     wrt = _grad_targets(built)
     expected = chk.evaluate(built.gm, built.example_inputs, wrt)
