@@ -22,6 +22,7 @@ form an implementation consumes:
 
 from __future__ import annotations
 
+import importlib
 import operator
 from dataclasses import dataclass
 
@@ -250,8 +251,10 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
 
 
 def _hops_to_wrap(gm) -> None:
+    import importlib
+
     torch = _torch()
-    import torch._higher_order_ops.wrap  # noqa: F401 - registers the op on torch < 2.4
+    importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
 
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop_body]
     for i, node in enumerate(calls):
@@ -355,8 +358,7 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             hop_count += 1
             root.add_module(body_name, _hop_body_graph())
             body = graph.get_attr(body_name)
-            import torch._higher_order_ops.wrap  # noqa: F401 - registers the op on torch < 2.4
-
+            importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
             wrapped = call(torch.ops.higher_order.wrap, (body, h, param(f"p{op.ref}")))
             h = call(operator.getitem, (wrapped, 0))
         elif op.kind == "accum":
