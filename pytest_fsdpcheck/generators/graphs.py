@@ -251,8 +251,6 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
 
 
 def _hops_to_wrap(gm) -> None:
-    import importlib
-
     torch = _torch()
     importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
 
