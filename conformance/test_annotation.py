@@ -18,21 +18,37 @@ from pytest_fsdpcheck.repro import snippet
 trees = module_trees(states=False, replicate=False)
 
 
-def reproducer(impl, spec, flag, check):
-    return snippet(
-        impl,
-        [
-            f"tree = build_tree({spec.to_source()})",
-            "ignored = {tree.modules[i] for i in tree.spec.ignored}",
+IMPORTS = [
+    "from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree",
+    "from pytest_fsdpcheck.checks.annotation import snapshot, check_annotated, check_idempotent, diff_against_reference",
+    "from pytest_fsdpcheck.impls.reference import ReferenceImplementation",
+]
+
+
+def reproducer(impl, spec, flag, kind):
+    build = [f"tree = build_tree({spec.to_source()})", "ignored = {tree.modules[i] for i in tree.spec.ignored}"]
+    steps = {
+        "once": [
             "before = snapshot(tree)",
             f"impl.annotation.annotate(tree.root, ignored, {flag})",
+            f"violations = check_annotated(tree, before, {flag})",
         ],
-        [f"violations = {check}", "assert not violations, violations"],
-        imports=[
-            "from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree",
-            "from pytest_fsdpcheck.checks.annotation import snapshot, check_annotated, check_idempotent",
+        "twice": [
+            f"impl.annotation.annotate(tree.root, ignored, {flag})",
+            "once = snapshot(tree)",
+            f"impl.annotation.annotate(tree.root, ignored, {flag})",
+            "twice = snapshot(tree)",
+            f"impl.annotation.annotate(tree.root, ignored, {not flag})",
+            f"violations = check_idempotent(tree, once, twice, snapshot(tree), {flag})",
         ],
-    )
+        "reference": [
+            f"ref = build_tree({spec.to_source()})",
+            f"ReferenceImplementation().annotation.annotate(ref.root, {{ref.modules[i] for i in ref.spec.ignored}}, {flag})",
+            f"impl.annotation.annotate(tree.root, ignored, {flag})",
+            "violations = diff_against_reference(ref, tree)",
+        ],
+    }[kind]
+    return snippet(impl, build + steps, ["assert not violations, violations"], imports=IMPORTS)
 
 
 def annotate(impl, tree, flag):
@@ -47,7 +63,7 @@ def test_annotate(fsdpcheck_impl, spec, flag):
     before = snapshot(tree)
     annotate(fsdpcheck_impl, tree, flag)
     violations = check_annotated(tree, before, flag)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, f"check_annotated(tree, before, {flag})"))
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "once"))
 
 
 @pytest.mark.invariant("ANN-5")
@@ -61,7 +77,7 @@ def test_idempotent(fsdpcheck_impl, spec, flag):
     twice = snapshot(tree)
     annotate(fsdpcheck_impl, tree, not flag)
     violations = check_idempotent(tree, once, twice, snapshot(tree), flag)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "check_idempotent(...)  # annotate twice, then flip"))
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "twice"))
 
 
 @pytest.mark.invariant("ANN-1", "ANN-2", "ANN-3")
@@ -74,7 +90,7 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
     ref, got = build_tree(spec), build_tree(spec)
     annotate(ReferenceImplementation(), ref, flag)
     annotate(fsdpcheck_impl, got, flag)
-    assert_conforms(diff_against_reference(ref, got), reproducer(fsdpcheck_impl, spec, flag, "check_annotated(tree, before, flag)"))
+    assert_conforms(diff_against_reference(ref, got), reproducer(fsdpcheck_impl, spec, flag, "reference"))
 
 
 @pytest.mark.invariant("ANN-7")

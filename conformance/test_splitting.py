@@ -58,12 +58,17 @@ def split(impl, built, cap, first, backend=None):
     return result, backend
 
 
-def reproducer(impl, spec, cap, first, check, device="cpu"):
+def reproducer(impl, spec, cap, first, check, device="cpu", reference=False):
+    # With reference=True the snippet also builds a second copy of the graph
+    # for the reference implementation (the differential check).
+    ref_lines = ["ref = build_graph(spec, impl.splitting.graph_form)"] if reference else []
+    ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
     return snippet(
         impl,
         [
             f"spec = {spec.to_source()}",
             f"built = build_graph(spec, impl.splitting.graph_form, device={device!r})",
+            *ref_lines,
             "facts = chk.graph_facts(built.gm, built.example_inputs)",
             "calls = []",
             f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
@@ -74,6 +79,7 @@ def reproducer(impl, spec, cap, first, check, device="cpu"):
             "import torch",
             "from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, ParamSpec, OpSpec, build_graph",
             "from pytest_fsdpcheck.checks import splitting as chk",
+            *ref_imports,
         ],
     )
 
@@ -230,10 +236,8 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
 @examples(12)
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
 def test_higher_order_ops(fsdpcheck_impl, spec, caps):
-    if form(fsdpcheck_impl) != "dynamo":
-        pytest.skip("higher-order ops are generated in Dynamo-form graphs only")
     cap, first = caps
-    built = build_graph(spec, "dynamo")
+    built = build_graph(spec, form(fsdpcheck_impl))
     facts = chk.graph_facts(built.gm, built.example_inputs)
     wrt = _grad_targets(built)
     expected = chk.evaluate(built.gm, built.example_inputs, wrt)
@@ -286,9 +290,9 @@ def test_matches_reference(fsdpcheck_impl, spec, caps):
     cap, first = caps
     got, _ = split(fsdpcheck_impl, build_graph(spec, form(fsdpcheck_impl)), cap, first)
     ref, _ = split(type("Ref", (), {"splitting": ReferenceSplitting()})(), build_graph(spec, form(fsdpcheck_impl)), cap, first)
-    violations = []
-    if [b.nodes for b in got.buckets] != [b.nodes for b in ref.buckets]:
-        violations.append(Violation("SPL-5", f"the reference cuts the graph as {[len(b.nodes) for b in ref.buckets]} nodes per bucket, got {[len(b.nodes) for b in got.buckets]}"))
-    elif [b.size for b in got.buckets] != [b.size for b in ref.buckets]:
-        violations.append(Violation("SPL-3", f"the reference sizes the buckets {[b.size for b in ref.buckets]}, got {[b.size for b in got.buckets]}"))
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, "..."))
+    violations = chk.diff_against_reference(got.buckets, ref.buckets)
+    check = (
+        "chk.diff_against_reference(result.buckets, ReferenceSplitting().split(ref.gm, ref.example_inputs, "
+        f"bucket_bytes_cap={cap}, first_bucket_cap={first}, backend=lambda gm, ex: gm).buckets)"
+    )
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check, reference=True))

@@ -1,11 +1,10 @@
 """Traversal conformance (TRV-1..9): FSDP state collection over module DAGs."""
 
-import time
-
 import pytest
 from hypothesis import given
 
 from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
 from pytest_fsdpcheck.checks.traversal import (
     check_handles,
     check_root_states,
@@ -29,7 +28,13 @@ CALLS = {
     "handles": "handles = impl.traversal.handles(tree.root)",
     "root_states": "roots = impl.traversal.root_states(tree.root)",
 }
+# What a reproducer runs per check; "reference" replays the differential check.
+REPRO_CALLS = {
+    **CALLS,
+    "reference": "reference = ReferenceImplementation().traversal\nref = build_tree(tree.spec, reference)",
+}
 CHECKS = {
+    "reference": "diff_against_reference(ref, reference, tree, impl.traversal)",
     "states_with_modules": "check_states_with_modules(tree, states, modules)",
     "handles": "check_handles(tree, handles)",
     "root_states": "check_root_states(tree, roots)",
@@ -39,11 +44,13 @@ CHECKS = {
 def reproducer(impl, spec, call):
     return snippet(
         impl,
-        [f"tree = build_tree({spec.to_source()}, impl.traversal)", CALLS[call]],
+        [f"tree = build_tree({spec.to_source()}, impl.traversal)", REPRO_CALLS[call]],
         [f"violations = {CHECKS[call]}", "assert not violations, violations"],
         imports=[
             "from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree",
             "from pytest_fsdpcheck.checks.traversal import check_states_with_modules, check_handles, check_root_states",
+            "from pytest_fsdpcheck.checks.traversal import diff_against_reference",
+            "from pytest_fsdpcheck.impls.reference import ReferenceImplementation",
         ],
     )
 
@@ -112,15 +119,6 @@ def test_large_trees(fsdpcheck_impl, shape, call):
     assert_conforms(violations)
 
 
-def _best_time(fn, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 @pytest.mark.invariant("TRV-8")
 @pytest.mark.parametrize("shape", ["chain", "wide"])
 def test_linear_growth(fsdpcheck_impl, shape):
@@ -131,15 +129,11 @@ def test_linear_growth(fsdpcheck_impl, shape):
     traversal = fsdpcheck_impl.traversal
     trees = {n: build_tree(make(n), traversal) for n in (small, large)}
     try:
-        t_small = _best_time(lambda: traversal.states_with_modules(trees[small].root))
-        t_large = _best_time(lambda: traversal.states_with_modules(trees[large].root))
+        t_small = best_time(lambda: traversal.states_with_modules(trees[small].root))
+        t_large = best_time(lambda: traversal.states_with_modules(trees[large].root))
     except RecursionError:
         assert_conforms([Violation("TRV-8", f"states_with_modules raised RecursionError on a {large}-module {shape}")])
-    ratio = t_large / max(t_small, 1e-6)
-    if ratio > 10:
-        assert_conforms(
-            [Violation("TRV-8", f"expected linear growth, but 4x the modules took {ratio:.1f}x the time ({t_small:.4f}s -> {t_large:.4f}s)")]
-        )
+    assert_conforms(check_linear_growth("TRV-8", t_small, t_large, large // small, 10, f"modules ({shape})"))
 
 
 @pytest.mark.invariant("TRV-1", "TRV-2", "TRV-3", "TRV-4", "TRV-6", "TRV-7")
@@ -154,4 +148,4 @@ def test_matches_reference(fsdpcheck_impl, spec):
     ref = build_tree(spec, reference)
     got = build_tree(spec, fsdpcheck_impl.traversal)
     violations = diff_against_reference(ref, reference, got, fsdpcheck_impl.traversal)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, "states_with_modules"))
+    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, "reference"))

@@ -185,8 +185,14 @@ def leaks(before: dict, after: dict) -> list[str]:
 def _unwrap_dynamo_disable(now, before):
     # torch's first compile wraps Tracer methods in its own dynamo-disable
     # shim, once per process; that is torch's doing, not the implementation's.
-    if getattr(now, "_torchdynamo_disable", False) and getattr(now, "_torchdynamo_orig_callable", None) is before:
-        return before
+    # (2.13 points straight at the original; 2.3 through a functools wrapper.)
+    if not getattr(now, "_torchdynamo_disable", False):
+        return now
+    inner = getattr(now, "_torchdynamo_orig_callable", None)
+    for _ in range(3):
+        if inner is before:
+            return before
+        inner = getattr(inner, "__wrapped__", None)
     return now
 
 

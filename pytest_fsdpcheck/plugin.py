@@ -247,6 +247,14 @@ class XdistHooks:
         if session is not None and session.seed is not None:
             node.workerinput["fsdpcheck_seed"] = session.seed
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        # Only workers collect; they report which divergence entries matched.
+        session = get_session(node.config)
+        if session is not None:
+            for index in getattr(node, "workeroutput", {}).get("fsdpcheck_matched", ()):
+                session.matched_entries.add(session.divergences[index])
+
 
 def pytest_report_header(config):
     session = get_session(config)
@@ -297,7 +305,10 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("fsdpcheck_device", session.devices)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    # tryfirst: before -k/-m deselect anything, so an entry whose test exists
+    # but was not selected is not called stale.
     state = get_session(config)
     if state is None:
         return
@@ -314,6 +325,9 @@ def pytest_collection_modifyitems(session, config, items):
         impl = callspec.params["fsdpcheck_impl"]
         if any(getattr(impl, area_of(i), None) is None for i in invariants):
             item.user_properties.append((PROP_NOT_PROVIDED, True))
+        for entry in state.divergences:
+            if entry.applies_to(impl_id) and (entry.matches_test(item.nodeid) or entry.match in invariants):
+                state.matched_entries.add(entry)
         item._traceback_filter = functools.partial(_trim_traceback, item)
         fn = getattr(item, "obj", None)
         if state.seed is not None and getattr(fn, "is_hypothesis_test", False):
@@ -440,15 +454,7 @@ class _MatrixRecorder:
             state.matrix.add_impl(spec)
 
     def pytest_runtest_logreport(self, report):
-        # Under xdist only the controller sees every report, so matching of
-        # divergence entries happens here rather than at collection.
         self.state.matrix.record(report)
-        props = dict(getattr(report, "user_properties", ()))
-        impl, invariants = props.get(PROP_IMPL), props.get(PROP_INVARIANTS) or ()
-        if report.when == "setup" and impl is not None:
-            for entry in self.state.divergences:
-                if entry.applies_to(impl) and (entry.matches_test(report.nodeid) or entry.match in invariants):
-                    self.state.matched_entries.add(entry)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -489,7 +495,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _divergence_findings(config, state: Session):
     cached = getattr(state, "_findings", None)
     if cached is None:
-        # An entry for an implementation that is not under test cannot be judged stale.
+        # An entry for an implementation not under test cannot be judged stale.
         stale = [
             e
             for e in state.divergences
@@ -508,7 +514,11 @@ def _divergence_findings(config, state: Session):
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     state = get_session(session.config)
-    if state is None or hasattr(session.config, "workerinput"):
+    if state is None:
+        return
+    if hasattr(session.config, "workerinput"):
+        matched = [i for i, e in enumerate(state.divergences) if e in state.matched_entries]
+        session.config.workeroutput["fsdpcheck_matched"] = matched
         return
     stale, unexpected = _divergence_findings(session.config, state)
     if state.strict and (stale or unexpected) and session.exitstatus == 0:

@@ -6,6 +6,17 @@
 ... def test_mine(spec): ...
 """
 
+from .generators.graphs import (  # noqa: F401
+    BuiltGraph,
+    GraphSpec,
+    ModuleSpec,
+    OpSpec,
+    ParamSpec,
+    build_graph,
+    graph_specs,
+    graphs,
+    large_spec,
+)
 from .generators.models import (  # noqa: F401
     ModelSpec,
     build_model,
@@ -24,15 +35,4 @@ from .generators.trees import (  # noqa: F401
     module_trees,
     wide_tree,
     wide_trees,
-)
-from .generators.graphs import (  # noqa: F401
-    BuiltGraph,
-    GraphSpec,
-    ModuleSpec,
-    OpSpec,
-    ParamSpec,
-    build_graph,
-    graph_specs,
-    graphs,
-    large_spec,
 )

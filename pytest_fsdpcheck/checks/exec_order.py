@@ -234,17 +234,3 @@ def as_exo7(violations: list[Violation], config: str) -> list[Violation]:
 
 
 # ------------------------------------------------------------------ EXO-8
-
-
-def check_linear_growth(
-    t_small: float, t_large: float, factor: int, limit: float, what: str
-) -> list[Violation]:
-    ratio = t_large / max(t_small, 1e-6)
-    if ratio > limit:
-        return [
-            Violation(
-                "EXO-8",
-                f"expected linear growth, but {factor}x the {what} took {ratio:.1f}x the time ({t_small:.4f}s -> {t_large:.4f}s)",
-            )
-        ]
-    return []

@@ -469,3 +469,15 @@ def check_ddp_assignment(facts, buckets, bucket_cap, first_cap, assign) -> list[
     if ddp != groups:
         return [Violation("SPL-15", f"DDP's bucket assignment groups the parameter-holding nodes (walked from the last) as {ddp}, the plan as {groups} ({short(holders, 6)})")]
     return []
+
+
+def diff_against_reference(buckets, reference_buckets) -> list[Violation]:
+    """Differential: an implementation's plan against the reference's for the
+    same graph and caps (node runs first, then sizes)."""
+    got, want = [len(b.nodes) for b in buckets], [len(b.nodes) for b in reference_buckets]
+    if [b.nodes for b in buckets] != [b.nodes for b in reference_buckets]:
+        return [Violation("SPL-5", f"the reference cuts the graph as {want} nodes per bucket, got {got}")]
+    sizes, ref_sizes = [b.size for b in buckets], [b.size for b in reference_buckets]
+    if sizes != ref_sizes:
+        return [Violation("SPL-3", f"the reference sizes the buckets {ref_sizes}, got {sizes}")]
+    return []

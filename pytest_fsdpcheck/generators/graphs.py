@@ -22,6 +22,7 @@ form an implementation consumes:
 
 from __future__ import annotations
 
+import importlib
 import operator
 from dataclasses import dataclass
 
@@ -189,7 +190,7 @@ def make_module(spec: GraphSpec, device="cpu"):
                 elif op.kind == "skip":
                     h = h + values[op.ref]
                 elif op.kind == "hop":
-                    h = _hop_body(h, getattr(self, f"p{op.ref}"))[0]
+                    h = hop_body(h, getattr(self, f"p{op.ref}"))[0]
                 elif op.kind == "accum":
                     t = h * 2
                     t.add_(h @ getattr(self, f"p{op.ref}").t())
@@ -201,7 +202,7 @@ def make_module(spec: GraphSpec, device="cpu"):
     return SpecModule().to(device)
 
 
-def _hop_body(h, p):
+def hop_body(h, p):
     return (h @ p.t(),)
 
 
@@ -230,10 +231,13 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
     module = make_module(spec, device)
     inputs = make_inputs(spec, device)
     if form == "module":
-        if spec.has_hop:
-            raise ValueError("higher-order ops exist only in Dynamo-form graphs")
         torch = _torch()
-        gm = torch.fx.symbolic_trace(module)
+        # hop_body stays one call_function node (autowrap skips "_" names), later turned into the
+        # get_attr(body) + wrap form a seed-era Dynamo graph has.
+        tracer = torch.fx.Tracer(autowrap_functions=(hop_body,))
+        gm = torch.fx.GraphModule(tracer.root if hasattr(tracer, "root") else module, tracer.trace(module))
+        if spec.has_hop:
+            _hops_to_wrap(gm)
         if not spec.needs_index:  # symbolic_trace keeps the unused ``idx`` placeholder
             for node in list(gm.graph.nodes):
                 if node.op == "placeholder" and node.target == "idx":
@@ -246,14 +250,37 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
     return BuiltGraph(gm, example_inputs, module, inputs, form)
 
 
+def _hops_to_wrap(gm) -> None:
+    torch = _torch()
+    importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
+
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop_body]
+    for i, node in enumerate(calls):
+        name = f"wrap_body_{i}"
+        gm.add_submodule(name, _hop_body_graph())
+        with gm.graph.inserting_before(node):
+            body = gm.graph.get_attr(name)
+        node.target = torch.ops.higher_order.wrap
+        node.args = (body, *node.args)
+        # Else codegen re-registers the new target with fx.wrap by name,
+        # which breaks every later trace in the process.
+        node.meta.pop("is_wrapped", None)
+    gm.graph.lint()
+    gm.recompile()
+
+
 def _source(name: str, is_input: bool):
     try:
         from torch._dynamo.source import AttrSource, LocalSource
     except ImportError:  # pragma: no cover - only the Dynamo form needs it
         return name
-    if is_input:
-        return LocalSource(local_name=name, is_input=True)
-    return AttrSource(LocalSource(local_name="self", is_input=True), name)
+    def local(local_name):
+        try:
+            return LocalSource(local_name=local_name, is_input=True)
+        except TypeError:  # torch < 2.4: LocalSource has no is_input field
+            return LocalSource(local_name=local_name)
+
+    return local(name) if is_input else AttrSource(local("self"), name)
 
 
 def _dynamo_graph(spec: GraphSpec, module, inputs):
@@ -329,6 +356,7 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             hop_count += 1
             root.add_module(body_name, _hop_body_graph())
             body = graph.get_attr(body_name)
+            importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
             wrapped = call(torch.ops.higher_order.wrap, (body, h, param(f"p{op.ref}")))
             h = call(operator.getitem, (wrapped, 0))
         elif op.kind == "accum":

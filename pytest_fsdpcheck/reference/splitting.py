@@ -45,9 +45,11 @@ def _is_counted(tensor) -> bool:
     )
 
 
-def _node_params(gm, node):
+def _node_params(gm, node, real=None):
     """``(name, parameter)`` read by ``node``: a called module's parameters,
-    a ``get_attr`` parameter, or parameters passed as placeholder arguments."""
+    a ``get_attr`` parameter, or parameters passed as placeholder arguments.
+    ``real`` maps placeholders to the real example inputs: in a captured
+    Dynamo graph ``example_value`` is a fake that has lost ``_ddp_ignored``."""
     import torch
 
     if node.op == "call_module":
@@ -59,7 +61,7 @@ def _node_params(gm, node):
         found = []
         for arg in (*node.args, *node.kwargs.values()):
             if isinstance(arg, torch.fx.Node) and arg.op == "placeholder":
-                value = arg.meta.get("example_value")
+                value = (real or {}).get(arg, arg.meta.get("example_value"))
                 if isinstance(value, torch.Tensor):
                     found.append((str(arg.target), value))
         return found
@@ -73,8 +75,10 @@ def _fetch_attr(gm, target):
     return obj
 
 
-def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int) -> list[_Bucket]:
+def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int, example_inputs=()) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    real = dict(zip(placeholders, example_inputs, strict=False))
     buckets = [_Bucket()]  # buckets[-1] is the one being filled
     bucket_index: dict = {}
     counted: set = set()
@@ -91,7 +95,7 @@ def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int) -> list[_Bucket]:
                 if current.extra_ops == 0:
                     current.size_before_extension = current.size
                 current.extra_ops += 1
-        for name, param in _node_params(gm, node):
+        for name, param in _node_params(gm, node, real):
             if _is_counted(param) and id(param) not in counted:
                 counted.add(id(param))
                 current.size += param.untyped_storage().nbytes()
@@ -147,7 +151,7 @@ class ReferenceSplitting:
                 f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
-        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap)
+        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs)
         infos = [
             BucketInfo(
                 nodes=[n.name for n in b.nodes],

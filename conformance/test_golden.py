@@ -1,0 +1,63 @@
+"""Golden corpus: canonical models whose bucket plan, traversal order and
+exec order are fixed in ``fixtures/golden/<model>.txt`` (the spec's answer,
+shared by every implementation). ``EXPECTTEST_ACCEPT=1`` rewrites a differing
+section instead of failing; review the diff before committing it."""
+
+import pytest
+
+from pytest_fsdpcheck import golden
+from pytest_fsdpcheck.checks import assert_conforms
+from pytest_fsdpcheck.checks.golden import check_golden
+from pytest_fsdpcheck.generators.corpus import (
+    CORPUS,
+    render_buckets,
+    render_exec_order,
+    render_traversal,
+)
+from pytest_fsdpcheck.repro import snippet
+
+SECTIONS = ["buckets", "traversal", "exec order"]
+MODELS = list(CORPUS)
+
+
+def _compare(impl, model, section, got, render_call):
+    spec = CORPUS[model]
+    path = golden.golden_dir() / f"{model}.txt"
+    expected = golden.read_sections(path).get(section)
+    if golden.accepting() and expected != got:
+        header = golden.HEADER.format(name=model, description=spec.description)
+        golden.write_section(path, header, section, got, SECTIONS)
+        return
+    assert_conforms(
+        check_golden(section, expected, got, f"fixtures/golden/{model}.txt"),
+        snippet(
+            impl,
+            [f"got = {render_call}"],
+            [f"expected = golden.read_sections(golden.golden_dir() / '{model}.txt')[{section!r}]",
+             "assert got == expected, (expected, got)"],
+            imports=["from pytest_fsdpcheck import golden", "from pytest_fsdpcheck.generators import corpus"],
+        ),
+    )
+
+
+@pytest.mark.invariant("SPL-3", "SPL-4", "SPL-5", "SPL-7")
+@pytest.mark.parametrize("model", MODELS)
+def test_golden_buckets(fsdpcheck_impl, model):
+    spec = CORPUS[model]
+    got = [f"caps: bucket_bytes_cap={spec.bucket_bytes_cap} first_bucket_cap={spec.first_bucket_cap}"]
+    got += render_buckets(model, fsdpcheck_impl.splitting)
+    _compare(fsdpcheck_impl, model, "buckets", got, f"corpus.render_buckets({model!r}, impl.splitting)")
+
+
+@pytest.mark.invariant("TRV-3", "TRV-6", "TRV-7")
+@pytest.mark.parametrize("model", MODELS)
+def test_golden_traversal(fsdpcheck_impl, model):
+    got = render_traversal(model, fsdpcheck_impl.traversal)
+    _compare(fsdpcheck_impl, model, "traversal", got, f"corpus.render_traversal({model!r}, impl.traversal)")
+
+
+@pytest.mark.invariant("EXO-2", "EXO-3")
+@pytest.mark.parametrize("model", MODELS)
+def test_golden_exec_order(fsdpcheck_impl, model):
+    got = render_exec_order(model, fsdpcheck_impl.exec_order)
+    _compare(fsdpcheck_impl, model, "exec order", got, f"corpus.render_exec_order({model!r}, impl.exec_order)")

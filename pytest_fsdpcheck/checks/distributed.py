@@ -1,0 +1,105 @@
+"""SPL-16 checker: judges what the ranks of a real DDP run reported.
+
+Pure: it reads the per-rank result dicts written by
+:mod:`pytest_fsdpcheck.ddp_run` (plain dicts of numbers, strings and CPU
+tensors) and returns violations. It shares no code with any splitter.
+"""
+
+from __future__ import annotations
+
+from . import Violation
+
+REASON_MARK = "DDPOptimizer"
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else str(text)
+
+
+def check_ddp_end_to_end(results: list[dict], spec: str, rtol: float = 1e-5, atol: float = 1e-6) -> list[Violation]:
+    """SPL-16 over every rank's result for the implementation ``spec``."""
+    violations: list[Violation] = []
+    for result in results:
+        rank = result.get("rank")
+        if result.get("error"):
+            violations.append(Violation("SPL-16", f"rank {rank}: expected a training step, but it failed: {_first_line(result['error'])}"))
+            continue
+        violations += _check_rank(result, spec, rtol, atol)
+    violations += _check_ranks_agree([r for r in results if not r.get("error")], rtol, atol)
+    return violations
+
+
+def _check_rank(result: dict, spec: str, rtol: float, atol: float) -> list[Violation]:
+    rank = result["rank"]
+    out: list[Violation] = []
+    plan = result["plans"].get(spec)
+    if plan is None or plan.get("error"):
+        why = "no plan was recorded" if plan is None else _first_line(plan["error"])
+        return [Violation("SPL-16", f"rank {rank}: expected a plan for the graph Dynamo handed to DDPOptimizer, but split() failed: {why}")]
+    handed = result["graphs_handed"]
+    if handed < 1:
+        out.append(Violation("SPL-16", f"rank {rank}: expected Dynamo to hand DDPOptimizer at least one graph of the DDP module, it handed none"))
+    planned = sum(plan["buckets"])
+    compiled = result["compiled_subgraphs"]
+    if planned != compiled:
+        out.append(Violation(
+            "SPL-16",
+            f"rank {rank}: expected one compiled subgraph per planned bucket ({planned} buckets, per graph "
+            f"{plan['buckets']}), torch.compile of DDP compiled {compiled}",
+        ))
+    # The model has parameters for several caps' worth: one bucket would mean
+    # the cap is ignored, and the end-to-end check would prove nothing.
+    cap = result["ddp_bucket_bytes_cap"]
+    if result["param_bytes"] >= 2 * cap and compiled < 2:
+        out.append(Violation(
+            "SPL-16",
+            f"rank {rank}: expected several buckets for {result['param_bytes']} parameter bytes at a "
+            f"{cap}-byte bucket cap, torch.compile produced {compiled} subgraph(s)",
+        ))
+    if compiled > 1:
+        unnamed = [i for i, reason in enumerate(result["reasons"]) if REASON_MARK not in reason]
+        if unnamed:
+            out.append(Violation(
+                "SPL-16",
+                f"rank {rank}: expected every split subgraph's compile reason to name {REASON_MARK}, "
+                f"subgraph(s) {unnamed} gave {result['reasons'][unnamed[0]]!r}",
+            ))
+    out += _compare("gradient", rank, result["eager"]["grads"], result["compiled"]["grads"], rtol, atol)
+    out += _compare("parameter after the step", rank, result["eager"]["params"], result["compiled"]["params"], rtol, atol)
+    return out
+
+
+def _compare(what: str, rank, expected: dict, got: dict, rtol: float, atol: float) -> list[Violation]:
+    import torch
+
+    if set(expected) != set(got):
+        return [Violation("SPL-16", f"rank {rank}: expected {what}s for {sorted(expected)}, got {sorted(got)}")]
+    for name, want in expected.items():
+        have = got[name]
+        if have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
+            diff = (have - want).abs().max().item() if have.shape == want.shape else "shape"
+            return [Violation(
+                "SPL-16",
+                f"rank {rank}: expected the compiled DDP {what} of {name} to equal eager DDP's, "
+                f"max abs difference {diff}",
+            )]
+    return []
+
+
+def _check_ranks_agree(results: list[dict], rtol: float, atol: float) -> list[Violation]:
+    import torch
+
+    if len(results) < 2:
+        return []
+    first = results[0]
+    for other in results[1:]:
+        for name, grad in first["compiled"]["grads"].items():
+            theirs = other["compiled"]["grads"].get(name)
+            if theirs is None or not torch.allclose(grad, theirs, rtol=rtol, atol=atol):
+                return [Violation(
+                    "SPL-16",
+                    f"expected all-reduced gradients equal on every rank, {name} differs between rank "
+                    f"{first['rank']} and rank {other['rank']}",
+                )]
+    return []

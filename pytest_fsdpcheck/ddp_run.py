@@ -1,0 +1,221 @@
+"""SPL-16: a real ``DistributedDataParallel`` run under ``torch.compile``.
+
+Ranks are started with ``torch.multiprocessing`` (spawn) and join a real
+process group (gloo on CPU, NCCL on CUDA). Each rank takes one training step
+twice, eagerly and compiled with Dynamo's DDPOptimizer in front of a
+recording backend, then runs every implementation under test on the graph
+Dynamo handed to DDPOptimizer, and writes what it saw to a file. The parent
+only loads those files; :mod:`pytest_fsdpcheck.checks.distributed` judges them.
+
+Nothing here raises out of a rank: an error is recorded and reported by the
+checker, so one broken implementation cannot hang its peers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+# Widths of the generated MLP: every weight is at least 1 MiB so each layer
+# fills a 1 MiB bucket, which gives several buckets from a model that runs in
+# milliseconds. 1 MiB is also DDP's default first-bucket cap, the one Dynamo
+# hands DDPOptimizer, so DDP's own caps and DDPOptimizer's agree.
+WIDTHS = (512, 512, 768, 512, 512)
+BUCKET_CAP_MB = 1
+BATCH = 8
+STEP_LR = 0.1
+
+
+class GeneratedMLP(nn.Module):
+    """Defined outside ``torch`` on purpose: Dynamo does not compile frames
+    of modules defined inside torch (``nn.Sequential.forward``)."""
+
+    def __init__(self, widths=WIDTHS):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:], strict=False))
+        self.head = nn.Linear(widths[-1], 1)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+
+@dataclass(frozen=True)
+class RankJob:
+    world_size: int
+    device: str  # "cpu" or "cuda"
+    port: int
+    impl_specs: tuple[str, ...]
+    out_dir: str
+
+
+def free_port() -> int:
+    """A port the OS just handed out (closed again before the ranks bind it)."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0) -> list[dict]:
+    """Start ``world_size`` ranks, wait at most ``timeout`` seconds, return
+    each rank's result dict (a dict with ``error`` for a rank that died)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="fsdpcheck-ddp-") as out_dir:
+        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir)
+        context = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    break
+                try:
+                    if context.join(timeout=min(remaining, 1.0)):
+                        break
+                except Exception:  # noqa: BLE001 - a rank died outside _rank_main's guard; its file says the rest
+                    break
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join(5)
+        results = []
+        for rank in range(world_size):
+            path = Path(out_dir) / f"rank{rank}.pt"
+            if path.exists():
+                results.append(torch.load(path, weights_only=False))
+            else:
+                why = f"timed out after {timeout:.0f}s and was killed" if timed_out else "died without a result"
+                results.append({"rank": rank, "error": why})
+        return results
+
+
+def _rank_main(rank: int, job: RankJob) -> None:
+    import torch.distributed as dist
+
+    result: dict = {"rank": rank, "error": None}
+    initialized = False
+    try:
+        if job.device == "cpu":
+            # The loopback interface always exists; gloo's default choice
+            # (the hostname's address) does not in every container.
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        backend = "nccl" if job.device == "cuda" else "gloo"
+        if job.device == "cuda":
+            torch.cuda.set_device(rank)
+        from datetime import timedelta
+
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{job.port}",
+            rank=rank,
+            world_size=job.world_size,
+            timeout=timedelta(seconds=60),
+        )
+        initialized = True
+        result.update(_train_and_record(rank, job))
+    except BaseException:  # noqa: BLE001 - reported to the parent, never raised across ranks
+        result["error"] = traceback.format_exc(limit=8)
+    finally:
+        if initialized:
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group()
+        torch.save(result, Path(job.out_dir) / f"rank{rank}.pt")
+
+
+def _train_and_record(rank: int, job: RankJob) -> dict:
+    import copy
+
+    import torch._dynamo
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
+    torch.manual_seed(0)
+    model = GeneratedMLP().to(device)
+    # Rank-dependent data: the all-reduce then changes every gradient.
+    generator = torch.Generator().manual_seed(1000 + rank)
+    x = torch.randn(BATCH, WIDTHS[0], generator=generator).to(device)
+
+    def step(forward, ddp_module):
+        optimizer = torch.optim.SGD(ddp_module.parameters(), lr=STEP_LR)
+        loss = forward(x).square().mean()
+        loss.backward()
+        named = list(ddp_module.module.named_parameters())
+        grads = {n: p.grad.detach().cpu().clone() for n, p in named}
+        optimizer.step()
+        params = {n: p.detach().cpu().clone() for n, p in named}
+        return loss.item(), grads, params
+
+    device_ids = [rank] if job.device == "cuda" else None
+    eager = DDP(copy.deepcopy(model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+    eager_loss, eager_grads, eager_params = step(eager, eager)
+
+    handed, reasons = [], []
+
+    def recording_backend(gm, example_inputs):
+        reason = getattr(gm, "compile_subgraph_reason", None)
+        reasons.append(str(getattr(reason, "reason", reason)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch._dynamo.config.optimize_ddp = True
+    from torch._dynamo.backends import distributed as ddp_backend
+
+    original_compile_fn = ddp_backend.DDPOptimizer.compile_fn
+
+    def spying_compile_fn(self, gm, example_inputs):
+        handed.append((gm, list(example_inputs), self.bucket_bytes_cap, self.first_bucket_cap))
+        return original_compile_fn(self, gm, example_inputs)
+
+    ddp_backend.DDPOptimizer.compile_fn = spying_compile_fn
+    try:
+        compiled_ddp = DDP(copy.deepcopy(model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+        compiled = torch.compile(compiled_ddp, backend=recording_backend)
+        compiled_loss, compiled_grads, compiled_params = step(compiled, compiled_ddp)
+    finally:
+        ddp_backend.DDPOptimizer.compile_fn = original_compile_fn
+
+    return {
+        "ddp_bucket_bytes_cap": compiled_ddp.bucket_bytes_cap,
+        "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "graphs_handed": len(handed),
+        "compiled_subgraphs": len(reasons),
+        "reasons": reasons,
+        "plans": {spec: _plans(spec, handed) for spec in job.impl_specs},
+        "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
+        "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
+    }
+
+
+def _plans(spec: str, handed) -> dict:
+    """Bucket counts of ``spec``'s plans for the graphs DDPOptimizer received,
+    with DDPOptimizer's own caps (``bucket_bytes_cap`` from DDP)."""
+    try:
+        from .impls import load_implementation
+
+        splitting = load_implementation(spec).splitting
+        if splitting is None:
+            return {"error": None, "not_provided": True, "buckets": []}
+        counts = []
+        for gm, example_inputs, cap, first_cap in handed:
+            result = splitting.split(
+                gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first_cap,
+                backend=lambda sub_gm, _inputs: sub_gm.forward,
+            )
+            counts.append(len(result.buckets))
+        return {"error": None, "not_provided": False, "buckets": counts}
+    except BaseException:  # noqa: BLE001 - the checker turns it into a violation
+        return {"error": traceback.format_exc(limit=6), "not_provided": False, "buckets": []}

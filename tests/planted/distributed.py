@@ -1,0 +1,58 @@
+"""Planted SPL-16 bugs: splitters whose plan disagrees with the number of
+subgraphs a real compiled DDP run produces.
+
+They wrap torch's own DDPOptimizer (so everything but the planted change is
+right) and report one bucket too many or too few.
+"""
+
+from pytest_fsdpcheck.contract import BucketInfo, Implementation, SplitResult
+
+
+class _DDPOptimizerSplitting:
+    graph_form = "dynamo"
+
+    def plan(self, gm, example_inputs, bucket_bytes_cap, first_bucket_cap, backend):
+        from torch._dynamo.backends.distributed import DDPOptimizer
+
+        optimizer = DDPOptimizer(bucket_bytes_cap, backend, first_bucket_cap)
+        compiled = optimizer.compile_fn(gm, example_inputs)
+        # DDPOptimizer collects each bucket's nodes walking backwards.
+        buckets = [BucketInfo(nodes=[n.name for n in reversed(b.nodes)], size=b.size) for b in optimizer.buckets]
+        return buckets, compiled
+
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        buckets, compiled = self.plan(gm, example_inputs, bucket_bytes_cap, first_bucket_cap, backend)
+        return SplitResult(self.mutate(buckets), compiled)
+
+    def mutate(self, buckets):
+        return buckets
+
+
+class _ExtraBucketSplitting(_DDPOptimizerSplitting):
+    def mutate(self, buckets):
+        return [BucketInfo(nodes=[], size=0), *buckets]
+
+
+class _MissingBucketSplitting(_DDPOptimizerSplitting):
+    def mutate(self, buckets):
+        if len(buckets) < 2:
+            return buckets
+        merged = BucketInfo(nodes=buckets[0].nodes + buckets[1].nodes, size=buckets[0].size + buckets[1].size)
+        return [merged, *buckets[2:]]
+
+
+class Unchanged(Implementation):
+    """Control: the wrapper with nothing planted must pass SPL-16."""
+
+    name = "planted-unchanged"
+    splitting = _DDPOptimizerSplitting()
+
+
+class ExtraBucket(Implementation):
+    name = "planted-extra-bucket"
+    splitting = _ExtraBucketSplitting()
+
+
+class MissingBucket(Implementation):
+    name = "planted-missing-bucket"
+    splitting = _MissingBucketSplitting()

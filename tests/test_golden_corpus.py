@@ -1,0 +1,59 @@
+"""The golden corpus can fail, and says how: a changed behaviour shows up as a
+readable unified diff against fixtures/golden, charged to the right ID."""
+
+from pytest_fsdpcheck import golden
+from pytest_fsdpcheck.checks.golden import check_golden
+from pytest_fsdpcheck.generators.corpus import CORPUS
+
+
+def test_changed_exec_order_shows_unified_diff(run_suite):
+    impl = "tests.planted.golden:ReversedParamOrder"
+    result, report = run_suite(impl, k="test_golden_exec_order and mlp_chain")
+    assert report["matrix"][impl]["EXO-3"]["outcome"] == "fail"
+    assert report["matrix"][impl]["EXO-2"]["outcome"] == "pass"
+    result.stdout.fnmatch_lines([
+        "*EXO-3: expected the golden [[]exec order] of fixtures/golden/mlp_chain.txt*",
+        "*--- fixtures/golden/mlp_chain.txt (expected)",
+        "*+++ fixtures/golden/mlp_chain.txt (got)",
+        "*-params: layers.0.weight layers.0.bias *",
+        "*+params: head.bias head.weight *",
+    ])
+
+
+def test_checker_charges_bucket_differences_to_their_invariant():
+    expected = ["caps: x", "bucket 0: 10 bytes: a b", "bucket 1: 4 bytes: c"]
+    cases = {
+        "SPL-4": ["caps: x", "bucket 0: 14 bytes: a b c", "bucket 1: 4 bytes: c"],
+        "SPL-3": ["caps: x", "bucket 0: 10 bytes: a b", "bucket 1: 9 bytes: c d"],
+        "SPL-5": ["caps: x", "bucket 0: 6 bytes: a", "bucket 1: 8 bytes: b c"],
+        "SPL-7": ["caps: x", "bucket 0: 10 bytes: a b | extended by 1 ops, +0 bytes", "bucket 1: 4 bytes: c"],
+    }
+    for invariant, got in cases.items():
+        violations = check_golden("buckets", expected, got, "m.txt")
+        assert [v.invariant for v in violations] == [invariant], (invariant, violations)
+        assert "--- m.txt (expected)" in violations[0].message
+
+
+def test_checker_names_each_differing_line_kind():
+    expected = ["states: s0@<root> s1@a", "handles: h0 h1", "root states: s0"]
+    got = ["states: s0@<root> s1@a", "handles: h1 h0", "root states: s0 s1"]
+    assert [v.invariant for v in check_golden("traversal", expected, got, "m.txt")] == ["TRV-6", "TRV-7"]
+    assert check_golden("traversal", expected, list(expected), "m.txt") == []
+    (missing,) = check_golden("exec order", None, got, "m.txt")
+    assert "EXPECTTEST_ACCEPT=1" in missing.message
+
+
+def test_accept_rewrites_only_its_section(tmp_path):
+    path = tmp_path / "m.txt"
+    header = golden.HEADER.format(name="m", description="d")
+    golden.write_section(path, header, "traversal", ["states: old"], ["buckets", "traversal"])
+    golden.write_section(path, header, "buckets", ["bucket 0: 1 bytes: a"], ["buckets", "traversal"])
+    golden.write_section(path, header, "traversal", ["states: new"], ["buckets", "traversal"])
+    assert golden.read_sections(path) == {"buckets": ["bucket 0: 1 bytes: a"], "traversal": ["states: new"]}
+    assert path.read_text().startswith("# pytest-fsdpcheck golden output")
+
+
+def test_every_corpus_model_has_a_golden_file_with_all_sections():
+    for name in CORPUS:
+        sections = golden.read_sections(golden.golden_dir() / f"{name}.txt")
+        assert set(sections) == {"buckets", "traversal", "exec order"}, name
