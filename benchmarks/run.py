@@ -210,7 +210,7 @@ SECTIONS = {"idle": None, "suite": None, "throughput": bench_throughput, "scalin
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", choices=list(SECTIONS), help="sections to run (default: all)")
-    parser.add_argument("--repeat", type=int, default=7, help="runs per side for the idle ratio")
+    parser.add_argument("--repeat", type=int, default=15, help="runs per side for the idle ratio (a 2%% difference needs many)")
     parser.add_argument("--suite-repeat", type=int, default=3, help="suite runs per side (serial, -n 2)")
     args = parser.parse_args()
     import torch
