@@ -81,7 +81,9 @@ def throughput(impl_name, exec_order, n_examples):
     )
 
 
-def chains(impls):
+def chain_times(impls, sizes=(2000, 10_000)):
+    """``{n: {name: (best wall s, best CPU s)}}`` for tracing a chain of ``n``
+    modules with plain fx and with each recorder patched in."""
     from torch import fx
 
     from pytest_fsdpcheck.generators.models import chain_model
@@ -93,16 +95,46 @@ def chains(impls):
         with exec_order.patch_tracer(tracer, model):
             return tracer.trace(model)
 
-    for n in (2000, 10_000):
+    out = {}
+    for n in sizes:
         model = chain_model(n)
-        times = {
-            name: best_of(lambda e=e, m=model: trace(e, m))
-            for name, e in [("fx only", None), *impls]
-        }
+        out[n] = {name: best_of(lambda e=e, m=model: trace(e, m)) for name, e in [("fx only", None), *impls]}
+    return out
+
+
+def chains(impls):
+    for n, times in chain_times(impls).items():
         cells = ", ".join(
             f"{name} {w * 1000:.0f} ms ({c * 1000:.0f} ms CPU)" for name, (w, c) in times.items()
         )
         print(f"chain of {n:>6} modules (+root): {cells}")
+
+
+def scaling_rows():
+    """Rows for ``benchmarks/run.py``: tracing 2,000- and 10,000-module
+    chains, each recorder against plain fx, and growth with size."""
+    from pytest_fsdpcheck.impls.torch_exec_order import TorchExecOrder
+    from pytest_fsdpcheck.reference.exec_order import ReferenceExecOrder
+
+    times = chain_times([("reference", ReferenceExecOrder()), ("torch", TorchExecOrder())])
+    (small, t_small), (large, t_large) = sorted(times.items())
+    rows = []
+    for name in t_large:
+        rows.append(
+            (
+                f"scaling: exec order, chain of {large:,} modules [{name}] (s)",
+                f"{t_large[name][0]:.3f} (x{t_large[name][0] / t_small[name][0]:.2f} for x{large / small:.0f} modules; "
+                f"{small:,}: {t_small[name][0]:.3f})",
+            )
+        )
+    rows.append(
+        (
+            f"scaling: exec order, chain of {large:,}, torch / reference",
+            f"{t_large['torch'][0] / t_large['reference'][0]:.2f} (overhead over fx alone: reference "
+            f"x{t_large['reference'][0] / t_large['fx only'][0]:.2f}, torch x{t_large['torch'][0] / t_large['fx only'][0]:.2f})",
+        )
+    )
+    return rows
 
 
 def main():

@@ -108,6 +108,9 @@ def _rank_main(rank: int, job: RankJob) -> None:
 
     result: dict = {"rank": rank, "error": None}
     initialized = False
+    # Tiny tensors, and as many ranks as cores: intra-op threads would only
+    # fight the other rank (and the xdist workers) for the CPU.
+    torch.set_num_threads(1)
     try:
         if job.device == "cpu":
             # The loopback interface always exists; gloo's default choice

@@ -138,6 +138,8 @@ def global_state() -> dict:
         },
         "grad_enabled": torch.is_grad_enabled(),
         "default_dtype": torch.get_default_dtype(),
+        # the plugin pins this to 1 for the session; an implementation changing it is a leak
+        "num_threads": torch.get_num_threads(),
     }
     modules = torch.nn.modules.module
     for hooks in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_module_registration_hooks", "_global_parameter_registration_hooks"):
@@ -210,6 +212,8 @@ def restore(before: dict) -> None:
         logging.getLogger(name).setLevel(level)
     torch.set_grad_enabled(before["grad_enabled"])
     torch.set_default_dtype(before["default_dtype"])
+    if "num_threads" in before:
+        torch.set_num_threads(before["num_threads"])
     modules = torch.nn.modules.module
     for key, value in before.items():
         if key.startswith("nn._global"):

@@ -7,6 +7,7 @@ here returns at once: no torch import, no file written, nothing collected.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import random
 import sys
@@ -128,11 +129,34 @@ def pytest_configure(config):
     if not _enabled(config):
         return
     config.stash[SESSION_KEY] = _build_session(config)
+    _single_thread(config)
     from . import profiles
 
     profiles.activate(config.stash[SESSION_KEY].profile)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
+
+
+_THREADS_KEY = pytest.StashKey[int]()
+
+
+def _single_thread(config) -> None:
+    # Every tensor the suite makes has a few dozen elements: intra-op threads
+    # only add hand-offs, and on a loaded 2-core CI runner (or under -n 2)
+    # they made the numeric checks 6x slower. Set before the first test's
+    # global-state snapshot and restored at unconfigure, so no test sees a change.
+    import torch
+
+    config.stash[_THREADS_KEY] = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    threads = config.stash.get(_THREADS_KEY, None)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def _build_session(config) -> Session:
@@ -347,9 +371,19 @@ def pytest_runtest_call(item):
     impl = item.callspec.params["fsdpcheck_impl"]
     impl.start_test()
     profiles.reset_digest()
+    # The cyclic collector rescans torch's and Dynamo's ~1M long-lived
+    # objects again and again while a test allocates: a quarter of the
+    # suite's time went there, half of a 100,000-module tree test. One
+    # collection after the test instead; ci and dev budgets keep the
+    # garbage of one test small, fuzz runs long and keeps the collector.
+    pause_gc = state.profile != "fuzz" and gc.isenabled()
+    if pause_gc:
+        gc.disable()
     try:
         return (yield)
     finally:
+        if pause_gc:
+            gc.enable()
         item.user_properties.append((PROP_CALLS, impl.calls))
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
         found = leaks(before, global_state())

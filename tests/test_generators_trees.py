@@ -135,3 +135,20 @@ def test_diamond_chain_shape():
         for child in kids:
             paths[child] += paths[parent]
     assert paths[-1] == 2**20
+
+
+def test_large_trees_are_made_of_modules_like_constructed_ones():
+    import torch.nn as nn
+
+    tree = build_tree(wide_tree(2000))
+    fresh = nn.Module()
+    for module in (tree.modules[0], tree.modules[1], tree.modules[-1]):
+        assert type(module) is nn.Module
+        # children registered, otherwise what __init__ leaves
+        assert {k: v for k, v in vars(module).items() if k != "_modules"} == {k: v for k, v in vars(fresh).items() if k != "_modules"}
+        assert [type(v) for v in vars(module).values()] == [type(v) for v in vars(fresh).values()]
+    # no container is shared between two modules
+    a, b = vars(tree.modules[1]), vars(tree.modules[2])
+    assert not [k for k, v in a.items() if isinstance(v, (dict, set, list)) and v is b[k]]
+    tree.modules[1].register_buffer("x", None)
+    assert "x" not in tree.modules[2]._buffers

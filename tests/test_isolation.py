@@ -49,6 +49,31 @@ def test_process_group_is_reported_and_destroyed(run_suite):
     _check_leak(run_suite, "tests.planted.misbehaving:LeaksProcessGroup", "process_group (False -> True)")
 
 
+def test_thread_count_is_reported_and_undone(run_suite):
+    # The plugin pins torch to one thread for the session; only a change made
+    # by an implementation is a leak.
+    _check_leak(run_suite, "tests.planted.misbehaving:LeaksThreadCount", "num_threads (1 -> 2)")
+
+
+def test_thread_count_is_restored_after_the_session(pytester):
+    pytester.makeconftest(
+        "import torch\n"
+        "def pytest_sessionstart(session):\n"
+        "    print('THREADS-DURING', torch.get_num_threads())\n"
+    )
+    pytester.makepyfile(
+        "import subprocess, sys, torch\n"
+        "def test_outer():\n"
+        "    torch.set_num_threads(3)\n"
+        "    import pytest\n"
+        "    pytest.main(['--fsdpcheck', '--fsdpcheck-impl', 'reference', '-k', 'test_states_with_modules', '-p', 'no:xdist', '-q'])\n"
+        "    assert torch.get_num_threads() == 3\n"
+    )
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-s")
+    result.assert_outcomes(passed=1)
+    assert "THREADS-DURING 1" in result.stdout.str()
+
+
 def test_implementation_without_areas_is_a_usage_error(run_suite):
     result, report = run_suite("tests.planted.misbehaving:ProvidesNothing")
     assert result.ret == 4

@@ -121,8 +121,37 @@ def _gc_paused():
             gc.enable()
 
 
+def _module_factory(nn):
+    """A maker of plain ``nn.Module`` objects that skips ``__init__``'s ~15
+    attribute assignments through ``super().__setattr__``: it copies the
+    ``__dict__`` of a freshly constructed one, with a new empty container
+    wherever that has one. Half the cost of building a 100,000-module tree.
+    Any attribute it cannot copy that way (not an empty builtin container,
+    not an immutable atom) means a torch it does not know: construct normally."""
+    template = vars(nn.Module())
+    atoms = {k: v for k, v in template.items() if v is None or isinstance(v, (bool, int, float, str))}
+    containers = tuple((k, type(v)) for k, v in template.items() if k not in atoms and isinstance(v, (dict, set, list)) and not v)
+    if len(atoms) + len(containers) != len(template):
+        return nn.Module
+    new = object.__new__
+    module_cls = nn.Module
+    ordered = dict.fromkeys(template)  # keep __init__'s attribute order
+
+    def make():
+        module = new(module_cls)
+        attrs = module.__dict__
+        attrs.update(ordered)
+        attrs.update(atoms)
+        for key, kind in containers:
+            attrs[key] = kind()
+        return module
+
+    return make
+
+
 def _build(spec, traversal, torch, nn) -> BuiltTree:
-    modules = [nn.Module() for _ in range(spec.size)]
+    make = _module_factory(nn) if spec.size > 1000 else nn.Module
+    modules = [make() for _ in range(spec.size)]
     for parent, kids in enumerate(spec.children):
         registry = modules[parent]._modules
         for k, child in enumerate(kids):
@@ -194,6 +223,19 @@ def diamond_chain(diamonds: int) -> TreeSpec:
 # --- strategies ----------------------------------------------------------------
 
 
+def _byte_table(draw, size: int) -> bytes:
+    # One hypothesis choice per table instead of one per module: a draw costs
+    # ~30 us of engine bookkeeping, and a 24-module tree made ~100 of them
+    # (4 ms of the 6 ms an example took). Bytes still shrink one by one
+    # towards 0, and every table below maps 0 to "nothing attached".
+    return draw(st.binary(min_size=size, max_size=size)) if size else b""
+
+
+def _byte_list(draw, max_size: int) -> bytes:
+    # Variable length: the shrinker deletes entries.
+    return draw(st.binary(max_size=max_size)) if max_size else b""
+
+
 @st.composite
 def module_trees(
     draw,
@@ -209,38 +251,53 @@ def module_trees(
     """Random module DAGs. Shrinks towards a star with nothing attached."""
     n = draw(st.integers(min_modules, max_modules))
     kids: list[list[int]] = [[] for _ in range(n)]
-    for i in range(1, n):
-        kids[draw(st.integers(0, i - 1))].append(i)
+    for i, byte in enumerate(_byte_table(draw, n - 1), start=1):
+        kids[byte % i].append(i)  # parent: any earlier module; 0 (the root) when shrunk
     if shared and n > 2:
-        extra = draw(st.lists(st.tuples(st.integers(0, n - 2), st.integers(1, n - 1)), max_size=n // 2))
-        for a, b in extra:
-            if a < b:  # b may already be a child of a: then it gets a second name
-                kids[a].append(b)
-    children = tuple(tuple(draw(st.permutations(k))) if len(k) > 1 else tuple(k) for k in kids)
+        extra = _byte_list(draw, 2 * (n // 2))
+        for a, b in zip(extra[0::2], extra[1::2], strict=False):
+            child = 1 + b % (n - 1)
+            # any earlier module; the child may already be its child: then it gets a second name
+            kids[a % child].append(child)
+    # A sort key per registration; stable, so all-zero keys keep the drawn order.
+    keys = iter(_byte_table(draw, sum(len(k) for k in kids if len(k) > 1)))
+    children = tuple(
+        tuple(c for _, _, c in sorted((next(keys), pos, c) for pos, c in enumerate(k))) if len(k) > 1 else tuple(k)
+        for k in kids
+    )
 
     state_ids: tuple[int | None, ...] = ()
     roots = handled = frozenset()
     if states:
         n_states = max(1, n // 2)
-        state_ids = tuple(
-            draw(st.lists(st.one_of(st.none(), st.integers(0, n_states - 1)), min_size=n, max_size=n))
-        )
+        # even byte: no state (half the modules, as before); odd: a state id
+        state_ids = tuple(None if b % 2 == 0 else (b >> 1) % n_states for b in _byte_table(draw, n))
         used = sorted({s for s in state_ids if s is not None})
         if used:
-            roots = frozenset(draw(st.sets(st.sampled_from(used))))
-            handled = frozenset(draw(st.sets(st.sampled_from(used))))
-    node = st.integers(0, n - 1)
-    marked = frozenset(draw(st.sets(node, max_size=3))) if replicate else frozenset()
-    ignored_set = frozenset(draw(st.sets(node, max_size=4))) if ignored else frozenset()
+            flags = _byte_table(draw, len(used))
+            roots = frozenset(s for s, f in zip(used, flags, strict=True) if f & 1)
+            handled = frozenset(s for s, f in zip(used, flags, strict=True) if f & 2)
+
+    def node_set(max_size):
+        # odd bytes mark a module: about half the entries are blank, so most
+        # trees carry few marks (a marked root would prune the whole traversal)
+        return frozenset((b >> 1) % n for b in _byte_list(draw, max_size) if b & 1)
+
+    marked = node_set(3) if replicate else frozenset()
+    ignored_set = node_set(4) if ignored else frozenset()
     own_params: tuple[int, ...] = ()
     frozen = frozenset()
     tied: tuple[tuple[int, int], ...] = ()
     if params:
-        own_params = tuple(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)))
-        frozen = frozenset(draw(st.sets(node, max_size=3)))
+        own_params = tuple(b % 3 for b in _byte_table(draw, n))
+        frozen = node_set(3)
         if n > 1:
-            pairs = draw(st.lists(st.tuples(node, node), max_size=2))
-            tied = tuple((a, b) for a, b in pairs if a != b and own_params[a])
+            pairs = _byte_list(draw, 4)
+            ties: dict[int, int] = {}  # b -> a: one ``tied`` name per module
+            for a, b in zip(pairs[0::2], pairs[1::2], strict=False):
+                if a % n != b % n and own_params[a % n]:
+                    ties.setdefault(b % n, a % n)
+            tied = tuple((a, b) for b, a in ties.items())
     return TreeSpec(
         children, state_ids, roots, handled, marked, ignored_set, own_params, frozen, tied
     )

@@ -67,3 +67,15 @@ class LeaksProcessGroup(Implementation):
 
 class ProvidesNothing:
     """No area at all: the run must fail, never pass empty."""
+
+
+class _ThreadingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import torch
+
+        torch.set_num_threads(2)
+        return super().states_with_modules(root)
+
+
+class LeaksThreadCount(Implementation):
+    traversal = _ThreadingTraversal()
