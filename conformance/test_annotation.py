@@ -9,6 +9,7 @@ from pytest_fsdpcheck.checks.annotation import (
     check_annotated,
     check_dynamo_effect,
     check_idempotent,
+    check_shared_annotated,
     snapshot,
 )
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
@@ -20,7 +21,8 @@ trees = module_trees(states=False, replicate=False)
 
 IMPORTS = [
     "from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree",
-    "from pytest_fsdpcheck.checks.annotation import snapshot, check_annotated, check_idempotent, diff_against_reference",
+    "from pytest_fsdpcheck.checks.annotation import snapshot, check_annotated, check_idempotent, check_shared_annotated",
+    "from pytest_fsdpcheck.checks.annotation import diff_against_reference",
     "from pytest_fsdpcheck.impls.reference import ReferenceImplementation",
 ]
 
@@ -40,6 +42,10 @@ def reproducer(impl, spec, flag, kind):
             "twice = snapshot(tree)",
             f"impl.annotation.annotate(tree.root, ignored, {not flag})",
             f"violations = check_idempotent(tree, once, twice, snapshot(tree), {flag})",
+        ],
+        "shared": [
+            f"impl.annotation.annotate(tree.root, ignored, {flag})",
+            f"violations = check_shared_annotated(tree, {flag})",
         ],
         "reference": [
             f"ref = build_tree({spec.to_source()})",
@@ -64,6 +70,24 @@ def test_annotate(fsdpcheck_impl, spec, flag):
     annotate(fsdpcheck_impl, tree, flag)
     violations = check_annotated(tree, before, flag)
     assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "once"))
+
+
+def _has_shared(spec):
+    parents = {}
+    for kids in spec.children:
+        for child in set(kids):
+            parents[child] = parents.get(child, 0) + 1
+    return any(count > 1 for count in parents.values())
+
+
+@pytest.mark.invariant("ANN-6")
+@examples(80)
+@given(spec=module_trees(states=False, replicate=False, min_modules=3).filter(_has_shared), flag=st.booleans())
+def test_shared_submodules(fsdpcheck_impl, spec, flag):
+    """Every example has a module under several parents, some of them ignored."""
+    tree = build_tree(spec)
+    annotate(fsdpcheck_impl, tree, flag)
+    assert_conforms(check_shared_annotated(tree, flag), reproducer(fsdpcheck_impl, spec, flag, "shared"))
 
 
 @pytest.mark.invariant("ANN-5")

@@ -53,7 +53,7 @@ def check_annotated(tree, before, use_orig_params: bool) -> list[Violation]:
     reachable = {index[id(m)] for m in dfs_preorder(tree.root)}
     ignored = tree.spec.ignored
     below = _under_ignored(tree)
-    shared = {i for i, ps in _parents(tree).items() if len(ps) > 1}
+    shared = shared_modules(tree)
     wrong: dict[str, list[str]] = {"ANN-1": [], "ANN-3": [], "ANN-6": []}
     for i, module in enumerate(tree.modules):
         if i not in reachable or i in ignored:
@@ -92,6 +92,25 @@ def check_annotated(tree, before, use_orig_params: bool) -> list[Violation]:
             Violation("ANN-4", f"expected nothing but the two annotations to change; changed {short(changed_other, 6)}")
         )
     return out
+
+
+def shared_modules(tree) -> set[int]:
+    """Indices of reachable modules registered under more than one parent."""
+    return {i for i, ps in _parents(tree).items() if len(ps) > 1}
+
+
+def check_shared_annotated(tree, use_orig_params: bool) -> list[Violation]:
+    """ANN-6 alone: every shared, non-ignored module carries both annotations,
+    whichever of its parents (ignored or not) a walk reaches it through."""
+    bad = []
+    for i in sorted(shared_modules(tree) - set(tree.spec.ignored)):
+        module = tree.modules[i]
+        got = (module.__dict__.get(MANAGED, "<unset>"), module.__dict__.get(ORIG_PARAMS, "<unset>"))
+        if got != (True, use_orig_params) or not isinstance(got[1], bool):
+            bad.append(f"m{i} ({MANAGED}={got[0]!r}, {ORIG_PARAMS}={got[1]!r})")
+    if bad:
+        return [Violation("ANN-6", f"expected shared submodules to be annotated like any other; got {short(bad, 6)}")]
+    return []
 
 
 def _diff_keys(before: dict, after: dict) -> str:

@@ -140,6 +140,6 @@ PLANTED = {
     "tests.planted.annotation:ExtraAttribute": ("ANN-4", "test_annotate"),
     "tests.planted.annotation:EvalMode": ("ANN-4", "test_annotate"),
     "tests.planted.annotation:TogglesFlag": ("ANN-5", "test_idempotent"),
-    "tests.planted.annotation:LastPathWins": ("ANN-6", "test_annotate"),
+    "tests.planted.annotation:LastPathWins": ("ANN-6", "test_shared_submodules"),
     "tests.planted.annotation:NeverOrigParams": ("ANN-7", "test_dynamo_effect"),
 }
