@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.checks.growth import best_time
 from pytest_fsdpcheck.generators.graphs import build_graph, graph_specs, large_spec
 
 
@@ -42,21 +43,6 @@ def one_example(impl, spec, cap):
     chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
     chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "split", "SPL-11")
     return len(result.buckets)
-
-
-def _best(fn, repeat=3):
-    import gc
-
-    best = float("inf")
-    for _ in range(repeat):
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-        finally:
-            gc.enable()
-    return best
 
 
 class _Planned(Exception):
@@ -97,8 +83,8 @@ def scaling_rows(sizes=(25_000, 50_000, 100_000), cap=4096, first=1024, at=50_00
     graphs = {n: build_graph(large_spec(n), "dynamo") for n in sizes}
     nodes = {n: len(g.gm.graph.nodes) for n, g in graphs.items()}
     plan_times = {
-        "reference": {n: _best(lambda g=g: plan(g.gm, cap, first)) for n, g in graphs.items()},
-        "torch": {n: _best(lambda g=g: torch_plan(g.gm, g.example_inputs, cap, first)) for n, g in graphs.items()},
+        "reference": {n: best_time(lambda g=g: plan(g.gm, cap, first)) for n, g in graphs.items()},
+        "torch": {n: best_time(lambda g=g: torch_plan(g.gm, g.example_inputs, cap, first)) for n, g in graphs.items()},
     }
     buckets = {n: len(plan(g.gm, cap, first)) for n, g in graphs.items()}
     for g in graphs.values():
@@ -127,7 +113,7 @@ def scaling_rows(sizes=(25_000, 50_000, 100_000), cap=4096, first=1024, at=50_00
         def full(impl=impl):
             impl.split(g.gm, g.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first, backend=lambda gm, ex: gm)
 
-        rows.append((f"scaling: plan + split + compile {nodes[at]:,} nodes [{name}] (s)", f"{_best(full, 1):.2f}"))
+        rows.append((f"scaling: plan + split + compile {nodes[at]:,} nodes [{name}] (s)", f"{best_time(full, 1):.2f}"))
     return rows
 
 

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_fsdpcheck.checks.growth import best_time
+
 PY = sys.executable
 
 
@@ -139,22 +141,6 @@ def bench_throughput() -> list[tuple[str, str]]:
     return rows
 
 
-def _best(fn, repeat=3) -> float:
-    # collector off, as the plugin has it during a test
-    import gc
-
-    best = float("inf")
-    for _ in range(repeat):
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-        finally:
-            gc.enable()
-    return best
-
-
 def bench_scaling() -> list[tuple[str, str]]:
     import torch
 
@@ -171,7 +157,7 @@ def bench_scaling() -> list[tuple[str, str]]:
             for n in sizes:
                 tree = build_tree(make(n), impl.traversal)
                 try:
-                    times[(name, n)] = _best(lambda t=tree, i=impl: i.traversal.states_with_modules(t.root))
+                    times[(name, n)] = best_time(lambda t=tree, i=impl: i.traversal.states_with_modules(t.root))
                 except RecursionError:
                     times[(name, n)] = None
                 del tree
