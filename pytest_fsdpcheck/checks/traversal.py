@@ -146,7 +146,8 @@ def check_root_states(tree, root_states, expected=None) -> list[Violation]:
         return [
             Violation(
                 "TRV-7",
-                f"expected root states {short(tree.labels(want))}, got {short(tree.labels(root_states))}",
+                f"expected root states {short(tree.labels(want))} (the traversal's states with _is_root, "
+                f"in its order), got {short(tree.labels(root_states))}",
             )
         ]
     return []
