@@ -155,12 +155,7 @@ def test_split_plan(fsdpcheck_impl, spec, caps):
 def test_sizes_with_method_arguments(fsdpcheck_impl, spec, caps):
     """Parameters passed to ``call_method`` nodes (``h.mul(p)``) count too."""
     cap, first = caps
-    built = build_graph(spec, form(fsdpcheck_impl))
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    result, _ = split(fsdpcheck_impl, built, cap, first)
-    violations = chk.check_partition(facts, result.buckets) or chk.check_sizes(facts, result.buckets)
-    check = "chk.check_partition(facts, result.buckets) or chk.check_sizes(facts, result.buckets)"
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+    _check_sizing(fsdpcheck_impl, spec, cap, first, "check_sizes")
 
 
 # --------------------------------------------------------------------------- SPL-4
@@ -173,26 +168,28 @@ COUNT_ONCE_CASES = {
 }
 
 
-def _check_counted_once(impl, spec, cap, first):
+def _check_sizing(impl, spec, cap, first, rule):
+    """A sizing rule (``chk.<rule>``) over a valid partition, with a
+    reproducer that runs exactly the same expression."""
     built = build_graph(spec, form(impl))
     facts = chk.graph_facts(built.gm, built.example_inputs)
     result, _ = split(impl, built, cap, first)
-    violations = chk.check_partition(facts, result.buckets) or chk.check_counted_once(facts, result.buckets)
-    check = "chk.check_partition(facts, result.buckets) or chk.check_counted_once(facts, result.buckets)"
+    violations = chk.check_partition(facts, result.buckets) or getattr(chk, rule)(facts, result.buckets)
+    check = f"chk.check_partition(facts, result.buckets) or chk.{rule}(facts, result.buckets)"
     assert_conforms(violations, reproducer(impl, spec, cap, first, check))
 
 
 @pytest.mark.invariant("SPL-4")
 @pytest.mark.parametrize("case", sorted(COUNT_ONCE_CASES))
 def test_counted_once_cases(fsdpcheck_impl, case):
-    _check_counted_once(fsdpcheck_impl, COUNT_ONCE_CASES[case], 10**6, 10**6)
+    _check_sizing(fsdpcheck_impl, COUNT_ONCE_CASES[case], 10**6, 10**6, "check_counted_once")
 
 
 @pytest.mark.invariant("SPL-4")
 @examples_no_shrink_in_ci(15)
 @given(spec=full, caps=caps())
 def test_counted_once(fsdpcheck_impl, spec, caps):
-    _check_counted_once(fsdpcheck_impl, spec, *caps)
+    _check_sizing(fsdpcheck_impl, spec, *caps, "check_counted_once")
 
 
 # --------------------------------------------------------------------------- SPL-9..12
