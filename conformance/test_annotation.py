@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_fsdpcheck.checks import assert_conforms
+from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.annotation import (
     check_annotated,
     check_dynamo_effect,
@@ -65,11 +65,13 @@ def annotate(impl, tree, flag):
 @examples(150)
 @given(spec=trees, flag=st.booleans())
 def test_annotate(fsdpcheck_impl, spec, flag):
-    tree = build_tree(spec)
-    before = snapshot(tree)
-    annotate(fsdpcheck_impl, tree, flag)
-    violations = check_annotated(tree, before, flag)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "once"))
+    def body(impl):
+        tree = build_tree(spec)
+        before = snapshot(tree)
+        annotate(impl, tree, flag)
+        return check_annotated(tree, before, flag)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "once"))
 
 
 def _has_shared(spec):
@@ -85,23 +87,28 @@ def _has_shared(spec):
 @given(spec=module_trees(states=False, replicate=False, min_modules=3).filter(_has_shared), flag=st.booleans())
 def test_shared_submodules(fsdpcheck_impl, spec, flag):
     """Every example has a module under several parents, some of them ignored."""
-    tree = build_tree(spec)
-    annotate(fsdpcheck_impl, tree, flag)
-    assert_conforms(check_shared_annotated(tree, flag), reproducer(fsdpcheck_impl, spec, flag, "shared"))
+    def body(impl):
+        tree = build_tree(spec)
+        annotate(impl, tree, flag)
+        return check_shared_annotated(tree, flag)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "shared"))
 
 
 @pytest.mark.invariant("ANN-5")
 @examples(100)
 @given(spec=trees, flag=st.booleans())
 def test_idempotent(fsdpcheck_impl, spec, flag):
-    tree = build_tree(spec)
-    annotate(fsdpcheck_impl, tree, flag)
-    once = snapshot(tree)
-    annotate(fsdpcheck_impl, tree, flag)
-    twice = snapshot(tree)
-    annotate(fsdpcheck_impl, tree, not flag)
-    violations = check_idempotent(tree, once, twice, snapshot(tree), flag)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, flag, "twice"))
+    def body(impl):
+        tree = build_tree(spec)
+        annotate(impl, tree, flag)
+        once = snapshot(tree)
+        annotate(impl, tree, flag)
+        twice = snapshot(tree)
+        annotate(impl, tree, not flag)
+        return check_idempotent(tree, once, twice, snapshot(tree), flag)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "twice"))
 
 
 @pytest.mark.invariant("ANN-1", "ANN-2", "ANN-3")
@@ -111,13 +118,18 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
     from pytest_fsdpcheck.checks.annotation import diff_against_reference
     from pytest_fsdpcheck.impls.reference import ReferenceImplementation
 
-    ref, got = build_tree(spec), build_tree(spec)
+    ref = build_tree(spec)
     annotate(ReferenceImplementation(), ref, flag)
-    annotate(fsdpcheck_impl, got, flag)
-    assert_conforms(diff_against_reference(ref, got), reproducer(fsdpcheck_impl, spec, flag, "reference"))
+
+    def body(impl):
+        got = build_tree(spec)
+        annotate(impl, got, flag)
+        return diff_against_reference(ref, got)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "reference"))
 
 
 @pytest.mark.invariant("ANN-7")
 @pytest.mark.parametrize("model", ["mlp", "nested", "shared"])
 def test_dynamo_effect(fsdpcheck_impl, model):
-    assert_conforms(check_dynamo_effect(fsdpcheck_impl.annotation, model))
+    conform(fsdpcheck_impl, lambda impl: check_dynamo_effect(impl.annotation, model))

@@ -9,7 +9,7 @@ part) start once, not once per implementation.
 
 import pytest
 
-from pytest_fsdpcheck.checks import assert_conforms
+from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from pytest_fsdpcheck.plugin import get_session
 from pytest_fsdpcheck.repro import snippet
@@ -44,9 +44,10 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, w
         pytest.skip("this torch build has no torch.distributed")
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device)
-    violations = check_ddp_end_to_end(results, spec)
-    assert_conforms(
-        violations,
+    # The ranks ran in other processes: the outcome is judged as it is, not replayed.
+    conform(
+        fsdpcheck_impl,
+        check_ddp_end_to_end(results, spec),
         snippet(
             fsdpcheck_impl,
             [

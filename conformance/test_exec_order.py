@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.exec_order import (
     as_exo7,
     check_module_order,
@@ -32,6 +32,7 @@ from pytest_fsdpcheck.generators.models import (
     wide_leaf_model,
     with_failure,
 )
+from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet
 
@@ -92,10 +93,11 @@ def _all_checks(built, info, graph, plain, observed):
 @examples(150)
 @given(spec=model_specs())
 def test_exec_order(fsdpcheck_impl, spec):
-    built, info, graph, plain, observed, _ = _record(fsdpcheck_impl.exec_order, spec)
-    assert_conforms(
-        _all_checks(built, info, graph, plain, observed), reproducer(fsdpcheck_impl, spec)
-    )
+    def body(impl):
+        built, info, graph, plain, observed, _ = _record(impl.exec_order, spec)
+        return _all_checks(built, info, graph, plain, observed)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
 @pytest.mark.invariant("EXO-7")
@@ -103,21 +105,23 @@ def test_exec_order(fsdpcheck_impl, spec):
 @given(spec=exotic_tracer_specs())
 def test_tracer_subclasses_and_concrete_args(fsdpcheck_impl, spec):
     config = f"tracer {spec.tracer!r}, leaf blocks {sorted(spec.leaf_blocks)}, concrete_args {spec.concrete_args()}"
-    try:
-        built, info, graph, plain, observed, counts = _record(fsdpcheck_impl.exec_order, spec)
-    except Exception as exc:  # noqa: BLE001 - any failure to trace is the finding
-        violations = [
-            Violation(
-                "EXO-7",
-                f"expected tracing with {config} to succeed, got {type(exc).__name__}: {exc}",
-            )
-        ]
-    else:
-        violations = as_exo7(
+
+    def body(impl):
+        try:
+            built, info, graph, plain, observed, counts = _record(impl.exec_order, spec)
+        except Exception as exc:  # noqa: BLE001 - any failure to trace is the finding
+            return [
+                Violation(
+                    "EXO-7",
+                    f"expected tracing with {config} to succeed, got {type(exc).__name__}: {exc}",
+                )
+            ]
+        return as_exo7(
             _all_checks(built, info, graph, plain, observed) + check_subclass_overrides(*counts),
             config,
         )
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
 # Parameters handed to an op by keyword or inside a list: a fixed corpus
@@ -160,9 +164,12 @@ def test_param_uses_by_keyword_and_in_lists(fsdpcheck_impl, case):
     """A parameter handed to an op by keyword (``F.linear(x, weight=w)``) or
     inside a list (``torch.stack([..., w])``) is used all the same."""
     spec = NESTED_USES[case]
-    built, info, graph, plain, observed, _ = _record(fsdpcheck_impl.exec_order, spec)
-    violations = check_param_order(built, info, observed) + check_usage_infos(built, info, observed)
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+
+    def body(impl):
+        built, info, graph, plain, observed, _ = _record(impl.exec_order, spec)
+        return check_param_order(built, info, observed) + check_usage_infos(built, info, observed)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
 def _restore_case(exec_order, spec, block):
@@ -195,18 +202,22 @@ def _blocks(spec):
 @given(spec=model_specs(tracers=("default", "wrapping")), data=st.data())
 def test_tracer_restored(fsdpcheck_impl, spec, data):
     block = data.draw(st.sampled_from(_blocks(spec)), label="failing block")
-    results, raised = _restore_case(fsdpcheck_impl.exec_order, spec, block)
-    violations = []
-    for when, before, tracer in results:
-        violations += check_tracer_restored(before, tracer, when)
-    if raised is None:
-        violations.append(
-            Violation(
-                "EXO-1",
-                "expected the forward's PlannedTraceError to propagate out of the context, got no exception",
+
+    def body(impl):
+        results, raised = _restore_case(impl.exec_order, spec, block)
+        violations = []
+        for when, before, tracer in results:
+            violations += check_tracer_restored(before, tracer, when)
+        if raised is None:
+            violations.append(
+                Violation(
+                    "EXO-1",
+                    "expected the forward's PlannedTraceError to propagate out of the context, got no exception",
+                )
             )
-        )
-    assert_conforms(violations)
+        return violations
+
+    conform(fsdpcheck_impl, body)
 
 
 # "Nothing is left on the tracer" does not depend on the model's shape, so a
@@ -236,21 +247,25 @@ CLEAN_CASES = {
 @pytest.mark.parametrize("case", list(CLEAN_CASES))
 def test_tracer_left_clean(fsdpcheck_impl, case, own_attribute):
     spec = CLEAN_CASES[case]
-    violations = []
-    for failing, when in ((False, "normally"), (True, "by an exception")):
-        built = build_model(with_failure(spec, 1) if failing else spec)
-        tracer = make_tracer(spec, built)
-        if own_attribute:  # a user's own per-instance wrapper must survive
-            tracer.call_module = _InstanceWrapper(tracer.call_module)
-        tracer.trace(build_model(spec).root)  # what tracing itself leaves on the tracer
-        before = tracer_snapshot(tracer)
-        try:
-            with fsdpcheck_impl.exec_order.patch_tracer(tracer, built.root):
-                tracer.trace(built.root)
-        except PlannedTraceError:
-            pass
-        violations += check_tracer_clean(before, tracer, when)
-    assert_conforms(violations)
+
+    def body(impl):
+        violations = []
+        for failing, when in ((False, "normally"), (True, "by an exception")):
+            built = build_model(with_failure(spec, 1) if failing else spec)
+            tracer = make_tracer(spec, built)
+            if own_attribute:  # a user's own per-instance wrapper must survive
+                tracer.call_module = _InstanceWrapper(tracer.call_module)
+            tracer.trace(build_model(spec).root)  # what tracing itself leaves on the tracer
+            before = tracer_snapshot(tracer)
+            try:
+                with impl.exec_order.patch_tracer(tracer, built.root):
+                    tracer.trace(built.root)
+            except PlannedTraceError:
+                pass
+            violations += check_tracer_clean(before, tracer, when)
+        return violations
+
+    conform(fsdpcheck_impl, body)
 
 
 class _InstanceWrapper:
@@ -266,18 +281,24 @@ class _InstanceWrapper:
 @given(spec=model_specs(tracers=("default", "leaf_rules", "into_nn", "wrapping"), concrete=True))
 def test_matches_reference(fsdpcheck_impl, spec):
     """Differential: the same model recorded by this implementation and the reference."""
-    from pytest_fsdpcheck.checks.exec_order import ObservedExec
     from pytest_fsdpcheck.impls.reference import ReferenceImplementation
 
     reference = ReferenceImplementation().exec_order
     built = build_model(spec)
-    infos = []
-    for exec_order in (reference, fsdpcheck_impl.exec_order):
+
+    def record(exec_order):
         tracer = make_tracer(spec, built)
         with exec_order.patch_tracer(tracer, built.root) as info:
             tracer.trace(built.root, concrete_args=spec.concrete_args())
-        infos.append(info)
-    ref, got = infos
+        return info
+
+    conform(fsdpcheck_impl, lambda impl: _diff_exec_infos(built, record(reference), record(impl.exec_order)),
+            reproducer(fsdpcheck_impl, spec))
+
+
+def _diff_exec_infos(built, ref, got):
+    from pytest_fsdpcheck.checks.exec_order import ObservedExec
+
     # The reference's recording stands in for the oracle: same checkers, so
     # a difference names the invariant it breaks.
     as_observed = ObservedExec(
@@ -300,7 +321,7 @@ def test_matches_reference(fsdpcheck_impl, spec):
                 "differs from the reference: expected the reference's visited set, got a different set of parameters",
             )
         )
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec))
+    return violations
 
 
 def _trace(exec_order, model, tracer):
@@ -353,4 +374,4 @@ def test_linear_growth(fsdpcheck_impl, shape):
     limit = 10.0
     t_large = best_time(timed[large], good_enough=limit * t_small / 2)
     violations += check_linear_growth("EXO-8", t_small, t_large, large // small, limit, shape)
-    assert_conforms(violations)
+    conform(fsdpcheck_impl, violations)

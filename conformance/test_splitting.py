@@ -2,11 +2,10 @@
 per-bucket compile, on generated FX graphs in each implementation's form."""
 
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_fsdpcheck import profiles
-from pytest_fsdpcheck.checks import Violation, assert_conforms
+from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks import splitting as chk
 from pytest_fsdpcheck.generators.graphs import (
     GraphSpec,
@@ -16,6 +15,7 @@ from pytest_fsdpcheck.generators.graphs import (
     build_graph,
     graph_specs,
 )
+from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.repro import snippet
 
@@ -29,15 +29,6 @@ full = graph_specs()
 def caps(draw):
     cap = draw(st.integers(1, 600))
     return cap, draw(st.integers(1, cap))
-
-
-def examples_no_shrink_in_ci(n):
-    # a declared divergence fails on every run; shrinking it again costs
-    # seconds of compile_fn calls in CI without telling anything new
-    budget = examples(n)
-    if profiles.active() == "ci":
-        return settings(budget, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-    return budget
 
 
 class Recorder:
@@ -95,14 +86,17 @@ def form(impl):
 @examples(8)
 @given(spec=single_use, cap=st.integers(1, 4096), excess=st.integers(1, 4096))
 def test_first_cap_above_cap_rejected(fsdpcheck_impl, spec, cap, excess):
-    built = build_graph(spec, form(fsdpcheck_impl))
-    error = None
-    try:
-        split(fsdpcheck_impl, built, cap, cap + excess)
-    except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
-        error = exc
+    def body(impl):
+        built = build_graph(spec, form(impl))
+        error = None
+        try:
+            split(impl, built, cap, cap + excess)
+        except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
+            error = exc
+        return chk.check_cap_rejected(error, cap + excess, cap)
+
     check = f"chk.check_cap_rejected(error, {cap + excess}, {cap})"
-    assert_conforms(chk.check_cap_rejected(error, cap + excess, cap), reproducer(fsdpcheck_impl, spec, cap, cap + excess, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, cap + excess, check))
 
 
 @pytest.mark.invariant("SPL-1")
@@ -112,14 +106,18 @@ def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
 
     default = dist._DEFAULT_FIRST_BUCKET_BYTES if dist.is_available() else cap
     spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("act"), OpSpec("module", 1)))
-    outcomes = []
-    for first in (None, default):
-        try:
-            outcomes.append((split(fsdpcheck_impl, build_graph(spec, form(fsdpcheck_impl)), cap, first)[0].buckets, None))
-        except Exception as exc:  # noqa: BLE001
-            outcomes.append((None, exc))
-    (plan_default, err_default), (plan_explicit, err_explicit) = outcomes
-    assert_conforms(chk.check_default_first_cap(plan_default, plan_explicit, err_default, err_explicit, default, cap))
+
+    def body(impl):
+        outcomes = []
+        for first in (None, default):
+            try:
+                outcomes.append((split(impl, build_graph(spec, form(impl)), cap, first)[0].buckets, None))
+            except Exception as exc:  # noqa: BLE001
+                outcomes.append((None, exc))
+        (plan_default, err_default), (plan_explicit, err_explicit) = outcomes
+        return chk.check_default_first_cap(plan_default, plan_explicit, err_default, err_explicit, default, cap)
+
+    conform(fsdpcheck_impl, body)
 
 
 # --------------------------------------------------------------------------- SPL-2..8, 13
@@ -139,18 +137,19 @@ PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (O
 @example(spec=PREAMBLE, caps=(16, 16))
 def test_split_plan(fsdpcheck_impl, spec, caps):
     cap, first = caps
-    built = build_graph(spec, form(fsdpcheck_impl))
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    result, _ = split(fsdpcheck_impl, built, cap, first)
-    violations = chk.check_plan(facts, result.buckets, cap, first)
-    if not violations:
-        violations = chk.check_table(result.table, result.buckets, cap)
+
+    def body(impl):
+        built = build_graph(spec, form(impl))
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        result, _ = split(impl, built, cap, first)
+        return chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
+
     check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check))
 
 
 @pytest.mark.invariant("SPL-3")
-@examples_no_shrink_in_ci(15)
+@examples(15)
 @given(spec=graph_specs(multi_use=False, method_args=True), caps=caps())
 def test_sizes_with_method_arguments(fsdpcheck_impl, spec, caps):
     """Parameters passed to ``call_method`` nodes (``h.mul(p)``) count too."""
@@ -171,12 +170,15 @@ COUNT_ONCE_CASES = {
 def _check_sizing(impl, spec, cap, first, rule):
     """A sizing rule (``chk.<rule>``) over a valid partition, with a
     reproducer that runs exactly the same expression."""
-    built = build_graph(spec, form(impl))
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    result, _ = split(impl, built, cap, first)
-    violations = chk.check_partition(facts, result.buckets) or getattr(chk, rule)(facts, result.buckets)
+
+    def body(impl):
+        built = build_graph(spec, form(impl))
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        result, _ = split(impl, built, cap, first)
+        return chk.check_partition(facts, result.buckets) or getattr(chk, rule)(facts, result.buckets)
+
     check = f"chk.check_partition(facts, result.buckets) or chk.{rule}(facts, result.buckets)"
-    assert_conforms(violations, reproducer(impl, spec, cap, first, check))
+    conform(impl, body, reproducer(impl, spec, cap, first, check))
 
 
 @pytest.mark.invariant("SPL-4")
@@ -186,7 +188,7 @@ def test_counted_once_cases(fsdpcheck_impl, case):
 
 
 @pytest.mark.invariant("SPL-4")
-@examples_no_shrink_in_ci(15)
+@examples(15)
 @given(spec=full, caps=caps())
 def test_counted_once(fsdpcheck_impl, spec, caps):
     _check_sizing(fsdpcheck_impl, spec, *caps, "check_counted_once")
@@ -209,21 +211,25 @@ def _grad_targets(built):
 @given(spec=full, caps=caps())
 def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
     cap, first = caps
-    built = build_graph(spec, form(fsdpcheck_impl), device=fsdpcheck_device)
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    meta = chk.value_meta(built.gm, built.example_inputs)
-    wrt = _grad_targets(built)
-    code_before = built.gm.code
-    expected = chk.evaluate(built.gm, built.example_inputs, wrt)
-    result, backend = split(fsdpcheck_impl, built, cap, first)
-    violations = chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
-    violations += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
-    after = chk.evaluate(built.gm, built.example_inputs, wrt)
-    violations += chk.compare(expected, after, "the original graph module after the split", "SPL-12", exact=True)
-    if built.gm.code != code_before:
-        violations.append(Violation("SPL-12", "the original graph module's code changed during the split"))
+
+    def body(impl):
+        built = build_graph(spec, form(impl), device=fsdpcheck_device)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        meta = chk.value_meta(built.gm, built.example_inputs)
+        wrt = _grad_targets(built)
+        code_before = built.gm.code
+        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        result, backend = split(impl, built, cap, first)
+        violations = chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+        violations += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
+        after = chk.evaluate(built.gm, built.example_inputs, wrt)
+        violations += chk.compare(expected, after, "the original graph module after the split", "SPL-12", exact=True)
+        if built.gm.code != code_before:
+            violations.append(Violation("SPL-12", "the original graph module's code changed during the split"))
+        return violations
+
     check = "chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, chk.value_meta(built.gm, built.example_inputs))"
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device))
 
 
 # --------------------------------------------------------------------------- SPL-14
@@ -234,21 +240,23 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
 def test_higher_order_ops(fsdpcheck_impl, spec, caps):
     cap, first = caps
-    built = build_graph(spec, form(fsdpcheck_impl))
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    wrt = _grad_targets(built)
-    expected = chk.evaluate(built.gm, built.example_inputs, wrt)
-    try:
-        result, _ = split(fsdpcheck_impl, built, cap, first)
-    except NotImplementedError as exc:
-        violations = [] if str(exc).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
-    except Exception as exc:  # noqa: BLE001 - any other failure is the violation
-        violations = [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, got {type(exc).__name__}: {exc}")]
-    else:
+
+    def body(impl):
+        built = build_graph(spec, form(impl))
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        wrt = _grad_targets(built)
+        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        try:
+            result, _ = split(impl, built, cap, first)
+        except NotImplementedError as exc:
+            return [] if str(exc).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
+        except Exception as exc:  # noqa: BLE001 - any other failure is the violation
+            return [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, got {type(exc).__name__}: {exc}")]
         found = chk.check_plan(facts, result.buckets, cap, first, ids=("SPL-2", "SPL-6"))
         found += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
-        violations = [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)"))
+        return [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)"))
 
 
 # --------------------------------------------------------------------------- SPL-15
@@ -263,16 +271,18 @@ def test_agrees_with_ddp_assignment(fsdpcheck_impl, spec, caps):
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
     cap, first = caps
-    built = build_graph(spec, form(fsdpcheck_impl))
-    facts = chk.graph_facts(built.gm, built.example_inputs)
-    result, _ = split(fsdpcheck_impl, built, cap, first)
 
     def assign(tensors, limits):
         return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
 
-    violations = chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
+    def body(impl):
+        built = build_graph(spec, form(impl))
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        result, _ = split(impl, built, cap, first)
+        return chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
+
     check = f"chk.check_ddp_assignment(facts, result.buckets, {cap}, {first}, lambda t, l: torch.distributed._compute_bucket_assignment_by_size(t, l)[0])"
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check))
 
 
 # --------------------------------------------------------------------------- differential
@@ -285,11 +295,14 @@ def test_matches_reference(fsdpcheck_impl, spec, caps):
     from pytest_fsdpcheck.reference.splitting import ReferenceSplitting
 
     cap, first = caps
-    got, _ = split(fsdpcheck_impl, build_graph(spec, form(fsdpcheck_impl)), cap, first)
     ref, _ = split(type("Ref", (), {"splitting": ReferenceSplitting()})(), build_graph(spec, form(fsdpcheck_impl)), cap, first)
-    violations = chk.diff_against_reference(got.buckets, ref.buckets)
+
+    def body(impl):
+        got, _ = split(impl, build_graph(spec, form(impl)), cap, first)
+        return chk.diff_against_reference(got.buckets, ref.buckets)
+
     check = (
         "chk.diff_against_reference(result.buckets, ReferenceSplitting().split(ref.gm, ref.example_inputs, "
         f"bucket_bytes_cap={cap}, first_bucket_cap={first}, backend=lambda gm, ex: gm).buckets)"
     )
-    assert_conforms(violations, reproducer(fsdpcheck_impl, spec, cap, first, check, reference=True))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, reference=True))

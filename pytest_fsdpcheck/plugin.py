@@ -23,6 +23,7 @@ from .report import (
     PROP_EXAMPLES,
     PROP_IMPL,
     PROP_INVARIANTS,
+    PROP_KNOWN,
     PROP_NOT_PROVIDED,
     PROP_VIOLATED,
     Matrix,
@@ -58,8 +59,8 @@ def pytest_addoption(parser):
     add("--fsdpcheck-divergences", "fsdpcheck_divergences", "declared-divergence file (TOML)",
         default=None, metavar="PATH")
     group.addoption(
-        "--fsdpcheck-no-shipped-divergences", dest="fsdpcheck_no_shipped", action="store_true", default=False,
-        help="ignore the divergence files shipped for the installed torch (see every raw finding)",
+        "--fsdpcheck-no-known-bugs", dest="fsdpcheck_no_known_bugs", action="store_true", default=False,
+        help="explain no failure by the implementations' known bugs (see every raw finding)",
     )
     add("--fsdpcheck-report", "fsdpcheck_report", "write a JSON report to PATH",
         default=None, metavar="PATH")
@@ -67,8 +68,8 @@ def pytest_addoption(parser):
         "seconds one implementation call may take before it fails as hung (0: no limit)",
         default=None, metavar="SECONDS")
     add("--fsdpcheck-strict", "fsdpcheck_strict",
-        "fail the run on stale divergence entries and unexpected passes", ini_type="bool",
-        action="store_true", default=None)
+        "fail the run on stale divergence entries, unexpected passes and known bugs not reproduced",
+        ini_type="bool", action="store_true", default=None)
 
 
 def _enabled(config) -> bool:
@@ -113,6 +114,12 @@ class Session:
     matrix: Matrix = field(default_factory=Matrix)
     matched_entries: set = field(default_factory=set)
     torch_version: str = ""
+    known_bugs: bool = True
+    #: (implementation, invariant) pairs with a test deselected (-k, node ids):
+    #: no stale, unexpected-pass or not-reproduced verdict is drawn for them
+    deselected: set = field(default_factory=set)
+    #: interrupted or stopped early (-x): nothing is judged stale or fixed
+    incomplete: bool = False
 
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -160,7 +167,7 @@ def pytest_unconfigure(config):
 
 
 def _build_session(config) -> Session:
-    from . import divergences as div
+    from .known import divergences as div
     from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
     from .isolation import Guarded
 
@@ -197,20 +204,18 @@ def _build_session(config) -> Session:
 
     import torch
 
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    from .known import judge
+
     entries, files = [], []
-    try:
-        if "torch" in impls and not config.getoption("fsdpcheck_no_shipped"):
-            shipped = div.shipped_file_for("torch", version)
-            if shipped:
-                entries += div.load(shipped, default_implementation="torch")
-                files.append(str(shipped))
-        user_file = _setting(config, "fsdpcheck_divergences")
-        if user_file:
-            entries += div.load(user_file)
-            files.append(user_file)
-    except div.DivergenceFileError as exc:
-        raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+    user_file = _setting(config, "fsdpcheck_divergences")
+    if user_file:
+        try:
+            entries = div.for_torch(div.load(user_file), torch.__version__)
+        except div.DivergenceFileError as exc:
+            raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+        files.append(user_file)
+    known_bugs = not config.getoption("fsdpcheck_no_known_bugs")
+    judge.configure(enabled=known_bugs)
 
     return Session(
         impls=impls,
@@ -222,6 +227,7 @@ def _build_session(config) -> Session:
         strict=bool(_setting(config, "fsdpcheck_strict", False)),
         report_path=_setting(config, "fsdpcheck_report"),
         torch_version=torch.__version__,
+        known_bugs=known_bugs,
     )
 
 
@@ -249,11 +255,14 @@ class XdistHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
-        # Only workers collect; they report which divergence entries matched.
+        # Only workers collect; they report which divergence entries matched
+        # and which tests -k or node ids deselected.
         session = get_session(node.config)
         if session is not None:
-            for index in getattr(node, "workeroutput", {}).get("fsdpcheck_matched", ()):
+            output = getattr(node, "workeroutput", {})
+            for index in output.get("fsdpcheck_matched", ()):
                 session.matched_entries.add(session.divergences[index])
+            session.deselected.update(tuple(pair) for pair in output.get("fsdpcheck_deselected", ()))
 
 
 def pytest_report_header(config):
@@ -270,10 +279,22 @@ def pytest_report_header(config):
         if session.seed is None
         else f"{session.seed} (replay with --fsdpcheck-seed={session.seed})"
     )
+    from .known import active_bugs
+
+    known = [
+        f"  {spec}: {', '.join(b.id for b in active_bugs(obj, session.torch_version))}"
+        for spec, obj in session.impls.items()
+        if active_bugs(obj, session.torch_version)
+    ]
     return [
         f"fsdpcheck: torch {session.torch_version}; devices: {', '.join(session.devices)}; "
         f"profile: {session.profile}; seed: {seed}",
         "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
+        *(
+            ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
+            if known and session.known_bugs
+            else ["fsdpcheck: known bugs: " + ("none for these implementations" if session.known_bugs else "off")]
+        ),
         "fsdpcheck: implementations (areas provided):",
         *impl_lines,
     ]
@@ -314,6 +335,8 @@ def pytest_collection_modifyitems(session, config, items):
         return
     import hypothesis
 
+    from .known import divergences as div
+
     for item in items:
         invariants = _invariants_of(item)
         callspec = getattr(item, "callspec", None)
@@ -325,9 +348,7 @@ def pytest_collection_modifyitems(session, config, items):
         impl = callspec.params["fsdpcheck_impl"]
         if any(getattr(impl, area_of(i), None) is None for i in invariants):
             item.user_properties.append((PROP_NOT_PROVIDED, True))
-        for entry in state.divergences:
-            if entry.applies_to(impl_id) and (entry.matches_test(item.nodeid) or entry.match in invariants):
-                state.matched_entries.add(entry)
+        state.matched_entries.update(div.matching(state.divergences, impl_id, item.nodeid, invariants))
         item._traceback_filter = functools.partial(_trim_traceback, item)
         fn = getattr(item, "obj", None)
         if state.seed is not None and getattr(fn, "is_hypothesis_test", False):
@@ -367,10 +388,13 @@ def pytest_runtest_call(item):
     from . import profiles
     from .isolation import LeakedGlobalState, global_state, leaks, restore
 
+    from .known import judge
+
     before = global_state()
     impl = item.callspec.params["fsdpcheck_impl"]
     impl.start_test()
     profiles.reset_digest()
+    judge.reset()
     # The cyclic collector rescans torch's and Dynamo's ~1M long-lived
     # objects again and again while a test allocates: a quarter of the
     # suite's time went there, half of a 100,000-module tree test. One
@@ -386,6 +410,11 @@ def pytest_runtest_call(item):
             gc.enable()
         item.user_properties.append((PROP_CALLS, impl.calls))
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
+        if judge.explained():
+            item.user_properties.append((PROP_KNOWN, judge.explained()))
+            item.user_properties.append(
+                (PROP_VIOLATED, sorted({i for e in judge.explained().values() for i in e["invariants"]}))
+            )
         found = leaks(before, global_state())
         if found:
             restore(before)
@@ -424,16 +453,19 @@ def pytest_runtest_makereport(item, call):
     if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, ConformanceFailure):
         violated = call.excinfo.value.invariants
         report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated)]
+    known = props.get(PROP_KNOWN)
+    if report.passed and known:
+        # Every failing example met was explained: the property is "known", not "pass".
+        report.outcome = "skipped"
+        report.wasxfail = "known: " + ", ".join(f"{bug} ({e['examples']} examples)" for bug, e in known.items()) + (
+            " — python -m pytest_fsdpcheck.known show ID"
+        )
+        return report
     if not report.failed:
         return report
-    declared = [e for e in state.divergences if e.applies_to(impl_id)]
-    by_test = [e for e in declared if e.matches_test(item.nodeid)]
-    by_id = {e.match: e for e in declared if e.is_invariant}
-    reason = None
-    if by_test:
-        reason = by_test[0].reason
-    elif violated and all(v in by_id for v in violated):
-        reason = "; ".join(f"{v}: {by_id[v].reason}" for v in violated)
+    from .known.divergences import declared_reason
+
+    reason = declared_reason(state.divergences, impl_id, item.nodeid, violated)
     if reason is not None:
         report.outcome = "skipped"
         report.wasxfail = f"declared divergence: {reason}"
@@ -457,14 +489,27 @@ class _MatrixRecorder:
         self.state.matrix.record(report)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_deselected(items):
+    state = get_session(items[0].config) if items else None
+    if state is None:
+        return
+    for item in items:
+        impl_id = _impl_id(state, getattr(item, "callspec", None))
+        if impl_id is not None:
+            state.deselected.update((impl_id, inv) for inv in _invariants_of(item))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     state = get_session(config)
     if state is None or hasattr(config, "workerinput"):
         return
-    stale, unexpected = _divergence_findings(config, state)
+    stale, unexpected, unreproduced = _divergence_findings(config, state)
     tr = terminalreporter
     tr.section("fsdpcheck conformance matrix")
     for line in state.matrix.render():
+        tr.write_line(line)
+    for line in _known_lines(state, unreproduced):
         tr.write_line(line)
     for entry in stale:
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
@@ -487,14 +532,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             {
                 "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
                 "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+                "known_bugs": _known_json(state, unreproduced),
             },
         )
         tr.write_line(f"fsdpcheck: JSON report written to {state.report_path}")
 
 
 def _divergence_findings(config, state: Session):
+    """(stale entries, unexpected passes, known bugs not reproduced); all
+    empty after an interrupted run or one that stopped early (-x)."""
     cached = getattr(state, "_findings", None)
     if cached is None:
+        if state.incomplete:
+            cached = state._findings = ([], [], [])
+            return cached
         # An entry for an implementation not under test cannot be judged stale.
         stale = [
             e
@@ -505,10 +556,63 @@ def _divergence_findings(config, state: Session):
         for e in state.divergences:
             if e.is_invariant and e in state.matched_entries:
                 for impl in state.impls if e.implementation == "*" else [e.implementation]:
-                    declared.setdefault(impl, set()).add(e.match)
+                    if (impl, e.match) not in state.deselected:
+                        declared.setdefault(impl, set()).add(e.match)
         unexpected = state.matrix.mark_unexpected_passes(declared)
-        cached = state._findings = (stale, unexpected)
+        cached = state._findings = (stale, unexpected, _unreproduced(state))
     return cached
+
+
+def _unreproduced(state: Session) -> list[tuple[str, object]]:
+    """Known bugs whose range covers this torch, whose tests all ran, and that
+    no example showed."""
+    if not state.known_bugs:
+        return []
+    from .known import active_bugs
+
+    found = []
+    for spec, impl in state.impls.items():
+        for bug in active_bugs(impl, state.torch_version):
+            cells = [(inv, spec) for inv in bug.invariants]
+            if any((spec, inv) in state.deselected for inv in bug.invariants):
+                continue
+            ran = any(state.matrix.outcome(*cell) not in (None, "not provided", "skipped") for cell in cells)
+            if ran and not state.matrix.known_examples.get((spec, bug.id)):
+                found.append((spec, bug))
+    return found
+
+
+def _known_lines(state: Session, unreproduced) -> list[str]:
+    from .known import active_bugs
+
+    lines = []
+    for number, (spec, bug_id) in enumerate(state.matrix.known_order, 1):
+        n = state.matrix.known_examples[(spec, bug_id)]
+        lines.append(f"[{number}] known bug {bug_id} [{spec}]: explained {n} examples; "
+                     f"reproducer: python -m pytest_fsdpcheck.known show {bug_id}")
+    for spec, bug in unreproduced:
+        lines.append(f"known bug {bug.id} [{spec}]: not reproduced on torch {state.torch_version} "
+                     f"(declared for {bug.affects or 'every version'}, seen {bug.seen_range}) — fixed?")
+    return lines
+
+
+def _known_json(state: Session, unreproduced) -> list[dict]:
+    from .known import active_bugs
+
+    missing = {(spec, bug.id) for spec, bug in unreproduced}
+    return [
+        {
+            "id": bug.id,
+            "implementation": spec,
+            "invariants": list(bug.invariants),
+            "affects": bug.affects,
+            "seen": list(bug.seen),
+            "examples": state.matrix.known_examples.get((spec, bug.id), 0),
+            "not_reproduced": (spec, bug.id) in missing,
+        }
+        for spec, impl in state.impls.items()
+        for bug in active_bugs(impl, state.torch_version)
+    ]
 
 
 @pytest.hookimpl(trylast=True)
@@ -519,9 +623,11 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(session.config, "workerinput"):
         matched = [i for i, e in enumerate(state.divergences) if e in state.matched_entries]
         session.config.workeroutput["fsdpcheck_matched"] = matched
+        session.config.workeroutput["fsdpcheck_deselected"] = sorted(state.deselected)
         return
-    stale, unexpected = _divergence_findings(session.config, state)
-    if state.strict and (stale or unexpected) and session.exitstatus == 0:
+    state.incomplete = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
+    stale, unexpected, unreproduced = _divergence_findings(session.config, state)
+    if state.strict and (stale or unexpected or unreproduced) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not any(state.matrix.cells) and session.testscollected and not _areas_provided(state):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -19,13 +19,15 @@ PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
 PROP_CALLS = "fsdpcheck_calls"
 PROP_EXAMPLES = "fsdpcheck_examples"
 PROP_DIGEST = "fsdpcheck_examples_digest"
+PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 
 # Worst first: a cell shows the worst outcome among its tests.
-RANK = ["fail", "unexpected pass", "divergence", "pass", "skipped", "not provided"]
+RANK = ["fail", "unexpected pass", "divergence", "known", "pass", "skipped", "not provided"]
 SYMBOL = {
     "fail": "FAIL",
     "unexpected pass": "XPASS",
     "divergence": "declared",
+    "known": "known",
     "pass": "pass",
     "skipped": "skipped",
     "not provided": "n/p",
@@ -42,6 +44,10 @@ class Matrix:
         self.tests: dict[tuple[str, str], int] = defaultdict(int)
         self.impls: list[str] = []
         self.per_test: dict[str, dict] = {}
+        #: (impl, known-bug id) -> examples explained; (invariant, impl) -> bug ids seen there
+        self.known_examples: dict[tuple[str, str], int] = defaultdict(int)
+        self.known_in_cell: dict[tuple[str, str], set[str]] = defaultdict(set)
+        self.known_order: list[tuple[str, str]] = []  # (impl, bug id), numbered from 1 in the matrix
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -58,7 +64,7 @@ class Matrix:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
         if report.when == "call":
             test["seconds"] = round(report.duration, 4)
-        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST)):
+        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN)):
             if prop in props:
                 test[key] = props[prop]
         if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -66,9 +72,27 @@ class Matrix:
             for inv, outcome in classify(report, invariants, props).items():
                 self.cells[(inv, impl)].add(outcome)
                 self.tests[(inv, impl)] += 1
+            if report.when == "call":
+                self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
         elif report.when == "teardown" and report.failed:
             for inv in invariants:
                 self.cells[(inv, impl)].add("fail")
+
+    def _record_known(self, impl: str, invariants: list[str], known: dict) -> None:
+        for bug_id, seen in known.items():
+            if (impl, bug_id) not in self.known_order:
+                self.known_order.append((impl, bug_id))
+            self.known_examples[(impl, bug_id)] += seen["examples"]
+            for inv in seen["invariants"]:
+                if inv in invariants:
+                    self.known_in_cell[(inv, impl)].add(bug_id)
+
+    def cell_text(self, inv: str, impl: str) -> str:
+        outcome = self.outcome(inv, impl)
+        if outcome == "known":
+            numbers = sorted(self.known_order.index((impl, b)) + 1 for b in self.known_in_cell[(inv, impl)])
+            return "known " + ",".join(f"[{n}]" for n in numbers)
+        return SYMBOL.get(outcome, "-")
 
     def outcome(self, inv: str, impl: str) -> str | None:
         seen = self.cells.get((inv, impl))
@@ -93,10 +117,10 @@ class Matrix:
         invs = self.invariants()
         if not invs:
             return ["no conformance tests ran"]
-        width = max(8, *(len(i) for i in self.impls))
+        width = max(8, *(len(i) for i in self.impls), *(len(self.cell_text(inv, i)) for inv in invs for i in self.impls))
         lines = ["invariant  " + "  ".join(f"{i:<{width}}" for i in self.impls) + "  statement"]
         for inv in invs:
-            row = [SYMBOL.get(self.outcome(inv, impl), "-") for impl in self.impls]
+            row = [self.cell_text(inv, impl) for impl in self.impls]
             lines.append(f"{inv:<9}  " + "  ".join(f"{c:<{width}}" for c in row) + f"  {INVARIANTS.get(inv, '')}")
         totals = defaultdict(int)
         for inv in invs:
@@ -108,7 +132,11 @@ class Matrix:
     def to_json(self) -> dict:
         return {
             impl: {
-                inv: {"outcome": self.outcome(inv, impl), "tests": self.tests.get((inv, impl), 0)}
+                inv: {
+                    "outcome": self.outcome(inv, impl),
+                    "tests": self.tests.get((inv, impl), 0),
+                    **({"known": sorted(self.known_in_cell[(inv, impl)])} if self.outcome(inv, impl) == "known" else {}),
+                }
                 for inv in self.invariants()
                 if self.outcome(inv, impl) is not None
             }
@@ -122,7 +150,8 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
     if report.skipped:
         if hasattr(report, "wasxfail"):
             hit = violated or invariants
-            return {inv: ("divergence" if inv in hit else "pass") for inv in invariants}
+            kind = "known" if props.get(PROP_KNOWN) else "divergence"
+            return {inv: (kind if inv in hit else "pass") for inv in invariants}
         kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
         return dict.fromkeys(invariants, kind)
     if report.failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-_HEADER = re.compile(r"^_{3,} (\S.*?) _{3,}$")
+_HEADER = re.compile(r"^_+ (\S.*?) _+$")
 
 
 def failure_sections(lines: list[str]) -> dict[str, str]:

@@ -174,8 +174,11 @@ def check_counted_once(facts, buckets) -> list[Violation]:
     out = []
     ids = [pid for b in buckets for pid in b.param_ids]
     if len(ids) != len(set(ids)):
-        names = [name for b in buckets for name in b.params]
-        out.append(Violation("SPL-4", f"each parameter should be counted once, but the plan lists {len(ids)} entries for {len(set(ids))} parameters: {short(names, 8)}"))
+        # Named as the graph reads them, not as the implementation labels
+        # them: the message then describes the plan the same way whoever made it.
+        graph_name = {pid: name for reads in facts.reads.values() for pid, _, name in reads}
+        repeated = sorted({graph_name.get(pid, "<not a parameter of the graph>") for pid in ids if ids.count(pid) > 1})
+        out.append(Violation("SPL-4", f"each parameter should be counted once, but the plan lists {len(ids)} entries for {len(set(ids))} parameters; counted more than once: {short(repeated, 8)}"))
     got = sum(b.size for b in buckets)
     if got != facts.total:
         out.append(Violation("SPL-4", f"bucket sizes should add up to the {facts.total} bytes of distinct trainable parameters, got {got}"))

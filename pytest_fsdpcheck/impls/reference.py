@@ -8,22 +8,16 @@ from ..contract import Implementation
 class ReferenceImplementation(Implementation):
     name = "reference"
 
-    def __init__(self):
+    def __init__(self, switches=None):
+        """``switches`` (area -> keyword flags) turn on modelled known bugs;
+        see :mod:`pytest_fsdpcheck.known`. Without them: the specification."""
         from ..reference.annotation import ReferenceAnnotation
+        from ..reference.exec_order import ReferenceExecOrder
+        from ..reference.splitting import ReferenceSplitting
         from ..reference.traversal import ReferenceTraversal
 
-        self.traversal = ReferenceTraversal()
-        self.annotation = ReferenceAnnotation()
-        self.splitting = _optional("splitting", "ReferenceSplitting")
-        self.exec_order = _optional("exec_order", "ReferenceExecOrder")
-
-
-def _optional(module: str, cls: str):
-    # Areas land one by one; until one does, it is honestly "not provided".
-    import importlib
-
-    try:
-        mod = importlib.import_module(f"pytest_fsdpcheck.reference.{module}")
-    except ModuleNotFoundError:
-        return None
-    return getattr(mod, cls)()
+        switches = switches or {}
+        self.traversal = ReferenceTraversal(**switches.get("traversal", {}))
+        self.annotation = ReferenceAnnotation(**switches.get("annotation", {}))
+        self.splitting = ReferenceSplitting(**switches.get("splitting", {}))
+        self.exec_order = ReferenceExecOrder(**switches.get("exec_order", {}))

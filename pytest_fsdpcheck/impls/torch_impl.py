@@ -10,6 +10,7 @@ import importlib
 import sys
 
 from ..contract import Implementation
+from ..known.torch_bugs import TORCH_BUGS
 
 
 def torch_version() -> tuple[int, int]:
@@ -73,6 +74,7 @@ class TorchAnnotation:
 
 class TorchImplementation(Implementation):
     name = "torch"
+    known_bugs = TORCH_BUGS
 
     def __init__(self):
         import torch.distributed as dist

@@ -29,9 +29,13 @@ _PATCHED = ("call_module", "create_proxy")
 _MISSING = object()
 
 
-def _proxies_in(args, kwargs, proxy_type):
+def _proxies_in(args, kwargs, proxy_type, keyword=True, nested=True):
     """Proxies among ``args`` and ``kwargs`` values, nested containers
-    flattened left to right, iteratively."""
+    flattened left to right, iteratively. ``keyword``/``nested`` off model
+    torch's recorder, which looks only at top-level positional arguments."""
+    if not nested:
+        return [a for a in (*(args or ()), *(kwargs.values() if keyword and kwargs else ())) if isinstance(a, proxy_type)]
+    kwargs = kwargs if keyword else None
     found = []
     pending = [kwargs, args] if kwargs else [args]
     while pending:
@@ -48,6 +52,15 @@ def _proxies_in(args, kwargs, proxy_type):
 
 
 class ReferenceExecOrder:
+    def __init__(self, scan_keyword_args=True, scan_nested_args=True, restore="instance_dict"):
+        """The switches model known torch bugs (``pytest_fsdpcheck.known``):
+        not looking at keyword or nested arguments for parameter uses, and
+        ``restore="assign_bound"``, restoring by assigning the bound methods
+        read before patching (they stay in the instance's ``__dict__``)."""
+        if restore not in ("instance_dict", "assign_bound"):
+            raise ValueError(f"restore must be 'instance_dict' or 'assign_bound', got {restore!r}")
+        self._keyword, self._nested, self._restore = scan_keyword_args, scan_nested_args, restore
+
     @contextmanager
     def patch_tracer(self, tracer, root):
         from torch import fx
@@ -86,7 +99,7 @@ class ReferenceExecOrder:
             if kind in ("call_function", "call_method"):
                 named = [
                     (p.node.target, fqn_to_param[p.node.target])
-                    for p in _proxies_in(args, kwargs, fx.Proxy)
+                    for p in _proxies_in(args, kwargs, fx.Proxy, self._keyword, self._nested)
                     if p.node.op == "get_attr" and p.node.target in fqn_to_param
                 ]
                 if named:
@@ -105,7 +118,9 @@ class ReferenceExecOrder:
             yield info
         finally:
             for name, value in saved.items():
-                if value is _MISSING:
+                if self._restore == "assign_bound":
+                    setattr(tracer, name, {"call_module": call_module, "create_proxy": create_proxy}[name])
+                elif value is _MISSING:
                     tracer.__dict__.pop(name, None)
                 else:
                     tracer.__dict__[name] = value

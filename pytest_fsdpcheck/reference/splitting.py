@@ -45,13 +45,17 @@ def _is_counted(tensor) -> bool:
     )
 
 
-def _node_params(gm, node, real=None):
+def _node_params(gm, node, real=None, method_args="all"):
     """``(name, parameter)`` read by ``node``: a called module's parameters,
     a ``get_attr`` parameter, or parameters passed as placeholder arguments.
     ``real`` maps placeholders to the real example inputs: in a captured
     Dynamo graph ``example_value`` is a fake that has lost ``_ddp_ignored``."""
     import torch
 
+    if node.op == "call_method" and method_args == "string_receiver_only":
+        receiver = node.args[0] if node.args else None
+        if not isinstance(getattr(receiver, "target", None), str):
+            return []
     if node.op == "call_module":
         return [(f"{node.target}.{n}", p) for n, p in gm.get_submodule(node.target).named_parameters()]
     if node.op == "get_attr":
@@ -75,13 +79,31 @@ def _fetch_attr(gm, target):
     return obj
 
 
-def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int, example_inputs=()) -> list[_Bucket]:
-    """The buckets in graph order, each with its nodes in graph order."""
+def plan(
+    gm,
+    bucket_bytes_cap: int,
+    first_bucket_cap: int,
+    example_inputs=(),
+    *,
+    count_each_param: str = "once",
+    method_args: str = "all",
+    ddp_ignored_from: str = "real_inputs",
+) -> list[_Bucket]:
+    """The buckets in graph order, each with its nodes in graph order.
+
+    The keyword switches model known torch bugs (see ``pytest_fsdpcheck.known``):
+    ``count_each_param="per_use"`` counts a parameter at every node that reads
+    it, de-duplicating only called modules; ``method_args="string_receiver_only"``
+    skips a ``call_method``'s parameter arguments unless its receiver's target is
+    a string; ``ddp_ignored_from="example_value"`` reads ``_ddp_ignored`` off the
+    placeholders' (possibly fake) example values.
+    """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    real = dict(zip(placeholders, example_inputs, strict=False))
+    real = dict(zip(placeholders, example_inputs, strict=False)) if ddp_ignored_from == "real_inputs" else {}
+    per_use = count_each_param == "per_use"
     buckets = [_Bucket()]  # buckets[-1] is the one being filled
     bucket_index: dict = {}
-    counted: set = set()
+    counted: set = set()  # parameter ids; module ids under per_use
     for node in reversed(gm.graph.nodes):
         if node.op in ("placeholder", "output"):
             continue
@@ -95,8 +117,14 @@ def plan(gm, bucket_bytes_cap: int, first_bucket_cap: int, example_inputs=()) ->
                 if current.extra_ops == 0:
                     current.size_before_extension = current.size
                 current.extra_ops += 1
-        for name, param in _node_params(gm, node, real):
-            if _is_counted(param) and id(param) not in counted:
+        if per_use and node.op == "call_module":
+            module = gm.get_submodule(node.target)
+            reads = [] if id(module) in counted else _node_params(gm, node, real, method_args)
+            counted.add(id(module))
+        else:
+            reads = _node_params(gm, node, real, method_args)
+        for name, param in reads:
+            if _is_counted(param) and (per_use or id(param) not in counted):
                 counted.add(id(param))
                 current.size += param.untyped_storage().nbytes()
                 current.params.append(name)
@@ -140,8 +168,21 @@ def table_lines(buckets: list[_Bucket], bucket_bytes_cap: int) -> list[str]:
     return lines
 
 
+_SWITCHES = {
+    "count_each_param": ("once", "per_use"),
+    "method_args": ("all", "string_receiver_only"),
+    "ddp_ignored_from": ("real_inputs", "example_value"),
+}
+
+
 class ReferenceSplitting:
     graph_form = "dynamo"  # module-form graphs (call_module/get_attr) are planned the same way
+
+    def __init__(self, **switches):
+        for name, value in switches.items():
+            if value not in _SWITCHES.get(name, ()):
+                raise ValueError(f"unknown splitting switch {name}={value!r}; known: {_SWITCHES}")
+        self._switches = switches
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
         if first_bucket_cap is None:
@@ -151,7 +192,7 @@ class ReferenceSplitting:
                 f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
-        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs)
+        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **self._switches)
         infos = [
             BucketInfo(
                 nodes=[n.name for n in b.nodes],

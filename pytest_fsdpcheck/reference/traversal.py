@@ -30,7 +30,12 @@ def iter_children(module):
 class ReferenceTraversal:
     """Keeps states and marks beside the modules (weakly), never on them."""
 
-    def __init__(self):
+    def __init__(self, root_states_walk: str = "traversal"):
+        """``root_states_walk="modules"`` models torch's ``_get_fsdp_root_states``,
+        which walks ``root.modules()`` (recursive, not pruned at ``replicate``)."""
+        if root_states_walk not in ("traversal", "modules"):
+            raise ValueError(f"root_states_walk must be 'traversal' or 'modules', got {root_states_walk!r}")
+        self._root_states_walk = root_states_walk
         self._state_of = weakref.WeakKeyDictionary()
         self._marks = weakref.WeakKeyDictionary()
 
@@ -71,5 +76,9 @@ class ReferenceTraversal:
         return [s._handle for s in states if s._handle is not None]
 
     def root_states(self, root):
-        states, _ = self.states_with_modules(root)
+        if self._root_states_walk == "modules":
+            owned = (self._state_of.get(m) for m in root.modules())
+            states = list(dict.fromkeys(s for s in owned if s is not None))
+        else:
+            states, _ = self.states_with_modules(root)
         return [s for s in states if s._is_root]

@@ -1,0 +1,77 @@
+"""A known bug: an executable model of one way an implementation departs
+from the spec, narrow enough that it can never hide a different bug.
+
+Its *signature* decides, example by example, whether a failing check is
+explained by it. The preferred signature is the reference implementation
+with one switch that reproduces the bug: an example is explained when the
+implementation's violations are exactly the ones that buggy reference shows
+on the same example (the checkers describe outputs in the spec's own terms,
+so equal violations mean the outputs depart from the spec in the same way).
+Where no switch fits, a predicate over the violations decides.
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from ..catalog import INVARIANTS, area_of
+
+
+@dataclass(frozen=True)
+class KnownBug:
+    #: stable, readable id, e.g. ``"spl-param-counted-per-use"``
+    id: str
+    #: the invariant IDs it breaks
+    invariants: tuple[str, ...]
+    #: why, naming the implementation's code
+    reason: str
+    #: PEP 440 specifier over the installed torch's version ("" = every version)
+    affects: str = ""
+    #: (first, last) release it was measured on, for reports; () if not measured
+    seen: tuple[str, ...] = ()
+    #: area -> keyword switches of that reference area that reproduce the bug
+    reference: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    #: alternative signature: violations -> explained?
+    predicate: Callable[[list], bool] | None = None
+    #: a standalone script that imports only torch and exits 1 while the bug is there
+    reproducer: str | None = None
+
+    def __post_init__(self):
+        unknown = [i for i in self.invariants if i not in INVARIANTS]
+        if unknown or not self.invariants:
+            raise ValueError(f"known bug {self.id!r}: unknown or missing invariants {unknown}")
+        if bool(self.reference) == (self.predicate is not None):
+            raise ValueError(f"known bug {self.id!r}: give exactly one signature, reference switches or a predicate")
+        for area in self.reference:
+            if area not in {area_of(i) for i in self.invariants}:
+                raise ValueError(f"known bug {self.id!r}: switches for area {area!r} but no invariant of it")
+        object.__setattr__(self, "reference", MappingProxyType({a: dict(s) for a, s in self.reference.items()}))
+
+    def applies_to_version(self, version: str) -> bool:
+        if not self.affects:
+            return True
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        return Version(version.split("+")[0]) in SpecifierSet(self.affects)
+
+    @property
+    def seen_range(self) -> str:
+        if not self.seen:
+            return "not measured"
+        first, last = self.seen[0], self.seen[-1]
+        return first if first == last else f"{first} … {last}"
+
+
+def known_bugs_of(impl) -> tuple[KnownBug, ...]:
+    """The bugs an implementation declares about itself (``known_bugs``)."""
+    bugs = getattr(impl, "known_bugs", None) or ()
+    return tuple(b for b in bugs if isinstance(b, KnownBug))
+
+
+def active_bugs(impl, torch_version: str) -> tuple[KnownBug, ...]:
+    return tuple(b for b in known_bugs_of(impl) if b.applies_to_version(torch_version))

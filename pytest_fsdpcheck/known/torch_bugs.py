@@ -1,0 +1,92 @@
+"""Known bugs of the installed torch, as the ``torch`` implementation declares them.
+
+Each range is what was measured by running the bug's reproducer on every
+torch minor release from 2.0 to 2.15 (latest patch of each, Python 3.11).
+A range left open at the top means the bug was present in the newest release
+measured; on a newer torch the suite keeps looking for it and reports
+"not reproduced — fixed?" if it no longer shows.
+"""
+
+from __future__ import annotations
+
+from .bugs import KnownBug
+
+TORCH_BUGS: tuple[KnownBug, ...] = (
+    KnownBug(
+        id="trv-root-states-walk-modules",
+        invariants=("TRV-7", "TRV-8"),
+        reason="torch.distributed.fsdp._runtime_utils._get_fsdp_root_states_with_modules walks "
+        "module.modules() instead of the FSDP traversal: it enters modules marked `replicate` "
+        "(returning root states inside them) and recurses, so a few thousand levels raise RecursionError.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"traversal": {"root_states_walk": "modules"}},
+        reproducer="trv-root-states-walk-modules.py",
+    ),
+    KnownBug(
+        id="spl-param-counted-per-use",
+        invariants=("SPL-4",),
+        reason="torch._dynamo.backends.distributed.DDPOptimizer.compile_fn adds a parameter's bytes "
+        "at every call_function/call_method (add_param_args) or get_attr node that reads it; only "
+        "call_module targets are de-duplicated (processed_modules). A module called twice in a "
+        "Dynamo-form graph, tied weights, or a parameter read by two nodes is counted twice.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"splitting": {"count_each_param": "per_use"}},
+        reproducer="spl-param-counted-per-use.py",
+    ),
+    KnownBug(
+        id="spl-method-arg-receiver-not-str",
+        invariants=("SPL-3",),
+        reason="DDPOptimizer.compile_fn counts a call_method node's parameter arguments only when "
+        "`isinstance(node.args[0].target, str)`: in `torch.tanh(h).mul(p)` the receiver comes from a "
+        "call_function node, so p is not counted and the bucket is too small.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.15.0"),
+        reference={"splitting": {"method_args": "string_receiver_only"}},
+        reproducer="spl-method-arg-receiver-not-str.py",
+    ),
+    KnownBug(
+        id="spl-ddp-ignored-lost-on-fake",
+        invariants=("SPL-3",),
+        reason="DDPOptimizer.add_param_args reads placeholder.meta['example_value'], a FakeTensor that "
+        "does not carry the parameter's `_ddp_ignored` flag, so on a graph Dynamo really captured, "
+        "DDP-ignored parameters are counted towards bucket sizes.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.15.0"),
+        reference={"splitting": {"ddp_ignored_from": "example_value"}},
+        reproducer="spl-ddp-ignored-lost-on-fake.py",
+    ),
+    KnownBug(
+        id="exo-patch-tracer-leaves-bound-methods",
+        invariants=("EXO-1",),
+        reason="torch.distributed.fsdp._trace_utils._ExecOrderTracer.patch_tracer restores by assigning "
+        "the bound methods it read before patching (`tracer.call_module = orig_call_module`): the "
+        "tracer instance's __dict__ keeps `call_module`/`create_proxy` bound methods that shadow the "
+        "class and make a reference cycle.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"exec_order": {"restore": "assign_bound"}},
+        reproducer="exo-patch-tracer-leaves-bound-methods.py",
+    ),
+    KnownBug(
+        id="exo-param-keyword-unrecorded",
+        invariants=("EXO-3", "EXO-4"),
+        reason="_ExecOrderTracer._patched_create_proxy looks for parameter proxies only among the "
+        "positional `args` of call_function/call_method: F.linear(x, weight=w) never records w.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"exec_order": {"scan_keyword_args": False}},
+        reproducer="exo-param-keyword-unrecorded.py",
+    ),
+    KnownBug(
+        id="exo-param-in-list-unrecorded",
+        invariants=("EXO-3", "EXO-4"),
+        reason="_ExecOrderTracer._patched_create_proxy does not look inside list/tuple arguments: "
+        "torch.stack([x, w]) or torch.cat never records w.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"exec_order": {"scan_nested_args": False}},
+        reproducer="exo-param-in-list-unrecorded.py",
+    ),
+)
