@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.annotation import (
     check_annotated,
@@ -132,4 +133,5 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
 @pytest.mark.invariant("ANN-7")
 @pytest.mark.parametrize("model", ["mlp", "nested", "shared"])
 def test_dynamo_effect(fsdpcheck_impl, model):
+    require_compile()
     conform(fsdpcheck_impl, lambda impl: check_dynamo_effect(impl.annotation, model))

@@ -9,6 +9,7 @@ part) start once, not once per implementation.
 
 import pytest
 
+from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from pytest_fsdpcheck.plugin import get_session
@@ -42,6 +43,7 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, w
         pytest.skip(f"world size {world_size} on CUDA needs {world_size} GPUs, found {torch.cuda.device_count()}")
     if not torch.distributed.is_available():
         pytest.skip("this torch build has no torch.distributed")
+    require_compile()
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device)
     # The ranks ran in other processes: the outcome is judged as it is, not replayed.

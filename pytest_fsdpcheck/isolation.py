@@ -147,7 +147,7 @@ def global_state() -> dict:
             state["nn." + hooks] = dict(getattr(modules, hooks))
     dynamo = _dynamo_config()
     if dynamo is not None:
-        state["dynamo.config"] = dynamo.get_config_copy()
+        state["dynamo.config"] = _config_copy(dynamo)
     dist = torch.distributed
     state["process_group"] = dist.is_available() and dist.is_initialized()
     return state
@@ -161,6 +161,21 @@ def _dynamo_config():
     if "torch._dynamo" not in sys.modules:
         return None
     return sys.modules["torch._dynamo"].config
+
+
+def _config_copy(config) -> dict:
+    # torch >= 2.1 has get_config_copy; 2.0's config module keeps a plain dict.
+    if hasattr(config, "get_config_copy"):
+        return config.get_config_copy()
+    return dict(getattr(config, "_config", {}))
+
+
+def _load_config(config, saved: dict) -> None:
+    if hasattr(config, "load_config"):
+        config.load_config(saved)
+    else:
+        for key, value in saved.items():
+            setattr(config, key, value)
 
 
 def leaks(before: dict, after: dict) -> list[str]:
@@ -222,7 +237,7 @@ def restore(before: dict) -> None:
             hooks.update(value)
     dynamo = _dynamo_config()
     if dynamo is not None and "dynamo.config" in before:
-        dynamo.load_config(before["dynamo.config"])
+        _load_config(dynamo, before["dynamo.config"])
     dist = torch.distributed
     if not before["process_group"] and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -232,7 +247,7 @@ def restore(before: dict) -> None:
 
 _OWN = Path(__file__).resolve().parent
 # The suite's machinery; reference/ and impls/ are implementations, so theirs stay.
-_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "isolation.py", "plugin.py", "report.py", "profiles.py", "repro.py", "contract.py"))
+_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "report.py", "profiles.py", "repro.py", "contract.py"))
 _NOISE = ("_pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin")
 
 

@@ -412,9 +412,10 @@ def pytest_runtest_call(item):
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
         if judge.explained():
             item.user_properties.append((PROP_KNOWN, judge.explained()))
-            item.user_properties.append(
-                (PROP_VIOLATED, sorted({i for e in judge.explained().values() for i in e["invariants"]}))
-            )
+            tagged = dict(item.user_properties)[PROP_INVARIANTS]
+            hit = {i for e in judge.explained().values() for i in e["invariants"]} & set(tagged)
+            # an explained exception stopped every check of the test
+            item.user_properties.append((PROP_VIOLATED, sorted(hit or tagged)))
         found = leaks(before, global_state())
         if found:
             restore(before)

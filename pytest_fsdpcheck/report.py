@@ -83,8 +83,9 @@ class Matrix:
             if (impl, bug_id) not in self.known_order:
                 self.known_order.append((impl, bug_id))
             self.known_examples[(impl, bug_id)] += seen["examples"]
-            for inv in seen["invariants"]:
-                if inv in invariants:
+            hit = [inv for inv in seen["invariants"] if inv in invariants] or invariants
+            for inv in hit:
+                if "known" in self.cells.get((inv, impl), ()):
                     self.known_in_cell[(inv, impl)].add(bug_id)
 
     def cell_text(self, inv: str, impl: str) -> str:
@@ -152,7 +153,10 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
             hit = violated or invariants
             kind = "known" if props.get(PROP_KNOWN) else "divergence"
             return {inv: (kind if inv in hit else "pass") for inv in invariants}
-        kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
+        # Not provided: the area is missing (collection), or this torch cannot
+        # run what the check needs (a skip whose reason starts "not provided:").
+        not_provided = props.get(PROP_NOT_PROVIDED) or "not provided:" in str(report.longrepr)
+        kind = "not provided" if not_provided else "skipped"
         return dict.fromkeys(invariants, kind)
     if report.failed:
         if violated:

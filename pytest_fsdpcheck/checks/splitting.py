@@ -384,6 +384,7 @@ def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
 # --------------------------------------------------------------------------- SPL-13
 
 _HEADER = re.compile(r"used bucket cap (\d+) and created (\d+) buckets")
+_HEADER_NO_COUNT = re.compile(r"used bucket cap (\d+) and produced the following buckets")
 
 
 def parse_table(lines: list[str]):
@@ -396,6 +397,11 @@ def parse_table(lines: list[str]):
         m = _HEADER.search(line)
         if m:
             header = (int(m.group(1)), int(m.group(2)))
+            continue
+        m = _HEADER_NO_COUNT.search(line)
+        if m:
+            # torch 2.0 states the cap but not the count: the rows must show the buckets
+            header = (int(m.group(1)), None)
             continue
         cells = [c.strip() for c in re.split(r"[|│]", line)]
         if len(cells) < 3:
@@ -425,7 +431,9 @@ def check_table(lines: list[str], buckets, bucket_cap: int) -> list[Violation]:
     has_params = any(b.params for b in buckets)
     if has_params and header is None:
         return [Violation("SPL-13", f"the log should state the bucket cap and the number of buckets ({len(buckets)}), got {short(lines, 4)}")]
-    if header is not None and header != (bucket_cap, len(buckets)):
+    if header is not None and header[1] is None and has_params and not rows:
+        return [Violation("SPL-13", f"the log states the cap but neither the number of buckets ({len(buckets)}) nor their rows: {short(lines, 4)}")]
+    if header is not None and header != (bucket_cap, header[1] if header[1] is None else len(buckets)):
         return [Violation("SPL-13", f"the table should say cap {bucket_cap} and {len(buckets)} buckets, it says cap {header[0]} and {header[1]} buckets")]
     numbered = list(enumerate(reversed(buckets)))
     if rows:

@@ -34,7 +34,14 @@ class TorchTraversal:
         self.single_handle = torch_version() >= (2, 1)
 
     def new_state(self, handle, is_root):
-        state = _mod("torch.distributed.fsdp._common_utils")._FSDPState()
+        cls = _mod("torch.distributed.fsdp._common_utils")._FSDPState
+        try:
+            state = cls()
+        except (RuntimeError, AssertionError):
+            # torch 2.0's __init__ asks CUDA for its current device and fails
+            # without a GPU; the traversal reads only the fields set below.
+            state = cls.__new__(cls)
+            state._fully_sharded_module_to_handles = {}
         if self.single_handle:
             state._handle = handle
         else:

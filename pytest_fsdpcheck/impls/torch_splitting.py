@@ -26,9 +26,11 @@ class _Collect(logging.Handler):
 
 class TorchSplitting:
     def __init__(self):
-        from .torch_impl import torch_version
-
-        self.graph_form = "dynamo" if torch_version() >= (2, 4) else "module"
+        # Dynamo lifts parameters to placeholders from torch 2.5 on, and that
+        # is when DDPOptimizer learnt to count placeholder arguments: below
+        # it, the graphs it is handed are module form.
+        optimizer = importlib.import_module(MODULE).DDPOptimizer
+        self.graph_form = "dynamo" if hasattr(optimizer, "add_param_args") else "module"
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
         import torch._dynamo.config as dynamo_config
@@ -71,7 +73,8 @@ def _buckets(buckets) -> list[BucketInfo]:
     # (they are collected walking from the last node).
     infos = []
     for b in buckets:
-        extra_ops = b.opcount_increased_to_capture_external_output
+        # torch < 2.1 never extends a bucket, and its Bucket has no such fields
+        extra_ops = getattr(b, "opcount_increased_to_capture_external_output", 0)
         infos.append(
             BucketInfo(
                 nodes=[n.name for n in reversed(b.nodes)],
@@ -79,7 +82,7 @@ def _buckets(buckets) -> list[BucketInfo]:
                 params=list(b.params),
                 param_ids=list(b.param_ids),
                 extra_ops=extra_ops,
-                extra_bytes=b.size - b.paramsize_before_opcount_increase if extra_ops else 0,
+                extra_bytes=b.size - getattr(b, "paramsize_before_opcount_increase", 0) if extra_ops else 0,
             )
         )
     return infos

@@ -75,3 +75,4 @@ def known_bugs_of(impl) -> tuple[KnownBug, ...]:
 
 def active_bugs(impl, torch_version: str) -> tuple[KnownBug, ...]:
     return tuple(b for b in known_bugs_of(impl) if b.applies_to_version(torch_version))
+

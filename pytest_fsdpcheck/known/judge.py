@@ -57,51 +57,88 @@ def conform(impl, body, example: str | None = None) -> None:
 
     ``body`` may also be the violations themselves, for checks that cannot
     be replayed (timings): only predicate signatures can explain those."""
-    if callable(body):
-        violations = body(impl)
+    if not callable(body):
+        outcome, body = list(body), None
     else:
-        violations, body = list(body), None
-    if not violations:
+        outcome = _outcome(body, impl)
+    if not outcome:
         return
-    bug_ids = explain(impl, violations, body)
-    if bug_ids is None:
-        raise ConformanceFailure(violations, example)
-    _explained.update(bug_ids)
-    for bug in bug_ids:
-        _explained_invariants.setdefault(bug, set()).update(v.invariant for v in violations)
+    bugs = explain(impl, outcome, body)
+    if bugs is None:
+        if isinstance(outcome, Raised):
+            raise outcome.exception
+        raise ConformanceFailure(outcome, example)
+    for bug in bugs:
+        _explained[bug.id] += 1
+        hit = bug.invariants if isinstance(outcome, Raised) else {v.invariant for v in outcome}
+        _explained_invariants.setdefault(bug.id, set()).update(hit)
 
 
-def explain(impl, violations, body) -> list[str] | None:
-    """The ids of the known bugs that together explain ``violations``, or None."""
+class Raised(list):
+    """A body that raised, compared by exception type and message: an
+    exception is explained only by a replay that raises the same one."""
+
+    def __init__(self, exception: Exception):
+        super().__init__()
+        self.exception = exception
+        self.signature = (type(exception).__name__, str(exception))
+
+    def __bool__(self):
+        return True
+
+    def __eq__(self, other):
+        return isinstance(other, Raised) and other.signature == self.signature
+
+    __hash__ = None
+
+
+def _outcome(body, impl):
+    try:
+        return list(body(impl))
+    except Exception as exc:  # noqa: BLE001 - judged like any other outcome
+        return Raised(exc)
+
+
+def explain(impl, outcome, body) -> list | None:
+    """The known bugs that together explain ``outcome`` (the violations, or
+    what was raised), or None."""
     from .bugs import active_bugs
 
     if not _enabled:
         return None
-    # Candidates by area, not by invariant: a bug shows wherever its output
-    # is checked (a miscounted bucket also breaks the plan's byte total).
-    # What keeps it narrow is the signature, not this filter.
-    hit = {area_of(v.invariant) for v in violations}
-    candidates = [b for b in active_bugs(impl, _installed_torch()) if hit & {area_of(i) for i in b.invariants}]
+    active = active_bugs(impl, _installed_torch())
+    if isinstance(outcome, Raised):
+        candidates = list(active)
+    else:
+        # Candidates by area, not by invariant: a bug shows wherever its
+        # output is checked (a miscounted bucket also breaks the plan's byte
+        # total). What keeps it narrow is the signature, not this filter.
+        hit = {area_of(v.invariant) for v in outcome}
+        candidates = [b for b in active if hit & {area_of(i) for i in b.invariants}]
     switched = []
     for bug in candidates:
         if bug.predicate is not None:
-            if bug.predicate(violations):
-                return [bug.id]
+            if not isinstance(outcome, Raised) and bug.predicate(list(outcome)):
+                return [bug]
             continue
         if body is None:
             continue
         switched.append(bug)
-        if _replay(impl, body, [bug]) == violations:
-            return [bug.id]
-    if len(switched) > 1 and _replay(impl, body, switched) == violations:
-        return [b.id for b in switched]
-    return None
+        if _replay(impl, body, [bug]) == outcome:
+            return [bug]
+    if len(switched) < 2 or _replay(impl, body, switched) != outcome:
+        return None
+    # Several bugs together explain it: keep only those it needs, so the
+    # report charges the example to the bugs that made it.
+    needed = list(switched)
+    for bug in switched:
+        rest = [b for b in needed if b is not bug]
+        if rest and _replay(impl, body, rest) == outcome:
+            needed = rest
+    return needed
 
 
 def _replay(impl, body, bugs):
     from .reference_with import reference_with
 
-    try:
-        return body(reference_with(bugs, like=impl))
-    except Exception:  # noqa: BLE001 - a replay that breaks explains nothing
-        return None
+    return _outcome(body, reference_with(bugs, like=impl))

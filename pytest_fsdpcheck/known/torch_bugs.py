@@ -24,16 +24,50 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reproducer="trv-root-states-walk-modules.py",
     ),
     KnownBug(
+        id="trv-registry-created-on-read",
+        invariants=("TRV-9",),
+        reason="torch.distributed._composable.contract._get_registry stores an empty composable "
+        "registry on a module that has none, and _traversal_utils._composable calls it for every "
+        "module the traversal visits: collecting states adds an attribute to every module "
+        "(pytorch/pytorch#107054).",
+        affects="<2.2",
+        seen=("2.0.1", "2.1.2"),
+        reference={"traversal": {"registry_on_read": True}},
+        reproducer="trv-registry-created-on-read.py",
+    ),
+    KnownBug(
+        id="spl-param-counted-per-node",
+        invariants=("SPL-4",),
+        reason="DDPOptimizer.compile_fn adds a parameter's bytes at every call_module and get_attr "
+        "node that reads it, with no de-duplication at all: a module called twice, tied weights, or "
+        "a parameter read by two get_attr nodes is counted twice.",
+        affects="<2.4",
+        seen=("2.0.1", "2.3.1"),
+        reference={"splitting": {"count_each_param": "per_node"}},
+        reproducer="spl-param-counted-per-use.py",
+    ),
+    KnownBug(
         id="spl-param-counted-per-use",
         invariants=("SPL-4",),
-        reason="torch._dynamo.backends.distributed.DDPOptimizer.compile_fn adds a parameter's bytes "
-        "at every call_function/call_method (add_param_args) or get_attr node that reads it; only "
-        "call_module targets are de-duplicated (processed_modules). A module called twice in a "
-        "Dynamo-form graph, tied weights, or a parameter read by two nodes is counted twice.",
-        affects=">=2.0",
-        seen=("2.0.1", "2.15.0"),
+        reason="DDPOptimizer.compile_fn adds a parameter's bytes at every call_function/call_method "
+        "(add_param_args) or get_attr node that reads it; only call_module targets are de-duplicated "
+        "(processed_modules). Tied weights, a parameter read by two nodes, and (Dynamo form) a module "
+        "called twice are counted twice.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.15.0"),
         reference={"splitting": {"count_each_param": "per_use"}},
         reproducer="spl-param-counted-per-use.py",
+    ),
+    KnownBug(
+        id="spl-bucket-closes-without-output",
+        invariants=("SPL-5", "SPL-6", "SPL-7"),
+        reason="torch 2.0's DDPOptimizer.compile_fn starts a new bucket as soon as the current one "
+        "reaches its cap, whether or not any of its nodes is used outside it (later releases extend "
+        "the bucket to an external output): a split submodule can have no output.",
+        affects="<2.1",
+        seen=("2.0.1", "2.0.1"),
+        reference={"splitting": {"close_at_cap": "always"}},
+        reproducer="spl-bucket-closes-without-output.py",
     ),
     KnownBug(
         id="spl-method-arg-receiver-not-str",
@@ -41,8 +75,8 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reason="DDPOptimizer.compile_fn counts a call_method node's parameter arguments only when "
         "`isinstance(node.args[0].target, str)`: in `torch.tanh(h).mul(p)` the receiver comes from a "
         "call_function node, so p is not counted and the bucket is too small.",
-        affects=">=2.4",
-        seen=("2.4.1", "2.15.0"),
+        affects=">=2.5",
+        seen=("2.5.1", "2.15.0"),
         reference={"splitting": {"method_args": "string_receiver_only"}},
         reproducer="spl-method-arg-receiver-not-str.py",
     ),
@@ -52,8 +86,8 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reason="DDPOptimizer.add_param_args reads placeholder.meta['example_value'], a FakeTensor that "
         "does not carry the parameter's `_ddp_ignored` flag, so on a graph Dynamo really captured, "
         "DDP-ignored parameters are counted towards bucket sizes.",
-        affects=">=2.4",
-        seen=("2.4.1", "2.15.0"),
+        affects=">=2.5",
+        seen=("2.5.1", "2.15.0"),
         reference={"splitting": {"ddp_ignored_from": "example_value"}},
         reproducer="spl-ddp-ignored-lost-on-fake.py",
     ),

@@ -88,6 +88,7 @@ def plan(
     count_each_param: str = "once",
     method_args: str = "all",
     ddp_ignored_from: str = "real_inputs",
+    close_at_cap: str = "with_output",
 ) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order.
 
@@ -96,11 +97,14 @@ def plan(
     it, de-duplicating only called modules; ``method_args="string_receiver_only"``
     skips a ``call_method``'s parameter arguments unless its receiver's target is
     a string; ``ddp_ignored_from="example_value"`` reads ``_ddp_ignored`` off the
-    placeholders' (possibly fake) example values.
+    placeholders' (possibly fake) example values; ``count_each_param="per_node"``
+    de-duplicates nothing, called modules included; ``close_at_cap="always"``
+    closes a full bucket whether or not it has an external output.
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     real = dict(zip(placeholders, example_inputs, strict=False)) if ddp_ignored_from == "real_inputs" else {}
-    per_use = count_each_param == "per_use"
+    per_use = count_each_param in ("per_use", "per_node")
+    dedupe_modules = count_each_param == "per_use"
     buckets = [_Bucket()]  # buckets[-1] is the one being filled
     bucket_index: dict = {}
     counted: set = set()  # parameter ids; module ids under per_use
@@ -110,14 +114,14 @@ def plan(
         current = buckets[-1]
         cap = first_bucket_cap if len(buckets) == 1 else bucket_bytes_cap
         if current.size >= cap:
-            if current.has_external_output:
+            if current.has_external_output or close_at_cap == "always":
                 current = _Bucket()
                 buckets.append(current)
             else:
                 if current.extra_ops == 0:
                     current.size_before_extension = current.size
                 current.extra_ops += 1
-        if per_use and node.op == "call_module":
+        if dedupe_modules and node.op == "call_module":
             module = gm.get_submodule(node.target)
             reads = [] if id(module) in counted else _node_params(gm, node, real, method_args)
             counted.add(id(module))
@@ -169,7 +173,8 @@ def table_lines(buckets: list[_Bucket], bucket_bytes_cap: int) -> list[str]:
 
 
 _SWITCHES = {
-    "count_each_param": ("once", "per_use"),
+    "count_each_param": ("once", "per_use", "per_node"),
+    "close_at_cap": ("with_output", "always"),
     "method_args": ("all", "string_receiver_only"),
     "ddp_ignored_from": ("real_inputs", "example_value"),
 }

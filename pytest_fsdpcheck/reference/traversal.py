@@ -30,12 +30,16 @@ def iter_children(module):
 class ReferenceTraversal:
     """Keeps states and marks beside the modules (weakly), never on them."""
 
-    def __init__(self, root_states_walk: str = "traversal"):
-        """``root_states_walk="modules"`` models torch's ``_get_fsdp_root_states``,
-        which walks ``root.modules()`` (recursive, not pruned at ``replicate``)."""
+    def __init__(self, root_states_walk: str = "traversal", registry_on_read: bool = False):
+        """Switches that model known torch bugs (``pytest_fsdpcheck.known``):
+        ``root_states_walk="modules"``, torch's ``_get_fsdp_root_states``, which
+        walks ``root.modules()`` (recursive, not pruned at ``replicate``);
+        ``registry_on_read=True``, torch < 2.2, whose ``_composable`` check
+        stores an empty composable registry on every module it visits."""
         if root_states_walk not in ("traversal", "modules"):
             raise ValueError(f"root_states_walk must be 'traversal' or 'modules', got {root_states_walk!r}")
         self._root_states_walk = root_states_walk
+        self._registry_on_read = registry_on_read
         self._state_of = weakref.WeakKeyDictionary()
         self._marks = weakref.WeakKeyDictionary()
 
@@ -60,6 +64,12 @@ class ReferenceTraversal:
             if id(module) in seen_modules:
                 continue
             seen_modules.add(id(module))
+            if self._registry_on_read:
+                import collections
+
+                from torch.distributed._composable.contract import REGISTRY_KEY
+
+                module.__dict__.setdefault(REGISTRY_KEY, collections.OrderedDict())
             if not self._composable(module):
                 continue
             state = self._state_of.get(module)

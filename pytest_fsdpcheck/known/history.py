@@ -1,0 +1,136 @@
+"""Conformance history: the suite over a list of torch releases, one table.
+
+    python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json]
+
+For each release: a fresh virtual environment in a temporary directory, torch
+pinned and installed first (then this package and its test dependencies),
+``pytest --fsdpcheck --fsdpcheck-strict`` against ``torch``, its JSON report
+read back, and the environment deleted (each is a 3-5 GB CUDA build). The
+table is invariant x release: ``pass``, ``known <id>``, ``FAIL``, ``n/p``;
+below it, per known bug, the first and last release it was seen in, and each
+release's exit code and time. pip's own settings (``PIP_INDEX_URL``,
+``PIP_CONSTRAINT``, ...) pass through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..catalog import sort_key
+
+PROJECT = Path(__file__).resolve().parents[2]
+TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "expecttest", "tabulate", "packaging"]
+
+
+def build_wheel(into: Path) -> Path:
+    """One wheel of this package, so every release runs the same suite."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(PROJECT), "-w", str(into)], check=True)
+    return next(into.glob("pytest_fsdpcheck-*.whl"))
+
+
+def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = None) -> dict:
+    """One release: its report's matrix and known bugs, exit code and timings."""
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"fsdpcheck-torch-{version}-"))
+    try:
+        venv = work / "venv"
+        python = venv / "bin" / "python"
+        report = work / "report.json"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        # releases before 2.4 were built against numpy 1
+        numpy = ["numpy<2"] if tuple(int(p) for p in version.split(".")[:2]) < (2, 4) else []
+        installed = subprocess.run([*pip, f"torch=={version}", *numpy], capture_output=True, text=True)
+        if installed.returncode != 0:
+            return {"version": version, "error": "torch install failed: " + installed.stderr.strip()[-300:]}
+        subprocess.run([*pip, *TEST_DEPS], check=True)
+        subprocess.run([*pip, "--no-deps", str(wheel)], check=True)
+        installed_at = time.monotonic()
+        suite = subprocess.run(
+            [str(python), "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", "torch", "--fsdpcheck-strict",
+             "-p", "no:cacheprovider", "-q", "-n", str(jobs), "--fsdpcheck-report", str(report)],
+            cwd=work, capture_output=True, text=True,
+        )
+        data = json.loads(report.read_text()) if report.exists() else {}
+        tail = suite.stdout.strip().splitlines()[-1:] or [""]
+        return {
+            "version": version,
+            "exit": suite.returncode,
+            "summary": tail[0],
+            "torch": data.get("header", {}).get("torch"),
+            "matrix": data.get("matrix", {}).get("torch", {}),
+            "known_bugs": data.get("known_bugs", []),
+            "install_s": round(installed_at - start, 1),
+            "suite_s": round(time.monotonic() - installed_at, 1),
+        }
+    finally:
+        if keep_dir is not None and (work / "report.json").exists():
+            shutil.copy(work / "report.json", keep_dir / f"torch-{version}.json")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cell(entry: dict) -> str:
+    outcome = entry.get("outcome")
+    if outcome == "known":
+        return "known " + ",".join(entry.get("known", []))
+    return {"fail": "FAIL", "not provided": "n/p", "unexpected pass": "XPASS", "divergence": "declared"}.get(outcome, outcome or "-")
+
+
+def table(results: list[dict]) -> list[str]:
+    ok = [r for r in results if "matrix" in r]
+    invariants = sorted({inv for r in ok for inv in r["matrix"]}, key=sort_key)
+    heads = [r["version"] for r in ok]
+    rows = [[inv, *(cell(r["matrix"].get(inv, {})) for r in ok)] for inv in invariants]
+    widths = [max(len(x) for x in col) for col in zip(["invariant", *heads], *rows, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format("invariant", *heads), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in rows]
+    seen: dict[str, list[str]] = {}
+    for r in ok:
+        for bug in r["known_bugs"]:
+            if bug["examples"]:
+                seen.setdefault(bug["id"], []).append(r["version"])
+    lines.append("")
+    for bug_id, versions in seen.items():
+        lines.append(f"{bug_id}: seen in {versions[0]} … {versions[-1]} ({len(versions)} of {len(ok)} releases run)")
+    for r in results:
+        if "matrix" in r:
+            lines.append(f"torch {r['torch']}: exit {r['exit']}, install {r['install_s']} s, suite {r['suite_s']} s — {r['summary']}")
+        else:
+            lines.append(f"torch {r['version']}: {r['error']}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
+    parser.add_argument("versions", nargs="+", help="torch releases, e.g. 2.0.1 2.13.0")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
+    parser.add_argument("--json", help="write every release's result to this file")
+    parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
+    args = parser.parse_args(argv)
+    keep = Path(args.keep_reports) if args.keep_reports else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+    results = []
+    wheel_dir = Path(tempfile.mkdtemp(prefix="fsdpcheck-wheel-"))
+    wheel = build_wheel(wheel_dir)
+    for version in args.versions:
+        print(f"torch {version} ...", file=sys.stderr, flush=True)
+        results.append(run_release(version, args.jobs, wheel, keep))
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    print("\n".join(table(results)))
+    return 0 if all(r.get("exit") == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
