@@ -15,7 +15,7 @@ from pytest_fsdpcheck.checks.annotation import (
 )
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 trees = module_trees(states=False, replicate=False)
 

@@ -13,7 +13,7 @@ from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from pytest_fsdpcheck.plugin import get_session
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 RANK_TIMEOUT_S = 120.0
 _runs: dict = {}
@@ -25,7 +25,7 @@ def _spec_of(config, impl) -> str:
 
 
 def _results(config, world_size: int, device: str) -> list[dict]:
-    from pytest_fsdpcheck.ddp_run import run_ranks
+    from pytest_fsdpcheck.checks.ddp_run import run_ranks
 
     specs = tuple(get_session(config).impls)
     key = (world_size, device, specs)
@@ -58,7 +58,7 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, w
             ],
             [f"    violations = check_ddp_end_to_end(results, {spec!r})", "    assert not violations, violations"],
             imports=[
-                "from pytest_fsdpcheck.ddp_run import run_ranks",
+                "from pytest_fsdpcheck.checks.ddp_run import run_ranks",
                 "from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end",
             ],
         ),

@@ -34,7 +34,7 @@ from pytest_fsdpcheck.generators.models import (
 )
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 IMPORTS = [
     "from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_tracer",

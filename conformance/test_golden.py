@@ -5,7 +5,7 @@ section instead of failing; review the diff before committing it."""
 
 import pytest
 
-from pytest_fsdpcheck import golden
+from pytest_fsdpcheck.checks import golden_files as golden
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
@@ -15,7 +15,7 @@ from pytest_fsdpcheck.generators.corpus import (
     render_exec_order,
     render_traversal,
 )
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 SECTIONS = ["buckets", "traversal", "exec order"]
 MODELS = list(CORPUS)
@@ -40,7 +40,7 @@ def _compare(impl, model, section, render, render_call):
             [f"got = {render_call}"],
             [f"expected = golden.read_sections(golden.golden_dir() / '{model}.txt')[{section!r}]",
              "assert got == expected, (expected, got)"],
-            imports=["from pytest_fsdpcheck import golden", "from pytest_fsdpcheck.generators import corpus"],
+            imports=["from pytest_fsdpcheck.checks import golden_files as golden", "from pytest_fsdpcheck.generators import corpus"],
         ),
     )
 

@@ -17,7 +17,7 @@ from pytest_fsdpcheck.generators.graphs import (
 )
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 # every parameter read by exactly one node: counting-once rules (SPL-4) and
 # parameters as call_method arguments are exercised by their own tests

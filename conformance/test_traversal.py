@@ -22,7 +22,7 @@ from pytest_fsdpcheck.generators.trees import (
     wide_tree,
 )
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.repro import snippet
+from pytest_fsdpcheck.checks.repro import snippet
 
 CALLS = {
     "states_with_modules": "states, modules = impl.traversal.states_with_modules(tree.root)",

@@ -247,7 +247,7 @@ def restore(before: dict) -> None:
 
 _OWN = Path(__file__).resolve().parent
 # The suite's machinery; reference/ and impls/ are implementations, so theirs stay.
-_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "report.py", "profiles.py", "repro.py", "contract.py"))
+_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "report.py", "profiles.py", "contract.py"))
 _NOISE = ("_pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin")
 
 

@@ -1,7 +1,7 @@
 """The golden corpus can fail, and says how: a changed behaviour shows up as a
 readable unified diff against fixtures/golden, charged to the right ID."""
 
-from pytest_fsdpcheck import golden
+from pytest_fsdpcheck.checks import golden_files as golden
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.generators.corpus import CORPUS
 

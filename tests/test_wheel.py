@@ -42,7 +42,9 @@ def test_wheel_ships_one_top_level_package(wheel):
     top = {name.split("/")[0] for name in names}
     assert top == {"pytest_fsdpcheck", next(t for t in top if t.endswith(".dist-info"))}, sorted(top)
     assert "pytest_fsdpcheck/conformance/test_traversal.py" in names
-    assert "pytest_fsdpcheck/fixtures/divergences/torch-2.13.toml" in names
+    assert "pytest_fsdpcheck/fixtures/golden/mlp_chain.txt" in names
+    # the known-bug reproducers are scripts whose names are bug ids
+    assert "pytest_fsdpcheck/known/reproducers/spl-param-counted-per-use.py" in names
     assert not any(n.startswith(("conformance/", "fixtures/", "tests/")) for n in names)
 
 

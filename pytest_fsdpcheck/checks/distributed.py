@@ -1,7 +1,7 @@
 """SPL-16 checker: judges what the ranks of a real DDP run reported.
 
 Pure: it reads the per-rank result dicts written by
-:mod:`pytest_fsdpcheck.ddp_run` (plain dicts of numbers, strings and CPU
+:mod:`pytest_fsdpcheck.checks.ddp_run` (plain dicts of numbers, strings and CPU
 tensors) and returns violations. It shares no code with any splitter.
 """
 

@@ -44,7 +44,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         affects="<2.4",
         seen=("2.0.1", "2.3.1"),
         reference={"splitting": {"count_each_param": "per_node"}},
-        reproducer="spl-param-counted-per-use.py",
+        reproducer="spl-param-counted-per-node.py",
     ),
     KnownBug(
         id="spl-param-counted-per-use",
