@@ -150,6 +150,7 @@ NO_AREA = "class Nothing:\n    pass\n"
         (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "this is = = not toml"}, "not valid TOML"),
         (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "[[divergence]]\nmatch = 'TRV-99'\nreason = 'x'\n"}, "unknown invariant 'TRV-99'"),
         (["--fsdpcheck-divergences", "missing.toml"], None, {}, "cannot read"),
+        (["--fsdpcheck-divergences", "div.toml"], None, {"div.toml": "[[divergence]]\nmatch = 'TRV-1'\nreason = 'x'\ntorch = 'two point four'\n"}, "must be a version range"),
         (["--fsdpcheck-profile=dev", "--fsdpcheck-seed=abc"], None, {}, "must be an integer"),
         ([], "fsdpcheck_profile = bogus", {}, "unknown profile 'bogus'"),
         ([], "fsdpcheck_device = tpu", {}, "unknown device 'tpu'"),
@@ -157,7 +158,7 @@ NO_AREA = "class Nothing:\n    pass\n"
     ],
     ids=[
         "profile", "device", "unknown-impl", "import-fails", "no-area", "no-attr", "div-no-reason",
-        "div-not-toml", "div-unknown-id", "div-missing-file", "seed", "ini-profile", "ini-device", "ini-impl",
+        "div-not-toml", "div-unknown-id", "div-missing-file", "div-bad-torch-range", "seed", "ini-profile", "ini-device", "ini-impl",
     ],
 )
 def test_bad_setting_is_a_one_line_usage_error(pytester, suite, args, ini, files, says):
@@ -405,6 +406,18 @@ def test_divergences_and_strict_from_ini(pytester, suite):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     _no_failures_some_xfailed(result)
     assert _report(pytester)["header"]["divergence_files"] == ["div.toml"]
+
+
+def test_divergence_outside_its_torch_range_declares_nothing(pytester, suite):
+    (pytester.path / "div.toml").write_text(
+        f'[[divergence]]\nmatch = "TRV-7"\nimplementation = "{UNFILTERED}"\ntorch = "<2.0"\nreason = "only on torch 1.x"\n'
+    )
+    result = suite(
+        "--fsdpcheck", "--fsdpcheck-impl", UNFILTERED, "--fsdpcheck-divergences", "div.toml",
+        "--fsdpcheck-report", "report.json", "-k", "test_root_states", "-p", "tests.planted.noshrink",
+    )
+    assert result.ret == 1
+    assert _outcomes(_report(pytester), UNFILTERED)["TRV-7"] == "fail"
 
 
 def test_undeclared_failure_still_fails_with_divergences_loaded(pytester, suite):

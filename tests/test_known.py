@@ -1,0 +1,42 @@
+"""The known-bug catalog: consistent, runnable, and its reproducers agree with
+it on the installed torch (exit 1 where a bug is in range, 0 where it is not)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pytest_fsdpcheck.known.__main__ import main, reproducer_path
+from pytest_fsdpcheck.known.reference_with import reference_with
+from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+
+IDS = [bug.id for bug in TORCH_BUGS]
+
+
+def test_ids_are_unique_and_every_bug_is_complete():
+    assert len(IDS) == len(set(IDS))
+    for bug in TORCH_BUGS:
+        assert bug.reason and bug.seen and bug.affects, bug.id
+        assert reproducer_path(bug).is_file(), bug.id
+        reference_with([bug])  # its switches exist on the reference
+
+
+@pytest.mark.parametrize("bug", TORCH_BUGS, ids=IDS)
+def test_reproducer_agrees_with_the_catalog_on_this_torch(bug):
+    import torch
+
+    done = subprocess.run([sys.executable, str(reproducer_path(bug))], capture_output=True, text=True, timeout=120)
+    expected = 1 if bug.applies_to_version(torch.__version__) else 0
+    assert done.returncode == expected, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert done.stdout.startswith("BUG: " if expected else "fixed: "), done.stdout
+
+
+def test_cli_lists_and_shows(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(bug_id in out for bug_id in IDS)
+    assert main(["show", IDS[0]]) == 0
+    shown = capsys.readouterr().out
+    assert "import torch" in shown and "pytest_fsdpcheck" not in shown.split("\n", 2)[2]
+    assert main(["show", "no-such-bug"]) == 2
+    assert "unknown known-bug id" in capsys.readouterr().err
