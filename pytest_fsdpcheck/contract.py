@@ -1,7 +1,7 @@
 """The implementation contract: how the suite talks to an implementation.
 
-An *implementation* is any object with up to four *area* attributes,
-``traversal``, ``annotation``, ``splitting`` and ``exec_order``. An area that
+An *implementation* is any object with up to five *area* attributes,
+``traversal``, ``annotation``, ``splitting``, ``exec_order`` and ``fsdp2``. An area that
 is missing or ``None`` is *not provided*: its invariants are reported as such,
 never as passed. Every value crossing the contract is a plain ``nn.Module``,
 ``fx.GraphModule``, list, dict or one of the small dataclasses below, so an
@@ -128,11 +128,40 @@ class ExecOrderArea(Protocol):
         """Patch ``tracer`` for the ``with`` block; yields the ``ExecInfo`` it fills."""
 
 
+@runtime_checkable
+class Fsdp2Area(Protocol):
+    """FSDP2's walk of the managed modules and the states it collects
+    (``torch.distributed.fsdp._fully_shard._fsdp_init``), and the Dynamo flags
+    a real ``fully_shard`` sets on them.
+
+    ``roots`` is a tuple of modules, as given to ``fully_shard`` (one module or
+    a list forming one group); ``ignored_params`` a set of parameters or
+    ``None`` (``fully_shard``'s default, which skips the ignore rule).
+    """
+
+    def mark_own_group(self, module: Any) -> None:
+        """Give ``module`` its own FSDP2 state, as an earlier ``fully_shard`` would."""
+
+    def mark_incompatible(self, module: Any, api: str) -> None:
+        """Record that the composable API ``api`` (e.g. ``"replicate"``) owns ``module``."""
+
+    def managed_modules(self, roots: tuple, ignored_params: set | None) -> list:
+        """The modules ``fully_shard(roots)`` manages, in walk order."""
+
+    def managed_states(self, modules: list, ignored_params: set | None) -> tuple[list, list]:
+        """``(params, buffers)`` of ``modules``; ``ValueError`` for a scalar parameter."""
+
+    def annotate(self, roots: tuple, mesh: Any, ignored_params: set | None) -> None:
+        """Apply a real ``fully_shard`` to the group ``roots`` on ``mesh`` (a
+        one-dimensional ``DeviceMesh`` the suite set up, world size 1)."""
+
+
 AREA_PROTOCOLS = {
     "traversal": TraversalArea,
     "annotation": AnnotationArea,
     "splitting": SplittingArea,
     "exec_order": ExecOrderArea,
+    "fsdp2": Fsdp2Area,
 }
 
 
@@ -147,6 +176,7 @@ class Implementation:
     annotation: AnnotationArea | None = None
     splitting: SplittingArea | None = None
     exec_order: ExecOrderArea | None = None
+    fsdp2: Fsdp2Area | None = None
 
 
 def provided_areas(impl: object) -> list[str]:
@@ -161,6 +191,9 @@ def contract_problems(impl: object) -> list[str]:
     problems = []
     for area in areas:
         obj = getattr(impl, area)
+        if isinstance(obj, type):
+            problems.append(f"its {area} area is the class {obj.__name__}, not an instance ({area} = {obj.__name__}())")
+            continue
         protocol = AREA_PROTOCOLS[area]
         missing = [
             name
@@ -176,3 +209,43 @@ def _protocol_members(protocol: type) -> list[str]:
     names = [n for n in vars(protocol) if not n.startswith("_")]
     names += list(getattr(protocol, "__annotations__", {}))
     return sorted(set(names))
+
+
+class ContractViolation(AssertionError):
+    """An implementation returned something the contract does not allow."""
+
+
+def _sequence(value) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _pair_of_sequences(value) -> bool:
+    return _sequence(value) and len(value) == 2 and all(_sequence(v) for v in value)
+
+
+def _split_result(value) -> bool:
+    return _sequence(getattr(value, "buckets", None)) and callable(getattr(value, "compiled", None))
+
+
+def _context_manager(value) -> bool:
+    return hasattr(value, "__enter__") and hasattr(value, "__exit__")
+
+
+#: (area, method) -> (check of the returned value, what the contract expects)
+RETURNS = {
+    ("traversal", "states_with_modules"): (_pair_of_sequences, "a (states, modules) pair of lists"),
+    ("traversal", "handles"): (_sequence, "a list of handles"),
+    ("traversal", "root_states"): (_sequence, "a list of states"),
+    ("splitting", "split"): (_split_result, "a SplitResult (buckets list, compiled callable)"),
+    ("exec_order", "patch_tracer"): (_context_manager, "a context manager yielding an ExecInfo"),
+}
+
+
+def check_return(area: str, method: str, value) -> None:
+    """Raise :class:`ContractViolation` naming the area and method when
+    ``value`` is not what the contract says the method returns."""
+    rule = RETURNS.get((area, method))
+    if rule is not None and not rule[0](value):
+        raise ContractViolation(
+            f"{area}.{method} returned {type(value).__name__}; the contract expects {rule[1]}"
+        )

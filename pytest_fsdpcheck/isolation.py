@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from .catalog import AREAS
+from .contract import check_return
 
 
 class ImplementationTimeout(Exception):
@@ -77,6 +78,7 @@ class _GuardedArea:
             except ImplementationTimeout as exc:
                 guard.hung = str(exc)
                 raise
+            check_return(self._name, attr, result)
             if isinstance(result, contextlib.AbstractContextManager):
                 return _GuardedContext(result, what, self._timeout)
             return result

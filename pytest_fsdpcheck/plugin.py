@@ -72,6 +72,15 @@ def pytest_addoption(parser):
         ini_type="bool", action="store_true", default=None)
 
 
+_OPTIONS = [
+    (f"--{dest.replace('_', '-')}", dest)
+    for dest in (
+        "fsdpcheck_impl", "fsdpcheck_device", "fsdpcheck_profile", "fsdpcheck_seed", "fsdpcheck_divergences",
+        "fsdpcheck_no_known_bugs", "fsdpcheck_report", "fsdpcheck_timeout", "fsdpcheck_strict",
+    )
+]
+
+
 def _enabled(config) -> bool:
     value = config.getoption("fsdpcheck", None)
     return bool(value if value is not None else config.getini("fsdpcheck"))
@@ -84,6 +93,7 @@ def _setting(config, name, default=None):
     return default if value is None else value
 
 
+@functools.cache
 def conformance_dir() -> Path:
     from importlib.util import find_spec
 
@@ -97,8 +107,34 @@ def pytest_load_initial_conftests(early_config, parser, args):
     enabled = ns.fsdpcheck if ns.fsdpcheck is not None else early_config.getini("fsdpcheck")
     if enabled and not getattr(ns, "help", False):
         # The suite ships inside the package: collect it from wherever it is
-        # installed. With no paths given, the suite is all that runs.
-        args.append(str(conformance_dir()))
+        # installed. With no paths given, the suite is all that runs; a test
+        # id as the summary prints it (test_traversal.py::test_root_states[torch])
+        # runs just that test.
+        suite = conformance_dir()
+        picked = False
+        for i, arg in enumerate(args):
+            path, sep, rest = arg.partition("::")
+            name = os.path.basename(path)
+            if path.endswith(".py") and not os.path.exists(path) and (suite / name).is_file():
+                args[i] = str(suite / name) + sep + rest
+                picked = True
+            elif os.path.exists(path) and _inside(path, suite):
+                picked = True
+        if not picked:
+            args.append(str(suite))
+
+
+def _inside(path, folder: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _is_suite_test(node) -> bool:
+    """Only the shipped suite's tests are the plugin's to parametrize."""
+    return _inside(node.path, conformance_dir())
 
 
 @dataclass
@@ -134,6 +170,9 @@ def pytest_configure(config):
         "markers", "invariant(*ids): the pytest-fsdpcheck invariant IDs a test checks"
     )
     if not _enabled(config):
+        given = [flag for flag, dest in _OPTIONS if config.getoption(dest, None) not in (None, False, [])]
+        if given:
+            _warn(config, f"{', '.join(given)} has no effect without --fsdpcheck")
         return
     config.stash[SESSION_KEY] = _build_session(config)
     _single_thread(config)
@@ -156,6 +195,13 @@ def _single_thread(config) -> None:
 
     config.stash[_THREADS_KEY] = torch.get_num_threads()
     torch.set_num_threads(1)
+    # Dynamo's config is compared before and after every test; imported here,
+    # an implementation that is the first to import Dynamo and changes its
+    # config is still caught (most runs import it anyway, for SPL and ANN-7).
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001 - a torch without a usable Dynamo: nothing to compare
+        pass
 
 
 def pytest_unconfigure(config):
@@ -176,11 +222,8 @@ def _build_session(config) -> Session:
         specs = [s.strip() for s in os.environ[ENV_IMPL].split(",") if s.strip()]
     if not specs:
         specs = ["torch", *sorted(set(installed_entry_points()) - set(BUILTIN))]
-    raw_timeout = _setting(config, "fsdpcheck_timeout", "60")
-    try:
-        timeout = float(raw_timeout)
-    except ValueError:
-        raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-timeout must be a number of seconds, got {raw_timeout!r}") from None
+    timeout = _timeout(_setting(config, "fsdpcheck_timeout", "60"))
+    report_path = _writable(config, "fsdpcheck_report")
     impls = {}
     for spec in dict.fromkeys(specs):
         try:
@@ -194,20 +237,28 @@ def _build_session(config) -> Session:
     devices = _devices(_setting(config, "fsdpcheck_device", "auto"))
 
     seed = None
-    if profile != "ci":
-        worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
-        raw = worker_seed if worker_seed is not None else _setting(config, "fsdpcheck_seed")
+    raw = _setting(config, "fsdpcheck_seed")
+    if raw is not None:
         try:
-            seed = int(raw) if raw is not None else random.randrange(2**32)
+            seed = int(raw)
         except ValueError:
             raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-seed must be an integer, got {raw!r}") from None
+        if not 0 <= seed < 2**32:
+            raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-seed must be in 0 .. 2**32-1, got {raw!r}")
+    if profile == "ci":
+        if seed is not None:
+            _warn(config, "--fsdpcheck-seed has no effect under the ci profile (derandomized); use --fsdpcheck-profile dev or fuzz")
+        seed = None
+    else:
+        worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
+        seed = worker_seed if worker_seed is not None else seed if seed is not None else random.randrange(2**32)
 
     import torch
 
     from .known import judge
 
     entries, files = [], []
-    user_file = _setting(config, "fsdpcheck_divergences")
+    user_file = _path_setting(config, "fsdpcheck_divergences")
     if user_file:
         try:
             entries = div.for_torch(div.load(user_file), torch.__version__)
@@ -225,10 +276,56 @@ def _build_session(config) -> Session:
         divergences=entries,
         divergence_files=files,
         strict=bool(_setting(config, "fsdpcheck_strict", False)),
-        report_path=_setting(config, "fsdpcheck_report"),
+        report_path=report_path,
         torch_version=torch.__version__,
         known_bugs=known_bugs,
     )
+
+
+def _warn(config, message: str) -> None:
+    # Once, from the controller: workers would repeat it.
+    if not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"fsdpcheck: {message}"), stacklevel=2)
+
+
+MAX_TIMEOUT_S = 24 * 3600
+
+
+def _timeout(raw) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value <= MAX_TIMEOUT_S:  # also rejects nan
+        raise pytest.UsageError(
+            f"fsdpcheck: --fsdpcheck-timeout must be a number of seconds from 0 (no limit) to {MAX_TIMEOUT_S}, got {raw!r}"
+        )
+    return value
+
+
+def _path_setting(config, name: str) -> str | None:
+    """A path option; from the ini file it is relative to that file's folder."""
+    value = config.getoption(name, None)
+    if value is not None:
+        return value
+    value = config.getini(name) or None
+    if value is not None and config.inipath is not None and not os.path.isabs(value):
+        value = str(config.inipath.parent / value)
+    return value
+
+
+def _writable(config, name: str) -> str | None:
+    path = _path_setting(config, name)
+    if path is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-report {path!r} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-report {path!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise pytest.UsageError(f"fsdpcheck: --fsdpcheck-report {path!r}: folder {folder!r} is not writable")
+    return path
 
 
 def _devices(choice: str) -> list[str]:
@@ -252,6 +349,16 @@ class XdistHooks:
         session = get_session(node.config)
         if session is not None and session.seed is not None:
             node.workerinput["fsdpcheck_seed"] = session.seed
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        # A worker died inside a test: its report carries no properties, so
+        # the matrix would show nothing. Charge the crash to the test's cells.
+        session = get_session(sched.config)
+        tagged = _tags_from_nodeid(session, crashitem) if session is not None else None
+        if tagged is not None:
+            impl, invariants = tagged
+            report.user_properties = [*report.user_properties, (PROP_INVARIANTS, invariants), (PROP_IMPL, impl)]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
@@ -300,6 +407,24 @@ def pytest_report_header(config):
     ]
 
 
+def _tags_from_nodeid(state: Session, nodeid: str):
+    """(implementation, invariant IDs) of a suite test, from its id alone
+    (the xdist controller collects nothing)."""
+    import importlib
+
+    path, _, name = nodeid.partition("::")
+    function, _, params = name.partition("[")
+    module = os.path.basename(path)[:-3] if path.endswith(".py") else ""
+    try:
+        fn = getattr(importlib.import_module(f"pytest_fsdpcheck.conformance.{module}"), function)
+    except (ImportError, AttributeError):
+        return None
+    invariants = [i for mark in getattr(fn, "pytestmark", []) if mark.name == "invariant" for i in mark.args]
+    params = params.rstrip("]")
+    impl = next((s for s in state.impls if params == s or params.startswith(s + "-")), None)
+    return (impl, invariants) if impl and invariants else None
+
+
 def _invariants_of(item) -> list[str]:
     ids: list[str] = []
     for mark in item.iter_markers("invariant"):
@@ -308,7 +433,7 @@ def _invariants_of(item) -> list[str]:
 
 
 def pytest_generate_tests(metafunc):
-    if "fsdpcheck_impl" not in metafunc.fixturenames:
+    if "fsdpcheck_impl" not in metafunc.fixturenames or not _is_suite_test(metafunc.definition):
         return
     session = get_session(metafunc.config)
     if session is None:
@@ -438,6 +563,10 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if has_example:
         report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
+    hung = getattr(getattr(item, "callspec", None), "params", {}).get("fsdpcheck_impl")
+    if report.failed and getattr(hung, "hung", None):
+        # Hypothesis replays a hang as "flaky" (the replay fails fast): say what happened.
+        report.longrepr = f"ImplementationTimeout: {hung.hung}"
     if state is None:
         return report
     if call.when == "teardown" and hasattr(item, "hypothesis_statistics"):
@@ -519,24 +648,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if state.report_path:
         from .report import write_json
 
-        write_json(
-            state.report_path,
-            {
-                "torch": state.torch_version,
-                "implementations": list(state.impls),
-                "devices": state.devices,
-                "profile": state.profile,
-                "seed": state.seed,
-                "divergence_files": state.divergence_files,
-            },
-            state.matrix,
-            {
-                "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
-                "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
-                "known_bugs": _known_json(state, unreproduced),
-            },
-        )
-        tr.write_line(f"fsdpcheck: JSON report written to {state.report_path}")
+        try:
+            write_json(
+                state.report_path,
+                {
+                    "torch": state.torch_version,
+                    "implementations": list(state.impls),
+                    "devices": state.devices,
+                    "profile": state.profile,
+                    "seed": state.seed,
+                    "divergence_files": state.divergence_files,
+                },
+                state.matrix,
+                {
+                    "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
+                    "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+                    "known_bugs": _known_json(state, unreproduced),
+                },
+            )
+        except OSError as exc:
+            tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {state.report_path}: {exc.strerror or exc}", red=True)
+        else:
+            tr.write_line(f"fsdpcheck: JSON report written to {state.report_path}")
 
 
 def _divergence_findings(config, state: Session):
@@ -626,7 +759,12 @@ def pytest_sessionfinish(session, exitstatus):
         session.config.workeroutput["fsdpcheck_matched"] = matched
         session.config.workeroutput["fsdpcheck_deselected"] = sorted(state.deselected)
         return
-    state.incomplete = exitstatus == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop or session.shouldfail)
+    # Interrupted, stopped early (-x), or nothing ran: no entry can be judged stale or fixed.
+    state.incomplete = (
+        exitstatus == pytest.ExitCode.INTERRUPTED
+        or bool(session.shouldstop or session.shouldfail)
+        or not any(state.matrix.cells)
+    )
     stale, unexpected, unreproduced = _divergence_findings(session.config, state)
     if state.strict and (stale or unexpected or unreproduced) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -40,13 +40,17 @@ def resolve_target(spec: str) -> str:
 
 
 def load_implementation(spec: str):
+    """The implementation named by ``spec``: an object with area attributes,
+    or a class, instantiated without arguments. Nothing else is called, and
+    nothing it does while loading (an import that exits, a property that
+    raises) escapes as anything but a one-line :class:`ImplementationError`."""
     target = resolve_target(spec)
     module_name, _, attr = target.partition(":")
     try:
         obj = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see in one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a training script's sys.exit() too
         raise ImplementationError(
-            f"implementation {spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+            f"implementation {spec!r}: cannot import {module_name!r}: {_one_line(exc)}"
         ) from None
     for part in attr.split(".") if attr else []:
         try:
@@ -55,22 +59,54 @@ def load_implementation(spec: str):
             raise ImplementationError(
                 f"implementation {spec!r}: {module_name!r} has no attribute {attr!r}"
             ) from None
-    if isinstance(obj, type) or (callable(obj) and not _looks_like_impl(obj)):
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            raise ImplementationError(f"implementation {spec!r}: reading {attr!r} raised {_one_line(exc)}") from None
+    if isinstance(obj, type):
         try:
             obj = obj()
-        except Exception as exc:  # noqa: BLE001
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             raise ImplementationError(
-                f"implementation {spec!r}: constructing it raised {type(exc).__name__}: {exc}"
+                f"implementation {spec!r}: constructing it raised {_one_line(exc)}"
             ) from None
-    problems = contract_problems(obj)
+    elif callable(obj) and not _has_area_attributes(obj):
+        raise ImplementationError(
+            f"implementation {spec!r} is a {type(obj).__name__}, not an implementation: give an object "
+            "with area attributes, or a class (it is instantiated without arguments); nothing else is called"
+        )
+    try:
+        loaded = Loaded(obj)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - an area property that raises
+        raise ImplementationError(f"implementation {spec!r}: reading its areas raised {_one_line(exc)}") from None
+    problems = contract_problems(loaded)
     if problems:
         raise ImplementationError(
             f"implementation {spec!r} does not satisfy the contract: " + "; ".join(problems)
         )
-    return obj
+    return loaded
 
 
-def _looks_like_impl(obj) -> bool:
+class Loaded:
+    """An implementation with its areas (and known bugs) read once, at load:
+    a property that changes or raises later cannot change what is checked."""
+
+    def __init__(self, impl):
+        from ..catalog import AREAS
+
+        self._fsdpcheck_inner = impl
+        for area in AREAS:
+            setattr(self, area, getattr(impl, area, None))
+        self.known_bugs = tuple(getattr(impl, "known_bugs", None) or ())
+
+    def __getattr__(self, attr):
+        return getattr(self._fsdpcheck_inner, attr)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _has_area_attributes(obj) -> bool:
     from ..catalog import AREAS
 
     return any(getattr(obj, area, None) is not None for area in AREAS)

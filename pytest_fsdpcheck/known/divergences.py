@@ -65,6 +65,8 @@ def load(path: str | Path, default_implementation: str = "*") -> list[Divergence
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DivergenceFileError(f"divergence file {str(path)!r}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise DivergenceFileError(f"divergence file {str(path)!r}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

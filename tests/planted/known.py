@@ -105,7 +105,14 @@ def _claims(bug):
     return impl
 
 
+def _class(name, build, bug):
+    # --fsdpcheck-impl instantiates classes only: each planted variant is one
+    def __init__(self):
+        vars(self).update(vars(build(bug)))
+
+    return type(name, (), {"__init__": __init__})
+
+
 for _bug in TORCH_BUGS:
-    globals()[class_name("Only", _bug.id)] = (lambda b: lambda: _only(b))(_bug)
-    globals()[class_name("Plus", _bug.id)] = (lambda b: lambda: _plus(b))(_bug)
-    globals()[class_name("Claims", _bug.id)] = (lambda b: lambda: _claims(b))(_bug)
+    for _prefix, _build in (("Only", _only), ("Plus", _plus), ("Claims", _claims)):
+        globals()[class_name(_prefix, _bug.id)] = _class(class_name(_prefix, _bug.id), _build, _bug)
