@@ -59,22 +59,24 @@ class Matrix:
         impl = props.get(PROP_IMPL)
         if not invariants or impl is None:
             return
+        # a crashed xdist worker's report says when="???": it died during the call
+        when = report.when if report.when in ("setup", "teardown") else "call"
         test = self.per_test.setdefault(report.nodeid, {"outcome": None})
-        if report.when == "call" or not report.passed:
+        if when == "call" or not report.passed:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
-        if report.when == "call":
+        if when == "call":
             test["seconds"] = round(report.duration, 4)
         for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN)):
             if prop in props:
                 test[key] = props[prop]
-        if report.when == "call" or (report.when == "setup" and not report.passed):
+        if when == "call" or (when == "setup" and not report.passed):
             self.add_impl(impl)
             for inv, outcome in classify(report, invariants, props).items():
                 self.cells[(inv, impl)].add(outcome)
                 self.tests[(inv, impl)] += 1
-            if report.when == "call":
+            if when == "call":
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
-        elif report.when == "teardown" and report.failed:
+        elif when == "teardown" and report.failed:
             for inv in invariants:
                 self.cells[(inv, impl)].add("fail")
 

@@ -1,0 +1,302 @@
+"""The front door: every bad input, odd combination and fault a user can hand
+``pytest --fsdpcheck`` ends in one clear line (usage error, exit 4), a failing
+check that says why, or a warning, never a traceback wall, a hang or damage
+to the rest of the run, and nothing is left behind.
+
+Each case runs pytest in a subprocess in an empty folder holding only the
+case's files.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+USAGE = pytest.ExitCode.USAGE_ERROR
+
+# --- files the cases put in their folder ---------------------------------------
+
+IMPLS = {
+    "syntax_error.py": "def broken(:\n",
+    "raises_at_import.py": "raise RuntimeError('cannot start without a cluster')\n",
+    "exits_at_import.py": "import sys\nsys.exit(3)\n",
+    "argparse_at_import.py": "import argparse\nargparse.ArgumentParser().parse_args(['--no-such-flag'])\n",
+    "no_area.py": "class Nothing:\n    pass\n",
+    "init_raises.py": "class Impl:\n    def __init__(self):\n        raise ValueError('needs a config file')\n",
+    "init_exits.py": "import sys\nclass Impl:\n    def __init__(self):\n        sys.exit(1)\n",
+    "area_property.py": (
+        "class Impl:\n    @property\n    def traversal(self):\n        raise KeyError('traversal is computed lazily')\n"
+    ),
+    "area_class.py": (
+        "from pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class Impl:\n    traversal = ReferenceTraversal\n"
+    ),
+    "area_incomplete.py": "class T:\n    def handles(self, root):\n        return []\nclass Impl:\n    traversal = T()\n",
+    "returns_none.py": (
+        "from pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n        return None\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+    "hangs.py": (
+        "import time\nfrom pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n        time.sleep(3600)\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+    "raises.py": (
+        "from pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n        raise ZeroDivisionError('planted')\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+    "exits_in_call.py": (
+        "import sys\nfrom pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n        sys.exit(0)\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+    "leaks_dynamo.py": (
+        "import torch._dynamo\nfrom pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n"
+        "        torch._dynamo.config.cache_size_limit += 1\n        return super().handles(root)\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+    "crashes.py": (
+        "import os\nfrom pytest_fsdpcheck.reference.traversal import ReferenceTraversal\n"
+        "class T(ReferenceTraversal):\n    def handles(self, root):\n        os._exit(9)\n"
+        "class Impl:\n    traversal = T()\n"
+    ),
+}
+
+DIV = "[[divergence]]\nmatch = 'TRV-1'\nreason = 'x'\n"
+DIVERGENCE_FILES = {
+    "missing-reason": "[[divergence]]\nmatch = 'TRV-1'\n",
+    "not-toml": "this is = = not toml",
+    "unknown-invariant": "[[divergence]]\nmatch = 'TRV-99'\nreason = 'x'\n",
+    "unknown-key": DIV + "severity = 'high'\n",
+    "top-level-key": "title = 'mine'\n" + DIV,
+    "not-an-array": "divergence = 'TRV-1'\n",
+    "entry-not-table": "divergence = ['TRV-1']\n",
+    "impl-not-string": DIV + "implementation = 3\n",
+    "bad-torch-range": DIV + "torch = 'two point four'\n",
+    "empty-match": "[[divergence]]\nmatch = ''\nreason = 'x'\n",
+}
+
+# --- usage errors: (id, args, files, ini, text of the one ERROR line) ---------
+
+USAGE_CASES = [
+    ("impl-unknown", ["--fsdpcheck-impl", "no-such-impl"], {}, None, "unknown implementation 'no-such-impl'"),
+    ("impl-empty-name", ["--fsdpcheck-impl", ""], {}, None, "unknown implementation ''"),
+    ("impl-syntax-error", ["--fsdpcheck-impl", "syntax_error:Impl"], {}, None, "cannot import 'syntax_error'"),
+    ("impl-raises-at-import", ["--fsdpcheck-impl", "raises_at_import:Impl"], {}, None, "RuntimeError: cannot start without a cluster"),
+    ("impl-exits-at-import", ["--fsdpcheck-impl", "exits_at_import:Impl"], {}, None, "SystemExit: 3"),
+    ("impl-argparse-at-import", ["--fsdpcheck-impl", "argparse_at_import:Impl"], {}, None, "cannot import 'argparse_at_import': SystemExit"),
+    ("impl-sys-exit", ["--fsdpcheck-impl", "sys:exit"], {}, None, "not an implementation"),
+    ("impl-os-abort", ["--fsdpcheck-impl", "os:abort"], {}, None, "not an implementation"),
+    ("impl-function", ["--fsdpcheck-impl", "os:getcwd"], {}, None, "nothing else is called"),
+    ("impl-missing-attr", ["--fsdpcheck-impl", "no_area:Missing"], {}, None, "has no attribute 'Missing'"),
+    ("impl-missing-nested-attr", ["--fsdpcheck-impl", "no_area:Nothing.inner"], {}, None, "has no attribute 'Nothing.inner'"),
+    ("impl-no-module", ["--fsdpcheck-impl", "no_such_module:Impl"], {}, None, "cannot import 'no_such_module'"),
+    ("impl-no-area", ["--fsdpcheck-impl", "no_area:Nothing"], {}, None, "provides none of the areas"),
+    ("impl-init-raises", ["--fsdpcheck-impl", "init_raises:Impl"], {}, None, "ValueError: needs a config file"),
+    ("impl-init-exits", ["--fsdpcheck-impl", "init_exits:Impl"], {}, None, "constructing it raised SystemExit"),
+    ("impl-area-property-raises", ["--fsdpcheck-impl", "area_property:Impl"], {}, None, "reading its areas raised KeyError"),
+    ("impl-area-is-a-class", ["--fsdpcheck-impl", "area_class:Impl"], {}, None, "is the class ReferenceTraversal, not an instance"),
+    ("impl-area-incomplete", ["--fsdpcheck-impl", "area_incomplete:Impl"], {}, None, "traversal area lacks"),
+    ("impl-second-one-bad", ["--fsdpcheck-impl", "reference", "--fsdpcheck-impl", "nope"], {}, None, "unknown implementation 'nope'"),
+    ("ini-impl-unknown", [], {}, "fsdpcheck_impl = no-such-impl", "unknown implementation 'no-such-impl'"),
+    ("profile-bogus", ["--fsdpcheck-profile=bogus"], {}, None, "invalid choice: 'bogus'"),
+    ("device-tpu", ["--fsdpcheck-device=tpu"], {}, None, "invalid choice: 'tpu'"),
+    ("device-cuda-without-gpu", ["--fsdpcheck-device=cuda"], {}, None, "torch sees no CUDA device"),
+    ("ini-profile-bogus", [], {}, "fsdpcheck_profile = bogus", "unknown profile 'bogus'"),
+    ("ini-device-tpu", [], {}, "fsdpcheck_device = tpu", "unknown device 'tpu'"),
+    ("timeout-negative", ["--fsdpcheck-timeout=-1"], {}, None, "--fsdpcheck-timeout must be a number of seconds"),
+    ("timeout-nan", ["--fsdpcheck-timeout=nan"], {}, None, "got 'nan'"),
+    ("timeout-inf", ["--fsdpcheck-timeout=inf"], {}, None, "got 'inf'"),
+    ("timeout-huge", ["--fsdpcheck-timeout=1e12"], {}, None, "got '1e12'"),
+    ("timeout-word", ["--fsdpcheck-timeout=soon"], {}, None, "got 'soon'"),
+    ("ini-timeout-negative", [], {}, "fsdpcheck_timeout = -5", "got '-5'"),
+    ("seed-word-ci", ["--fsdpcheck-seed=abc"], {}, None, "must be an integer, got 'abc'"),
+    ("seed-word-dev", ["--fsdpcheck-profile=dev", "--fsdpcheck-seed=abc"], {}, None, "must be an integer, got 'abc'"),
+    ("seed-negative", ["--fsdpcheck-profile=dev", "--fsdpcheck-seed=-5"], {}, None, "must be in 0 .. 2**32-1"),
+    ("seed-too-large", ["--fsdpcheck-profile=fuzz", f"--fsdpcheck-seed={2**40}"], {}, None, "must be in 0 .. 2**32-1"),
+    ("ini-seed-word", [], {}, "fsdpcheck_seed = abc\nfsdpcheck_profile = dev", "must be an integer, got 'abc'"),
+    ("report-missing-folder", ["--fsdpcheck-report", "missing/dir/r.json"], {}, None, "does not exist"),
+    ("report-is-a-folder", ["--fsdpcheck-report", "."], {}, None, "is a directory"),
+    ("ini-report-missing-folder", [], {}, "fsdpcheck_report = nowhere/r.json", "does not exist"),
+    ("divergences-missing-file", ["--fsdpcheck-divergences", "missing.toml"], {}, None, "cannot read"),
+    ("divergences-a-folder", ["--fsdpcheck-divergences", "."], {}, None, "cannot read"),
+    ("divergences-not-utf8", ["--fsdpcheck-divergences", "div.toml"], {"div.toml": b"match = '\xff\xfe'\n"}, None, "not UTF-8"),
+    *[
+        (f"divergences-{name}", ["--fsdpcheck-divergences", "div.toml"], {"div.toml": text}, None, "divergence file")
+        for name, text in DIVERGENCE_FILES.items()
+    ],
+    ("ini-divergences-missing", [], {}, "fsdpcheck_divergences = missing.toml", "cannot read"),
+]
+
+
+def _write(folder: pathlib.Path, files: dict) -> None:
+    for name, text in {**IMPLS, **files}.items():
+        path = folder / name
+        path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    """``run(args, files, ini)``: pytest in a subprocess in an empty folder."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+
+    def go(args, files=(), ini=None, timeout=300):
+        _write(pytester.path, dict(files))
+        if ini:
+            pytester.makeini(f"[pytest]\n{ini}\n")
+        before = set(os.listdir(pytester.path))
+        result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args, timeout=timeout)
+        result.folder = pytester.path
+        # pytester's own files: the captured streams and the inner run's basetemp
+        # (and Hypothesis' own cache of source constants, which it keeps in the
+        # working directory whatever the settings)
+        ours = {"__pycache__", "stdout", "stderr", "runpytest-current", ".hypothesis"}
+        new = set(os.listdir(pytester.path)) - before - ours
+        result.left_behind = sorted(n for n in new if not n.startswith("runpytest-"))
+        result.survivors = _processes_in(pytester.path)
+        return result
+
+    return go
+
+
+def _processes_in(folder: pathlib.Path) -> list[str]:
+    """Processes still running whose command line mentions ``folder``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(folder) in cmdline and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmdline[:120]}")
+    return found
+
+
+def _no_traceback(result) -> str:
+    output = "\n".join(result.outlines + result.errlines)
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output
+    return output
+
+
+@pytest.mark.parametrize("args, files, ini, says", [c[1:] for c in USAGE_CASES], ids=[c[0] for c in USAGE_CASES])
+def test_bad_input_is_one_line_and_exit_4(run, args, files, ini, says):
+    result = run(["--fsdpcheck", *args], files, ini)
+    output = _no_traceback(result)
+    assert result.ret == USAGE, output
+    errors = [line for line in result.outlines + result.errlines if says in line]
+    assert len(errors) == 1, output
+    assert errors[0].startswith("ERROR:") or ": error: argument" in errors[0], errors[0]
+    assert len([line for line in result.errlines if line.strip()]) <= 4, output
+    assert not result.left_behind and not result.survivors, (result.left_behind, result.survivors)
+
+
+# --- warnings: the option does nothing, the run says so and goes on -----------
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--fsdpcheck-impl", "reference"], "--fsdpcheck-impl has no effect without --fsdpcheck"),
+        (["--fsdpcheck-strict", "--fsdpcheck-timeout=5"], "--fsdpcheck-timeout, --fsdpcheck-strict has no effect without --fsdpcheck"),
+        (["--fsdpcheck-profile=dev"], "--fsdpcheck-profile has no effect without --fsdpcheck"),
+    ],
+    ids=["impl", "strict-and-timeout", "profile"],
+)
+def test_suite_options_without_the_suite_warn(run, args, says):
+    result = run(args)
+    output = _no_traceback(result)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, output
+    assert says in output, output
+
+
+def test_seed_under_ci_warns_and_runs(run):
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-seed=7", "-k", "test_handles"])
+    output = _no_traceback(result)
+    assert result.ret == 0, output
+    assert "--fsdpcheck-seed has no effect under the ci profile" in output
+
+
+# --- faults inside a check: a FAIL cell that says what happened ---------------
+
+FAULTS = [
+    ("returns-none", "returns_none:Impl", [], "traversal.handles returned NoneType; the contract expects a list"),
+    ("hangs", "hangs:Impl", ["--fsdpcheck-timeout=1"], "did not return within 1 s"),
+    ("raises", "raises:Impl", [], "ZeroDivisionError: planted"),
+    ("exits-inside-a-call", "exits_in_call:Impl", [], "SystemExit"),
+    ("leaks-dynamo-config", "leaks_dynamo:Impl", [], "left process-wide state changed"),
+    ("crashes-a-worker", "crashes:Impl", ["-n", "2"], "crashed"),
+]
+
+
+@pytest.mark.parametrize("impl, extra, says", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+def test_a_faulty_implementation_fails_its_check_with_the_reason(run, impl, extra, says):
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", impl, "--fsdpcheck-impl", "reference",
+                  "-k", "test_handles", "--fsdpcheck-report", "report.json", *extra])
+    output = "\n".join(result.outlines + result.errlines)
+    assert "INTERNALERROR" not in output, output
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    assert says in output, output
+    import json
+
+    cells = json.loads((pathlib.Path(result.folder) / "report.json").read_text())["matrix"][impl]
+    assert cells["TRV-6"]["outcome"] == "fail", cells
+    assert result.left_behind == ["report.json"], result.left_behind
+    assert not result.survivors, result.survivors
+
+
+# --- selection and the user's own tests ---------------------------------------
+
+
+def test_a_test_id_as_printed_reruns_that_test(run):
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "test_traversal.py::test_handles[reference]"])
+    _no_traceback(result)
+    result.assert_outcomes(passed=1)
+
+
+def test_selection_of_nothing_makes_no_verdicts(run):
+    div = "[[divergence]]\nmatch = 'TRV-7'\nimplementation = 'reference'\nreason = 'x'\n"
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-strict",
+                  "--fsdpcheck-divergences", "div.toml", "-k", "no_such_test"], {"div.toml": div})
+    output = _no_traceback(result)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, output
+    assert "stale divergence" not in output and "unexpected pass" not in output, output
+
+
+USER_FIXTURE = """
+import pytest
+
+@pytest.fixture
+def fsdpcheck_impl():
+    return "mine"
+
+def test_mine(fsdpcheck_impl):
+    assert fsdpcheck_impl == "mine"
+"""
+
+
+def test_a_users_fixture_of_the_same_name_is_left_alone(run):
+    plain = run(["test_user.py"], {"test_user.py": USER_FIXTURE})
+    plain.assert_outcomes(passed=1)
+    both = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "-k", "test_mine or test_handles", "test_user.py"],
+               {"test_user.py": USER_FIXTURE})
+    _no_traceback(both)
+    both.assert_outcomes(passed=2)
+
+
+def test_ini_relative_divergence_file_is_read_from_the_ini_folder(run, pytester):
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "div.toml").write_text("[[divergence]]\nmatch = 'TRV-7'\nimplementation = 'reference'\nreason = 'x'\n")
+    pytester.makeini("[pytest]\nfsdpcheck_divergences = div.toml\n")
+    os.chdir(pytester.path / "sub")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fsdpcheck", "--fsdpcheck-impl", "reference",
+                                           "-k", "test_handles", "-c", str(pytester.path / "tox.ini"), timeout=300)
+    output = "\n".join(result.outlines)
+    assert result.ret == 0, output
+    assert f"divergence files: {pytester.path / 'div.toml'}" in output, output
