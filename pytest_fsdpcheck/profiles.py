@@ -26,20 +26,37 @@ def _register() -> None:
     )
 
 
+_overrides: dict = {}
+
+
 def activate(profile: str) -> None:
+    """Select the suite's profile. It is not loaded process-wide: only the
+    suite's own properties (through :func:`examples`) use it, so a user's
+    Hypothesis tests in the same run keep their own settings."""
     global _active
     _register()
     _active = profile
-    settings.load_profile(f"fsdpcheck-{profile}")
+
+
+def override(**changes) -> None:
+    """Settings that take precedence over the active profile for the suite's
+    properties (the project's planted-bug runs skip shrinking this way)."""
+    _overrides.update(changes)
 
 
 def active() -> str:
     return _active
 
 
+def current() -> settings:
+    """The settings the suite's properties run under."""
+    _register()
+    return settings(settings.get_profile(f"fsdpcheck-{_active}"), **_overrides)
+
+
 def examples(base: int):
     """``@examples(n)``: n examples under ``ci``, scaled for ``dev``/``fuzz``."""
-    return settings(max_examples=max(1, int(base * SCALE[_active])))
+    return settings(current(), max_examples=max(1, int(base * SCALE[_active])))
 
 
 # A running digest of the examples built in the current test, so two runs can

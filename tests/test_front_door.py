@@ -278,16 +278,21 @@ def fsdpcheck_impl():
 
 def test_mine(fsdpcheck_impl):
     assert fsdpcheck_impl == "mine"
+
+def test_my_hypothesis_settings_are_mine():
+    from hypothesis import settings
+
+    assert not settings.default.derandomize and settings.default.max_examples == 100
 """
 
 
 def test_a_users_fixture_of_the_same_name_is_left_alone(run):
     plain = run(["test_user.py"], {"test_user.py": USER_FIXTURE})
-    plain.assert_outcomes(passed=1)
-    both = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "-k", "test_mine or test_handles", "test_user.py"],
+    plain.assert_outcomes(passed=2)
+    both = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "-k", "test_my or test_handles", "test_user.py"],
                {"test_user.py": USER_FIXTURE})
     _no_traceback(both)
-    both.assert_outcomes(passed=2)
+    both.assert_outcomes(passed=3)
 
 
 def test_ini_relative_divergence_file_is_read_from_the_ini_folder(run, pytester):

@@ -207,7 +207,7 @@ def _plans(spec: str, handed) -> dict:
     """Bucket counts of ``spec``'s plans for the graphs DDPOptimizer received,
     with DDPOptimizer's own caps (``bucket_bytes_cap`` from DDP)."""
     try:
-        from .impls import load_implementation
+        from ..impls import load_implementation
 
         splitting = load_implementation(spec).splitting
         if splitting is None:

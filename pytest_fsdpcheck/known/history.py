@@ -61,6 +61,7 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
         )
         data = json.loads(report.read_text()) if report.exists() else {}
         tail = suite.stdout.strip().splitlines()[-1:] or [""]
+        (keep_dir or work).joinpath(f"torch-{version}.log").write_text(suite.stdout + suite.stderr)
         return {
             "version": version,
             "exit": suite.returncode,

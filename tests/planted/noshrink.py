@@ -9,10 +9,9 @@ import pytest
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
-    from hypothesis import Phase, settings
+    from hypothesis import Phase
 
-    # Derived from whatever profile pytest-fsdpcheck loaded (ci: derandomized).
-    settings.register_profile(
-        "fsdpcheck-planted", parent=settings.default, phases=[Phase.explicit, Phase.reuse, Phase.generate]
-    )
-    settings.load_profile("fsdpcheck-planted")
+    from pytest_fsdpcheck import profiles
+
+    # On top of whatever profile pytest-fsdpcheck selected (ci: derandomized).
+    profiles.override(phases=[Phase.explicit, Phase.reuse, Phase.generate])
