@@ -12,8 +12,16 @@ from . import Violation, first_difference, short
 # --- the oracle -------------------------------------------------------------------
 
 
+_KIDS: dict = {}
+
+
 def _kids(spec, i) -> list[int]:
-    return list(dict.fromkeys(spec.tree.children[i]))
+    """Unique children of module ``i`` (a table per spec, built once)."""
+    table = _KIDS.get(id(spec.tree))
+    if table is None or table[0] is not spec.tree:
+        _KIDS.clear()
+        table = _KIDS[id(spec.tree)] = (spec.tree, [list(dict.fromkeys(c)) for c in spec.tree.children])
+    return table[1][i]
 
 
 def _below(spec, starts) -> set[int]:
@@ -128,9 +136,10 @@ def check_managed(built, got, invariant_order: str = "FS2-1") -> list[Violation]
     spec = built.spec
     index = {id(m): i for i, m in enumerate(built.modules)}
     got_i = [index.get(id(m), -1) for m in got]
-    want = expected_managed(built)
-    walk = set(walk_order(spec))
+    walk_list = walk_order(spec)
     dropped = dropped_by_ignore_rule(built)
+    want = [i for i in walk_list if i not in dropped]
+    walk = set(walk_list)
     multi = len(set(spec.roots)) > 1
     lab = [f"m{i}" for i in got_i]
     wlab = [f"m{i}" for i in want]
