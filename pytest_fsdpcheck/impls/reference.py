@@ -13,7 +13,6 @@ class ReferenceImplementation(Implementation):
         see :mod:`pytest_fsdpcheck.known`. Without them: the specification."""
         from ..reference.annotation import ReferenceAnnotation
         from ..reference.exec_order import ReferenceExecOrder
-        from ..reference.fsdp2 import ReferenceFsdp2
         from ..reference.splitting import ReferenceSplitting
         from ..reference.traversal import ReferenceTraversal
 
@@ -22,4 +21,3 @@ class ReferenceImplementation(Implementation):
         self.annotation = ReferenceAnnotation(**switches.get("annotation", {}))
         self.splitting = ReferenceSplitting(**switches.get("splitting", {}))
         self.exec_order = ReferenceExecOrder(**switches.get("exec_order", {}))
-        self.fsdp2 = ReferenceFsdp2(**switches.get("fsdp2", {}))
