@@ -134,4 +134,13 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
 @pytest.mark.parametrize("model", ["mlp", "nested", "shared"])
 def test_dynamo_effect(fsdpcheck_impl, model):
     require_compile()
-    conform(fsdpcheck_impl, lambda impl: check_dynamo_effect(impl.annotation, model))
+    violations = check_dynamo_effect(fsdpcheck_impl.annotation, model)
+    if violations:
+        from pytest_fsdpcheck.reference.annotation import ReferenceAnnotation
+
+        if check_dynamo_effect(ReferenceAnnotation(), model):
+            # torch 2.1's Dynamo keeps the parameters of FSDP-managed modules
+            # as attributes: no annotation can pass here, so nothing is judged.
+            pytest.skip("not provided: this torch's Dynamo does not lift the parameters of modules marked "
+                        "FSDP-managed (the reference annotation fails ANN-7 here too)")
+    conform(fsdpcheck_impl, violations)

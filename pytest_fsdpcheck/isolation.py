@@ -166,10 +166,22 @@ def _dynamo_config():
 
 
 def _config_copy(config) -> dict:
-    # torch >= 2.1 has get_config_copy; 2.0's config module keeps a plain dict.
-    if hasattr(config, "get_config_copy"):
+    # torch >= 2.2 copies its config with get_config_copy; 2.1's deep-copies
+    # a dict holding a module and raises, and 2.0 has no such method: copy
+    # the plain dict entry by entry, keeping what cannot be copied as it is.
+    try:
         return config.get_config_copy()
-    return dict(getattr(config, "_config", {}))
+    except Exception:  # noqa: BLE001 - AttributeError (2.0) or TypeError (2.1)
+        pass
+    import copy
+
+    def copied(value):
+        try:
+            return copy.deepcopy(value)
+        except Exception:  # noqa: BLE001
+            return value
+
+    return {key: copied(value) for key, value in dict(getattr(config, "_config", {})).items()}
 
 
 def _load_config(config, saved: dict) -> None:
