@@ -78,10 +78,10 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
         shutil.rmtree(work, ignore_errors=True)
 
 
-def cell(entry: dict) -> str:
+def cell(entry: dict, letters: dict) -> str:
     outcome = entry.get("outcome")
     if outcome == "known":
-        return "known " + ",".join(entry.get("known", []))
+        return "known " + ",".join(sorted(letters.setdefault(b, chr(ord("A") + len(letters))) for b in entry.get("known", [])))
     return {"fail": "FAIL", "not provided": "n/p", "unexpected pass": "XPASS", "divergence": "declared"}.get(outcome, outcome or "-")
 
 
@@ -89,7 +89,8 @@ def table(results: list[dict]) -> list[str]:
     ok = [r for r in results if "matrix" in r]
     invariants = sorted({inv for r in ok for inv in r["matrix"]}, key=sort_key)
     heads = [r["version"] for r in ok]
-    rows = [[inv, *(cell(r["matrix"].get(inv, {})) for r in ok)] for inv in invariants]
+    letters: dict[str, str] = {}  # known-bug id -> the letter its cells show
+    rows = [[inv, *(cell(r["matrix"].get(inv, {}), letters) for r in ok)] for inv in invariants]
     widths = [max(len(x) for x in col) for col in zip(["invariant", *heads], *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format("invariant", *heads), fmt.format(*("-" * w for w in widths))]
@@ -100,8 +101,9 @@ def table(results: list[dict]) -> list[str]:
             if bug["examples"]:
                 seen.setdefault(bug["id"], []).append(r["version"])
     lines.append("")
-    for bug_id, versions in seen.items():
-        lines.append(f"{bug_id}: seen in {versions[0]} … {versions[-1]} ({len(versions)} of {len(ok)} releases run)")
+    for bug_id, letter in letters.items():
+        versions = seen.get(bug_id, [])
+        lines.append(f"{letter} = {bug_id}: seen in {versions[0]} … {versions[-1]} ({len(versions)} of {len(ok)} releases run)")
     for r in results:
         if "matrix" in r:
             lines.append(f"torch {r['torch']}: exit {r['exit']}, install {r['install_s']} s, suite {r['suite_s']} s — {r['summary']}")
@@ -110,13 +112,36 @@ def table(results: list[dict]) -> list[str]:
     return lines
 
 
+def from_report(path: Path) -> dict:
+    """A release's entry rebuilt from a kept JSON report (``--keep-reports``)."""
+    data = json.loads(path.read_text())
+    matrix = data.get("matrix", {}).get("torch", {})
+    failed = sum(1 for t in data.get("tests", {}).values() if t.get("outcome") == "failed")
+    strict = [e for e in data.get("known_bugs", []) if e.get("not_reproduced")]
+    strict += data.get("stale_divergences", []) + data.get("unexpected_passes", [])
+    torch = data.get("header", {}).get("torch", path.stem)
+    return {
+        "version": torch.split("+")[0], "torch": torch, "matrix": matrix, "known_bugs": data.get("known_bugs", []),
+        "exit": 1 if failed or strict else 0, "summary": f"{len(data.get('tests', {}))} tests, {failed} failed",
+        "install_s": "-", "suite_s": "-",
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
-    parser.add_argument("versions", nargs="+", help="torch releases, e.g. 2.0.1 2.13.0")
+    parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
+    parser.add_argument("--table-from", metavar="DIR", help="only print the table of the torch-*.json reports kept in DIR")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
     args = parser.parse_args(argv)
+    if args.table_from:
+        reports = sorted(Path(args.table_from).glob("torch-*.json"), key=lambda p: [int(x) for x in p.stem[6:].split(".")])
+        results = [from_report(p) for p in reports]
+        print("\n".join(table(results)))
+        return 0 if all(r["exit"] == 0 for r in results) else 1
+    if not args.versions:
+        parser.error("give torch versions, or --table-from DIR")
     keep = Path(args.keep_reports) if args.keep_reports else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
