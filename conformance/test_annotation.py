@@ -4,8 +4,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_fsdpcheck.impls.torch_support import require_compile
-from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.checks.annotation import (
     check_annotated,
     check_dynamo_effect,
@@ -13,9 +11,11 @@ from pytest_fsdpcheck.checks.annotation import (
     check_shared_annotated,
     snapshot,
 )
-from pytest_fsdpcheck.generators.trees import build_tree, module_trees
-from pytest_fsdpcheck.profiles import examples
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.generators.trees import build_tree, module_trees
+from pytest_fsdpcheck.impls.torch_support import require_compile
+from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.profiles import examples
 
 trees = module_trees(states=False, replicate=False)
 

@@ -9,11 +9,11 @@ part) start once, not once per implementation.
 
 import pytest
 
+from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
+from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
-from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from pytest_fsdpcheck.plugin import get_session
-from pytest_fsdpcheck.checks.repro import snippet
 
 RANK_TIMEOUT_S = 120.0
 _runs: dict = {}

@@ -21,6 +21,7 @@ from pytest_fsdpcheck.checks.exec_order import (
     tracer_snapshot,
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.models import (
     ModelSpec,
     PlannedTraceError,
@@ -34,7 +35,6 @@ from pytest_fsdpcheck.generators.models import (
 )
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.checks.repro import snippet
 
 IMPORTS = [
     "from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_tracer",

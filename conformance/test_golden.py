@@ -7,15 +7,15 @@ import pytest
 
 from pytest_fsdpcheck.checks import golden_files as golden
 from pytest_fsdpcheck.checks.golden import check_golden
-from pytest_fsdpcheck.impls.torch_support import require_compile
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.corpus import (
     CORPUS,
     render_buckets,
     render_exec_order,
     render_traversal,
 )
-from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.impls.torch_support import require_compile
+from pytest_fsdpcheck.known import conform
 
 SECTIONS = ["buckets", "traversal", "exec order"]
 MODELS = list(CORPUS)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.graphs import (
     GraphSpec,
     ModuleSpec,
@@ -17,7 +18,6 @@ from pytest_fsdpcheck.generators.graphs import (
 )
 from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.checks.repro import snippet
 
 # every parameter read by exactly one node: counting-once rules (SPL-4) and
 # parameters as call_method arguments are exercised by their own tests

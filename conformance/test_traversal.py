@@ -5,6 +5,7 @@ from hypothesis import given
 
 from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.checks.traversal import (
     check_handles,
     check_root_states,
@@ -13,7 +14,6 @@ from pytest_fsdpcheck.checks.traversal import (
     expected_traversal,
     snapshot,
 )
-from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.generators.trees import (
     build_tree,
     deep_chain,
@@ -21,8 +21,8 @@ from pytest_fsdpcheck.generators.trees import (
     module_trees,
     wide_tree,
 )
+from pytest_fsdpcheck.known import conform
 from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.checks.repro import snippet
 
 CALLS = {
     "states_with_modules": "states, modules = impl.traversal.states_with_modules(tree.root)",

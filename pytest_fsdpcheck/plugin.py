@@ -213,9 +213,9 @@ def pytest_unconfigure(config):
 
 
 def _build_session(config) -> Session:
-    from .known import divergences as div
     from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
     from .isolation import Guarded
+    from .known import divergences as div
 
     specs = config.getoption("fsdpcheck_impl") or config.getini("fsdpcheck_impl")
     if not specs and os.environ.get(ENV_IMPL):
@@ -512,7 +512,6 @@ def pytest_runtest_call(item):
         return (yield)
     from . import profiles
     from .isolation import LeakedGlobalState, global_state, leaks, restore
-
     from .known import judge
 
     before = global_state()
@@ -717,7 +716,6 @@ def _unreproduced(state: Session) -> list[tuple[str, object]]:
 
 
 def _known_lines(state: Session, unreproduced) -> list[str]:
-    from .known import active_bugs
 
     lines = []
     for number, (spec, bug_id) in enumerate(state.matrix.known_order, 1):

@@ -22,7 +22,7 @@ def _spec(prefix, bug_id):
 def test_each_known_bug_alone_is_reported_known(run_suite):
     result, report = run_suite(*(_spec("Only", b) for b in BUGS), k=_selection("Only"), extra=NO_SHRINK)
     assert report is not None, result.stdout.str()
-    for bug_id, bug in BUGS.items():
+    for bug_id in BUGS:
         cells = report["matrix"][_spec("Only", bug_id)]
         outcomes = {inv: cell["outcome"] for inv, cell in cells.items()}
         assert "fail" not in outcomes.values(), f"{bug_id}: {outcomes}"
@@ -37,7 +37,7 @@ def test_a_second_bug_next_to_a_known_one_fails(run_suite):
     result, report = run_suite(*(_spec("Plus", b) for b in BUGS), k=_selection("Plus"), extra=NO_SHRINK)
     assert report is not None, result.stdout.str()
     sections = failure_sections(result.outlines)
-    for bug_id, bug in BUGS.items():
+    for bug_id in BUGS:
         spec = _spec("Plus", bug_id)
         failed = [inv for inv, cell in report["matrix"][spec].items() if cell["outcome"] == "fail"]
         assert failed, f"{bug_id} plus a second bug: no FAIL cell in {report['matrix'][spec]}"
