@@ -59,6 +59,19 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reproducer="spl-param-counted-per-use.py",
     ),
     KnownBug(
+        id="spl-method-receiver-module-counted",
+        invariants=("SPL-3",),
+        reason="DDPOptimizer.compile_fn (from 2.4) looks up `node.args[0].target` of every call_method "
+        "node as a submodule and adds that module's parameters there: in `self.lin(x).mul(p)` the "
+        "Linear's bytes land in the bucket of the later `mul` node instead of the module call. The code "
+        "is still there in later releases, but only module-form graphs reach it, and Dynamo hands "
+        "DDPOptimizer module-form graphs only up to 2.4.",
+        affects=">=2.4,<2.5",
+        seen=("2.4.1", "2.4.1"),
+        reference={"splitting": {"method_receiver": "module_counted"}},
+        reproducer="spl-method-receiver-module-counted.py",
+    ),
+    KnownBug(
         id="spl-bucket-closes-without-output",
         invariants=("SPL-5", "SPL-6", "SPL-7"),
         reason="torch 2.0's DDPOptimizer.compile_fn starts a new bucket as soon as the current one "

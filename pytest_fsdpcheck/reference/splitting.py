@@ -72,6 +72,23 @@ def _node_params(gm, node, real=None, method_args="all"):
     return []
 
 
+def _receiver_module_params(gm, node, counted) -> list:
+    """torch >= 2.4: a call_method whose receiver's target names a submodule
+    counts that module's parameters (once per module, like call_module)."""
+    receiver = node.args[0] if node.args else None
+    target = getattr(receiver, "target", None)
+    if not isinstance(target, str):
+        return []
+    try:
+        module = gm.get_submodule(target)
+    except AttributeError:
+        return []
+    if id(module) in counted:
+        return []
+    counted.add(id(module))
+    return [(f"{node.target}.{n}", p) for n, p in module.named_parameters()]
+
+
 def _fetch_attr(gm, target):
     obj = gm
     for part in target.split("."):
@@ -89,6 +106,7 @@ def plan(
     method_args: str = "all",
     ddp_ignored_from: str = "real_inputs",
     close_at_cap: str = "with_output",
+    method_receiver: str = "ignored",
 ) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order.
 
@@ -99,7 +117,10 @@ def plan(
     a string; ``ddp_ignored_from="example_value"`` reads ``_ddp_ignored`` off the
     placeholders' (possibly fake) example values; ``count_each_param="per_node"``
     de-duplicates nothing, called modules included; ``close_at_cap="always"``
-    closes a full bucket whether or not it has an external output.
+    closes a full bucket whether or not it has an external output;
+    ``method_receiver="module_counted"`` counts, at a ``call_method`` node, the
+    parameters of the module its receiver's string target names (a called
+    module's output, in module-form graphs), once per module.
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     real = dict(zip(placeholders, example_inputs, strict=False)) if ddp_ignored_from == "real_inputs" else {}
@@ -127,6 +148,8 @@ def plan(
             counted.add(id(module))
         else:
             reads = _node_params(gm, node, real, method_args)
+        if method_receiver == "module_counted" and node.op == "call_method":
+            reads = _receiver_module_params(gm, node, counted) + reads
         for name, param in reads:
             if _is_counted(param) and (per_use or id(param) not in counted):
                 counted.add(id(param))
@@ -175,6 +198,7 @@ def table_lines(buckets: list[_Bucket], bucket_bytes_cap: int) -> list[str]:
 _SWITCHES = {
     "count_each_param": ("once", "per_use", "per_node"),
     "close_at_cap": ("with_output", "always"),
+    "method_receiver": ("ignored", "module_counted"),
     "method_args": ("all", "string_receiver_only"),
     "ddp_ignored_from": ("real_inputs", "example_value"),
 }
