@@ -289,7 +289,7 @@ def test_my_hypothesis_settings_are_mine():
 def test_a_users_fixture_of_the_same_name_is_left_alone(run):
     plain = run(["test_user.py"], {"test_user.py": USER_FIXTURE})
     plain.assert_outcomes(passed=2)
-    both = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "-k", "test_my or test_handles", "test_user.py"],
+    both = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "-k", "mine or test_handles", "test_user.py"],
                {"test_user.py": USER_FIXTURE})
     _no_traceback(both)
     both.assert_outcomes(passed=3)

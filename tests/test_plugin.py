@@ -332,8 +332,8 @@ reason = "torch is not under test: neither stale nor an unexpected pass"
 
 
 # every test tagged TRV-6 or TRV-7 runs (a deselected one would withhold the
-# verdicts); the large trees check TRV-8 only
-EVERY_TRV_6_7 = "(test_traversal or test_golden_traversal) and not test_large_trees"
+# verdicts); the large trees and the growth timings check TRV-8 only
+EVERY_TRV_6_7 = "(test_traversal or test_golden_traversal) and not test_large_trees and not test_linear_growth"
 
 
 def _divergence_run(pytester, suite, *extra, divergences_option=True, k=EVERY_TRV_6_7):

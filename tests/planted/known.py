@@ -8,6 +8,7 @@ bug explains. ``Claims_<bug>`` declares the bug but does not have it.
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 from pytest_fsdpcheck.impls.reference import ReferenceImplementation
@@ -19,6 +20,10 @@ BUGS = {bug.id: bug for bug in TORCH_BUGS}
 #: the tests where each bug shows (a -k expression)
 TESTS = {
     "trv-root-states-walk-modules": "test_root_states",
+    "trv-registry-created-on-read": "test_root_states",
+    "spl-param-counted-per-node": "test_counted_once_cases",
+    "spl-method-receiver-module-counted": "test_sizes_with_method_arguments or test_counted_once",
+    "spl-bucket-closes-without-output": "test_split_plan",
     "spl-param-counted-per-use": "test_counted_once_cases",
     "spl-method-arg-receiver-not-str": "test_sizes_with_method_arguments",
     "spl-ddp-ignored-lost-on-fake": "test_golden_buckets and frozen_ignored",
@@ -86,8 +91,16 @@ class _ExecOrderMangled:
 SECOND_BUG = {"traversal": _RootStatesDropLast, "splitting": _SplitInflated, "exec_order": _ExecOrderMangled}
 
 
+#: bugs of torch's module-form code paths: the planted splitting takes module-form graphs
+MODULE_FORM = {"spl-param-counted-per-node", "spl-method-receiver-module-counted", "spl-bucket-closes-without-output"}
+
+
 def _only(bug):
     impl = reference_with([bug])
+    if bug.id in MODULE_FORM:
+        impl.splitting.graph_form = "module"
+    # declared for every torch: the planted implementation has the bug on any
+    bug = dataclasses.replace(bug, affects="")
     impl.known_bugs = (bug,)
     return impl
 
@@ -101,7 +114,7 @@ def _plus(bug):
 
 def _claims(bug):
     impl = ReferenceImplementation()
-    impl.known_bugs = (bug,)
+    impl.known_bugs = (dataclasses.replace(bug, affects=""),)
     return impl
 
 
