@@ -405,7 +405,8 @@ def test_divergences_and_strict_from_ini(pytester, suite):
     result = _divergence_run(pytester, suite, divergences_option=False)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     _no_failures_some_xfailed(result)
-    assert _report(pytester)["header"]["divergence_files"] == ["div.toml"]
+    # a path from the ini file is relative to the ini file's folder
+    assert _report(pytester)["header"]["divergence_files"] == [str(pytester.path / "div.toml")]
 
 
 def test_divergence_outside_its_torch_range_declares_nothing(pytester, suite):
