@@ -4,21 +4,20 @@ A conformance check is a *body*: a function of an implementation that runs
 one example and returns the violations found. :func:`conform` runs it on the
 implementation under test; when it violates anything, the body is replayed
 on the reference with the switches of each candidate known bug (then with
-those of all candidates together, for examples that meet two bugs at once).
-Only when some replay shows exactly the same violations is the example
-explained: it passes, so Hypothesis keeps searching for an unexplained one,
-and the explanation is counted for the report. Anything else fails.
+those of all candidates together, cut down to the bugs the example needs).
+Only when some replay shows exactly the same violations, or raises the same
+exception, is the example explained: it passes, so Hypothesis keeps
+searching for an unexplained one, and the explanation is counted for the
+report. Anything else fails.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 from ..catalog import area_of
 from ..checks import ConformanceFailure
 
-_explained: Counter = Counter()
-_explained_invariants: dict[str, set] = {}
+#: known-bug id -> (examples explained, invariants of what it explained)
+_explained: dict[str, tuple[int, set]] = {}
 _torch_version: str | None = None
 _enabled = True
 
@@ -31,15 +30,12 @@ def configure(enabled: bool) -> None:
 
 def reset() -> None:
     _explained.clear()
-    _explained_invariants.clear()
 
 
 def explained() -> dict[str, dict]:
     """Per known-bug id, since :func:`reset`: the examples it explained and
     the invariants of the violations it explained there."""
-    return {
-        bug: {"examples": n, "invariants": sorted(_explained_invariants[bug])} for bug, n in _explained.items()
-    }
+    return {bug: {"examples": n, "invariants": sorted(hit)} for bug, (n, hit) in _explained.items()}
 
 
 def _installed_torch() -> str:
@@ -69,9 +65,9 @@ def conform(impl, body, example: str | None = None) -> None:
             raise outcome.exception
         raise ConformanceFailure(outcome, example)
     for bug in bugs:
-        _explained[bug.id] += 1
-        hit = bug.invariants if isinstance(outcome, Raised) else {v.invariant for v in outcome}
-        _explained_invariants.setdefault(bug.id, set()).update(hit)
+        n, hit = _explained.get(bug.id, (0, set()))
+        hit.update(bug.invariants if isinstance(outcome, Raised) else {v.invariant for v in outcome})
+        _explained[bug.id] = (n + 1, hit)
 
 
 class Raised(list):
