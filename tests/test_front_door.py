@@ -279,10 +279,13 @@ def fsdpcheck_impl():
 def test_mine(fsdpcheck_impl):
     assert fsdpcheck_impl == "mine"
 
-def test_my_hypothesis_settings_are_mine():
+def test_my_hypothesis_settings_are_mine(request):
     from hypothesis import settings
 
-    assert not settings.default.derandomize and settings.default.max_examples == 100
+    # Hypothesis picks its own profile (it loads "ci" where a CI variable is set):
+    # the runs below compare what this test saw with and without the plugin.
+    with open(request.config.rootpath / f"settings-{bool(request.config.getoption('fsdpcheck'))}.txt", "w") as seen:
+        seen.write(repr(settings.default))
 """
 
 
@@ -293,6 +296,7 @@ def test_a_users_fixture_of_the_same_name_is_left_alone(run):
                {"test_user.py": USER_FIXTURE})
     _no_traceback(both)
     both.assert_outcomes(passed=3)
+    assert (plain.folder / "settings-True.txt").read_text() == (plain.folder / "settings-False.txt").read_text()
 
 
 def test_ini_relative_divergence_file_is_read_from_the_ini_folder(run, pytester):
