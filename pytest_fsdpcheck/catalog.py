@@ -48,9 +48,18 @@ INVARIANTS: dict[str, str] = {
     "EXO-6": "the traced graph equals an unpatched tracer's",
     "EXO-7": "works with tracer subclasses and concrete_args",
     "EXO-8": "linear time in module calls and parameters",
+    # FSDP2 (fully_shard)
+    "FS2-1": "managed modules: post-order DFS from each root in order, registration order, each once",
+    "FS2-2": "never entering a non-composable module nor a non-root module with its own FSDP2 state",
+    "FS2-3": "ignored parameters drop exactly the modules torch's ignore rule names",
+    "FS2-4": "states: params and buffers in managed-module order, each once, ignored absent; scalars rejected",
+    "FS2-5": "several roots: shared modules listed once; nested roots handled as torch documents",
+    "FS2-6": "deep, wide and diamond-chain trees: no RecursionError, linear time",
+    "FS2-7": "after a real fully_shard, exactly the managed modules carry the Dynamo flags; nothing else changes",
+    "FS2-8": "a module or parameter shared with another group's subtree is rejected with a clear error naming it",
 }
 
-AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO"}
+AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO", "fsdp2": "FS2"}
 AREAS = tuple(AREA_PREFIX)
 
 

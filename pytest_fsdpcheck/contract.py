@@ -1,7 +1,7 @@
 """The implementation contract: how the suite talks to an implementation.
 
-An *implementation* is any object with up to four *area* attributes,
-``traversal``, ``annotation``, ``splitting`` and ``exec_order``. An area that
+An *implementation* is any object with up to five *area* attributes,
+``traversal``, ``annotation``, ``splitting``, ``exec_order`` and ``fsdp2``. An area that
 is missing or ``None`` is *not provided*: its invariants are reported as such,
 never as passed. Every value crossing the contract is a plain ``nn.Module``,
 ``fx.GraphModule``, list, dict or one of the small dataclasses below, so an
@@ -128,11 +128,40 @@ class ExecOrderArea(Protocol):
         """Patch ``tracer`` for the ``with`` block; yields the ``ExecInfo`` it fills."""
 
 
+@runtime_checkable
+class Fsdp2Area(Protocol):
+    """FSDP2's walk of the managed modules and the states it collects
+    (``torch.distributed.fsdp._fully_shard._fsdp_init``), and the Dynamo flags
+    a real ``fully_shard`` sets on them.
+
+    ``roots`` is a tuple of modules, as given to ``fully_shard`` (one module or
+    a list forming one group); ``ignored_params`` a set of parameters or
+    ``None`` (``fully_shard``'s default, which skips the ignore rule).
+    """
+
+    def mark_own_group(self, module: Any) -> None:
+        """Give ``module`` its own FSDP2 state, as an earlier ``fully_shard`` would."""
+
+    def mark_incompatible(self, module: Any, api: str) -> None:
+        """Record that the composable API ``api`` (e.g. ``"replicate"``) owns ``module``."""
+
+    def managed_modules(self, roots: tuple, ignored_params: set | None) -> list:
+        """The modules ``fully_shard(roots)`` manages, in walk order."""
+
+    def managed_states(self, modules: list, ignored_params: set | None) -> tuple[list, list]:
+        """``(params, buffers)`` of ``modules``; ``ValueError`` for a scalar parameter."""
+
+    def annotate(self, roots: tuple, mesh: Any, ignored_params: set | None) -> None:
+        """Apply a real ``fully_shard`` to the group ``roots`` on ``mesh`` (a
+        one-dimensional ``DeviceMesh`` the suite set up, world size 1)."""
+
+
 AREA_PROTOCOLS = {
     "traversal": TraversalArea,
     "annotation": AnnotationArea,
     "splitting": SplittingArea,
     "exec_order": ExecOrderArea,
+    "fsdp2": Fsdp2Area,
 }
 
 
@@ -147,6 +176,7 @@ class Implementation:
     annotation: AnnotationArea | None = None
     splitting: SplittingArea | None = None
     exec_order: ExecOrderArea | None = None
+    fsdp2: Fsdp2Area | None = None
 
 
 def provided_areas(impl: object) -> list[str]:

@@ -13,6 +13,7 @@ class ReferenceImplementation(Implementation):
         see :mod:`pytest_fsdpcheck.known`. Without them: the specification."""
         from ..reference.annotation import ReferenceAnnotation
         from ..reference.exec_order import ReferenceExecOrder
+        from ..reference.fsdp2 import ReferenceFsdp2
         from ..reference.splitting import ReferenceSplitting
         from ..reference.traversal import ReferenceTraversal
 
@@ -21,3 +22,4 @@ class ReferenceImplementation(Implementation):
         self.annotation = ReferenceAnnotation(**switches.get("annotation", {}))
         self.splitting = ReferenceSplitting(**switches.get("splitting", {}))
         self.exec_order = ReferenceExecOrder(**switches.get("exec_order", {}))
+        self.fsdp2 = ReferenceFsdp2(**switches.get("fsdp2", {}))

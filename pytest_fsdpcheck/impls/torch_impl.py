@@ -99,6 +99,17 @@ class TorchImplementation(Implementation):
             _mod("torch.distributed.fsdp._traversal_utils")
         self.splitting = _optional("TorchSplitting")
         self.exec_order = _optional("TorchExecOrder")
+        self.fsdp2 = _optional_fsdp2()
+
+
+def _optional_fsdp2():
+    # None on a torch without FSDP2 (before ~2.4) or without torch.distributed.
+    try:
+        from .torch_fsdp2 import TorchFsdp2
+
+        return TorchFsdp2()
+    except ImportError:
+        return None
 
 
 def _optional(cls: str):

@@ -1,0 +1,160 @@
+"""FSDP2 conformance (FS2-1..8): fully_shard's managed-module walk, its
+states, and a real fully_shard on a gloo world of one."""
+
+import pytest
+from hypothesis import given
+
+from pytest_fsdpcheck.checks import Violation
+from pytest_fsdpcheck.checks.fsdp2 import (
+    check_fully_shard,
+    check_managed,
+    check_states,
+    expected_managed,
+    world_of_one,
+)
+from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.generators.fsdp2 import (
+    build_fsdp2,
+    fsdp2_deep_chain,
+    fsdp2_diamond_chain,
+    fsdp2_specs,
+    fsdp2_wide_tree,
+    fully_shard_specs,
+)
+from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.profiles import examples
+
+CALLS = {
+    "managed": [
+        "got = impl.fsdp2.managed_modules(built.roots, built.ignored)",
+        "violations = check_managed(built, got)",
+    ],
+    "states": [
+        "modules = [built.modules[i] for i in expected_managed(built)]",
+        "violations = check_states(built, expected_managed(built), lambda: impl.fsdp2.managed_states(modules, built.ignored))",
+    ],
+    "fully_shard": [
+        "with world_of_one() as mesh:",
+        "    violations = check_fully_shard(built, impl.fsdp2, mesh)",
+    ],
+}
+
+
+def reproducer(impl, spec, call, groups=True):
+    return snippet(
+        impl,
+        [f"built = build_fsdp2({spec.to_source()}, impl.fsdp2{'' if groups else ', groups=False'})", *CALLS[call]],
+        ["assert not violations, violations"],
+        imports=[
+            "from pytest_fsdpcheck.generators.trees import TreeSpec",
+            "from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Spec, build_fsdp2",
+            "from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, check_fully_shard, expected_managed, world_of_one",
+        ],
+    )
+
+
+def _managed_body(spec):
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2)
+        return check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored))
+
+    return body
+
+
+@pytest.mark.invariant("FS2-1", "FS2-2", "FS2-3")
+@examples(120)
+@given(spec=fsdp2_specs(multi_root=False))
+def test_managed_modules(fsdpcheck_impl, spec):
+    conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
+
+
+@pytest.mark.invariant("FS2-5")
+@examples(80)
+@given(spec=fsdp2_specs(multi_root=True))
+def test_several_roots(fsdpcheck_impl, spec):
+    conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
+
+
+@pytest.mark.invariant("FS2-4")
+@examples(100)
+@given(spec=fsdp2_specs(scalars=True))
+def test_managed_states(fsdpcheck_impl, spec):
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2)
+        order = expected_managed(built)
+        modules = [built.modules[i] for i in order]
+        return check_states(built, order, lambda: impl.fsdp2.managed_states(modules, built.ignored))
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "states"))
+
+
+@pytest.mark.invariant("FS2-7")
+@examples(40)
+@given(spec=fully_shard_specs(conflicts=False))
+def test_fully_shard_flags(fsdpcheck_impl, spec):
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2, groups=False)
+        with world_of_one() as mesh:
+            return check_fully_shard(built, impl.fsdp2, mesh)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "fully_shard", groups=False))
+
+
+@pytest.mark.invariant("FS2-8")
+@examples(40)
+@given(spec=fully_shard_specs(conflicts=True))
+def test_fully_shard_conflicts(fsdpcheck_impl, spec):
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2, groups=False)
+        with world_of_one() as mesh:
+            return check_fully_shard(built, impl.fsdp2, mesh)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "fully_shard", groups=False))
+
+
+SHAPES = {
+    "deep-3000": lambda ign: fsdp2_deep_chain(3000, ign),
+    "wide-100000": lambda ign: fsdp2_wide_tree(100_000, ign),
+    "diamonds-1500": lambda ign: fsdp2_diamond_chain(1500, ign),
+}
+LARGE_CALLS = ["managed", "managed-ignored", "states"]
+
+
+@pytest.mark.invariant("FS2-6")
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("call", LARGE_CALLS)
+def test_large_trees(fsdpcheck_impl, shape, call):
+    if shape.startswith("wide") and call != "managed":
+        pytest.skip("wide trees: the walk only (the ignore rule is timed by test_linear_growth; states are a flat loop)")
+    spec = SHAPES[shape](call == "managed-ignored")
+
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2)
+        try:
+            if call == "states":
+                order = expected_managed(built)
+                modules = [built.modules[i] for i in order]
+                violations = check_states(built, order, lambda: impl.fsdp2.managed_states(modules, built.ignored))
+            else:
+                violations = check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored))
+        except RecursionError:
+            return [Violation("FS2-6", f"{call} raised RecursionError on a {shape} tree")]
+        return [Violation("FS2-6", f"on a {shape} tree: {v}") for v in violations]
+
+    conform(fsdpcheck_impl, body)
+
+
+@pytest.mark.invariant("FS2-6")
+def test_linear_growth(fsdpcheck_impl):
+    """4x the modules (a wide tree, ignore rule on) may cost at most ~10x the time."""
+    small, large = 5000, 20_000
+    area = fsdpcheck_impl.fsdp2
+    builts = {n: build_fsdp2(fsdp2_wide_tree(n, ignored=True), area) for n in (small, large)}
+    try:
+        times = {n: best_time(lambda b=b: area.managed_modules(b.roots, b.ignored)) for n, b in builts.items()}
+    except RecursionError:
+        violations = [Violation("FS2-6", "managed_modules raised RecursionError on a wide tree")]
+    else:
+        violations = check_linear_growth("FS2-6", times[small], times[large], large // small, 10, "modules (wide)")
+    conform(fsdpcheck_impl, violations)

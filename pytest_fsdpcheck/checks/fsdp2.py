@@ -1,0 +1,357 @@
+"""FSDP2 checkers (FS2). The oracle works on the spec's indices (children,
+marks, groups) and on the built modules' own parameter/buffer registries,
+never on an implementation's storage; everything is iterative."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+
+from . import Violation, first_difference, short
+
+# --- the oracle -------------------------------------------------------------------
+
+
+_KIDS: dict = {}
+
+
+def _kids(spec, i) -> list[int]:
+    """Unique children of module ``i`` (a table per spec, built once)."""
+    table = _KIDS.get(id(spec.tree))
+    if table is None or table[0] is not spec.tree:
+        _KIDS.clear()
+        table = _KIDS[id(spec.tree)] = (spec.tree, [list(dict.fromkeys(c)) for c in spec.tree.children])
+    return table[1][i]
+
+
+def _below(spec, starts) -> set[int]:
+    seen, stack = set(), [c for s in starts for c in _kids(spec, s)]
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(_kids(spec, i))
+    return seen
+
+
+def effective_roots(spec) -> list[int]:
+    """The group's roots as ``fully_shard`` documents them: a module below
+    another given module is part of that one's subtree, not a root."""
+    roots = list(dict.fromkeys(spec.roots))
+    below = _below(spec, roots) if len(roots) > 1 else set()
+    return [r for r in roots if r not in below]
+
+
+def _own(module):
+    params = list(dict.fromkeys(p for p in module._parameters.values() if p is not None))
+    buffers = [b for b in module._buffers.values() if b is not None]
+    return params, buffers
+
+
+def walk_order(spec, groups=None, roots=None) -> list[int]:
+    """FS2-1/2/5: post-order from each root, registration order, each once,
+    pruned at replicate marks and at non-root modules with their own group."""
+    groups = spec.groups if groups is None else groups
+    roots = effective_roots(spec) if roots is None else roots
+    root_set = set(roots)
+
+    def pruned(i):
+        return i in spec.tree.replicate or (i in groups and i not in root_set)
+
+    order, done = [], set()
+    for r in roots:
+        if r in done or pruned(r):
+            continue
+        done.add(r)
+        stack = [(r, 0)]
+        while stack:
+            i, k = stack.pop()
+            kids = _kids(spec, i)
+            while k < len(kids) and (kids[k] in done or pruned(kids[k])):
+                k += 1
+            if k < len(kids):
+                stack.append((i, k + 1))
+                done.add(kids[k])
+                stack.append((kids[k], 0))
+            else:
+                order.append(i)
+    return order
+
+
+def dropped_by_ignore_rule(built) -> set[int]:
+    """FS2-3: modules (indices) with no buffers, every own parameter ignored
+    and every child dropped too; empty when ignored params are ``None``."""
+    if built.ignored is None:
+        return set()
+    ignored = {id(p) for p in built.ignored}
+    spec, mods = built.spec, built.modules
+    n = spec.size
+    own_ok = []
+    for m in mods:
+        params, buffers = _own(m)
+        own_ok.append(not buffers and all(id(p) in ignored for p in params))
+    # children have higher indices: one pass from the leaves up decides all
+    drop = [False] * n
+    for i in range(n - 1, -1, -1):
+        drop[i] = own_ok[i] and all(drop[c] for c in _kids(spec, i))
+    return {i for i in range(n) if drop[i]}
+
+
+def expected_managed(built, groups=None, roots=None) -> list[int]:
+    dropped = dropped_by_ignore_rule(built)
+    return [i for i in walk_order(built.spec, groups, roots) if i not in dropped]
+
+
+def expected_states(built, module_indices) -> tuple[list, list, tuple | None]:
+    """FS2-4: ``(params, buffers, scalar)`` for the given modules; ``scalar``
+    is ``(module index, name)`` of the first non-ignored scalar parameter."""
+    ignored = {id(p) for p in built.ignored} if built.ignored is not None else set()
+    params, buffers, seen, seen_b, scalar = [], [], set(), set(), None
+    for i in module_indices:
+        m = built.modules[i]
+        names = {}
+        for name, p in m._parameters.items():
+            if p is not None:
+                names.setdefault(id(p), name)
+        for p in _own(m)[0]:
+            if id(p) in ignored or id(p) in seen:
+                continue
+            if p.dim() == 0 and scalar is None:
+                scalar = (i, names[id(p)])
+            seen.add(id(p))
+            params.append(p)
+        for b in _own(m)[1]:
+            if id(b) not in seen_b:
+                seen_b.add(id(b))
+                buffers.append(b)
+    return params, buffers, scalar
+
+
+# --- checks -------------------------------------------------------------------------
+
+
+def check_managed(built, got, invariant_order: str = "FS2-1") -> list[Violation]:
+    """FS2-1 (order, each once), FS2-2 (pruning), FS2-3 (ignore rule), FS2-5
+    (several roots) for one ``managed_modules`` result."""
+    spec = built.spec
+    index = {id(m): i for i, m in enumerate(built.modules)}
+    got_i = [index.get(id(m), -1) for m in got]
+    walk_list = walk_order(spec)
+    dropped = dropped_by_ignore_rule(built)
+    want = [i for i in walk_list if i not in dropped]
+    walk = set(walk_list)
+    multi = len(set(spec.roots)) > 1
+    lab = [f"m{i}" for i in got_i]
+    wlab = [f"m{i}" for i in want]
+    out: list[Violation] = []
+
+    counts = Counter(got_i)
+    dupes = sorted(f"m{i}" for i, c in counts.items() if c > 1)
+    if dupes:
+        inv = "FS2-5" if multi else "FS2-1"
+        out.append(Violation(inv, f"modules {short(dupes)} are listed more than once (expected {short(wlab)}, got {short(lab)})"))
+
+    want_set, got_set = set(want), set(got_i)
+    extra = [i for i in dict.fromkeys(got_i) if i not in want_set]
+    missing = [i for i in want if i not in got_set]
+    ignore_extra = [f"m{i}" for i in extra if i in walk and i in dropped]
+    walk_extra = [f"m{i}" for i in extra if i not in walk]
+    if ignore_extra:
+        out.append(Violation("FS2-3", f"modules {short(ignore_extra)} should be dropped by the ignore rule, but were managed"))
+    own_only = set()
+    if built.ignored is not None:
+        ignored = {id(p) for p in built.ignored}
+        for i in missing:
+            params, buffers = _own(built.modules[i])
+            if not buffers and all(id(p) in ignored for p in params):
+                own_only.add(i)
+    ignore_missing = [f"m{i}" for i in missing if i in own_only]
+    walk_missing = [f"m{i}" for i in missing if i not in own_only]
+    if ignore_missing:
+        out.append(
+            Violation("FS2-3", f"modules {short(ignore_missing)} were dropped, but a child of each is kept by the ignore rule")
+        )
+    if walk_extra or walk_missing:
+        inv = "FS2-5" if multi else "FS2-2"
+        out.append(
+            Violation(
+                inv,
+                f"expected managed modules {short(wlab)}; unexpected {short(walk_extra)} "
+                f"(below a replicate module, another group{', or a second root' if multi else ''}), missing {short(walk_missing)}",
+            )
+        )
+    if not out and got_i != want:
+        out.append(
+            Violation(invariant_order, f"expected post-order {short(wlab)}, got {short(lab)} ({first_difference(wlab, lab)})")
+        )
+    return out
+
+
+def check_states(built, module_indices, call) -> list[Violation]:
+    """FS2-4: ``call()`` returns ``(params, buffers)`` for those modules."""
+    params, buffers, scalar = expected_states(built, module_indices)
+    try:
+        got_p, got_b = call()
+    except ValueError as exc:
+        if scalar is None:
+            return [Violation("FS2-4", f"managed_states raised ValueError without a scalar parameter: {exc}")]
+        if scalar[1] not in str(exc):
+            return [Violation("FS2-4", f"the scalar-parameter error does not name {scalar[1]!r} (m{scalar[0]}): {exc}")]
+        return []
+    if scalar is not None:
+        return [Violation("FS2-4", f"scalar parameter m{scalar[0]}.{scalar[1]} was accepted, expected a ValueError naming it")]
+    out = []
+    for what, want, got in (("parameters", params, got_p), ("buffers", buffers, got_b)):
+        w, g = built.labels(want), built.labels(got)
+        if [id(t) for t in got] != [id(t) for t in want]:
+            out.append(Violation("FS2-4", f"expected {what} {short(w)}, got {short(g)} ({first_difference(w, g)})"))
+    return out
+
+
+# --- real fully_shard (FS2-7, FS2-8) ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def world_of_one():
+    """A gloo process group of one rank and its 1-D CPU mesh, destroyed after."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        yield init_device_mesh("cpu", (1,))
+    finally:
+        dist.destroy_process_group()
+
+
+def group_calls(spec) -> list[tuple[int, ...]]:
+    """The ``fully_shard`` calls that make the spec's groups, inner first, then
+    the spec's own group."""
+    return [(g,) for g in sorted(spec.groups, reverse=True)] + [tuple(spec.roots)]
+
+
+def plan_groups(built):
+    """Per call: its managed modules (indices), and the conflicts the call
+    must reject: ``(kind, index, names)`` for a module or parameter an
+    earlier call manages. Stops at the first call with a conflict."""
+    spec = built.spec
+    done: set[int] = set()  # groups applied
+    managed_by: dict[int, int] = {}
+    param_owner: dict[int, int] = {}
+    ignored = {id(p) for p in built.ignored} if built.ignored is not None else set()
+    plan = []
+    for call_no, call in enumerate(group_calls(spec)):
+        roots = list(dict.fromkeys(call))
+        if len(roots) > 1:
+            below = _below(spec, roots)
+            roots = [r for r in roots if r not in below]
+        managed = expected_managed(built, groups=done | set(roots), roots=roots)
+        conflicts = []
+        for i in managed:
+            if i in managed_by:
+                conflicts.append(("module", i, None))
+        if not conflicts:
+            for i in managed:
+                for name, p in built.modules[i]._parameters.items():
+                    if p is not None and id(p) not in ignored and id(p) in param_owner:
+                        conflicts.append(("parameter", i, name))
+        plan.append((call, managed, conflicts))
+        if conflicts:
+            break
+        for i in managed:
+            managed_by.setdefault(i, call_no)
+            for p in _own(built.modules[i])[0]:
+                if id(p) not in ignored:
+                    param_owner.setdefault(id(p), call_no)
+        done |= set(roots)
+    return plan
+
+
+def names_for(built, call, index, param=None, limit: int = 64) -> set[str]:
+    """Qualified names of module ``index`` below the call's roots (every
+    path, up to ``limit``), and ``roots[i]`` for a root; ``.param`` appended."""
+    spec = built.spec
+    names, queue, head = set(), [], 0
+    for k, r in enumerate(call):
+        queue.append((f"roots[{k}]", r))
+    while head < len(queue) and len(names) < limit and len(queue) < 4096:
+        path, i = queue[head]
+        head += 1
+        if i == index:
+            names.add(path)
+        for k, c in enumerate(spec.tree.children[i]):
+            queue.append((f"{path}.c{k}", c))
+    # a bare attribute path (without the roots[i] prefix) names it as well
+    names |= {n.split(".", 1)[1] for n in names if "." in n}
+    if param is not None:
+        names = {f"{n}.{param}" for n in names}
+    return names
+
+
+def _is_clear(exc) -> bool:
+    return isinstance(exc, (ValueError, RuntimeError)) and type(exc).__name__ not in ("NotImplementedError",)
+
+
+def check_fully_shard(built, area, mesh) -> list[Violation]:
+    """FS2-7 and FS2-8: apply the groups by ``area.annotate`` (inner first,
+    then the spec's roots) and check flags, structure and conflicts."""
+    spec = built.spec
+    before = structure(built)
+    plan = plan_groups(built)
+    for call, managed, conflicts in plan:
+        roots = tuple(built.modules[i] for i in call)
+        try:
+            area.annotate(roots, mesh, built.ignored)
+        except Exception as exc:  # noqa: BLE001 - judged below
+            if not conflicts:
+                return [Violation("FS2-7", f"fully_shard{call_label(call)} raised {type(exc).__name__}: {exc}")]
+            kind, i, param = conflicts[0]
+            names = set()
+            for k, j, pn in conflicts:
+                names |= names_for(built, call, j, pn)
+            if not _is_clear(exc):
+                return [Violation("FS2-8", f"fully_shard{call_label(call)} of a group sharing {kind} m{i}{'.' + param if param else ''} "
+                                           f"with an earlier group raised an internal {type(exc).__name__}: {exc}")]
+            if not any(n in str(exc) for n in names):
+                return [Violation("FS2-8", f"the error for the {kind} shared with an earlier group names none of "
+                                           f"{short(sorted(names))}: {exc}")]
+            return []
+        if conflicts:
+            kind, i, param = conflicts[0]
+            return [Violation("FS2-8", f"fully_shard{call_label(call)} accepted {kind} m{i}{'.' + param if param else ''}, "
+                                       f"which an earlier group already manages (managed twice, no error)")]
+    managed_all = set()
+    for _, managed, _ in plan:
+        managed_all.update(managed)
+    out = []
+    wrong = []
+    for i, m in enumerate(built.modules):
+        flags = (m.__dict__.get("_is_fsdp_managed_module"), m.__dict__.get("_fsdp_use_orig_params"))
+        want = (True, True) if i in managed_all else (None, None)
+        if flags != want:
+            wrong.append(f"m{i}={flags}")
+    if wrong:
+        out.append(Violation("FS2-7", f"flags (_is_fsdp_managed_module, _fsdp_use_orig_params) wrong on {short(wrong)}; "
+                                      f"managed: {short(sorted(f'm{i}' for i in managed_all))}"))
+    after = structure(built)
+    if after != before:
+        diff = [f"m{i}" for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        out.append(Violation("FS2-7", f"structure changed (children, parameter or buffer names, training flag) on {short(diff)}"))
+    return out
+
+
+def call_label(call) -> str:
+    return "(" + ", ".join(f"m{i}" for i in call) + ")"
+
+
+def structure(built) -> list:
+    """Per module: its children (identity), parameter and buffer names, ``training``."""
+    return [
+        (
+            tuple((k, id(c)) for k, c in m._modules.items()),
+            tuple(k for k, p in m._parameters.items() if p is not None),
+            tuple(k for k, b in m._buffers.items() if b is not None),
+            m.training,
+        )
+        for m in built.modules
+    ]

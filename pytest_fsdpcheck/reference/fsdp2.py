@@ -1,0 +1,307 @@
+"""Reference FSDP2 walk (FS2): which modules ``fully_shard`` manages, the
+states it collects from them, and the Dynamo flags it sets on them.
+
+Written from DESIGN.md (FS2-1..8); iterative throughout, linear in modules.
+
+- Roots: a group given as several modules keeps only the outermost ones (a
+  root below another root is part of that root's walk), in the order given.
+- Walk: post-order DFS from each root, children in registration order (each
+  child once however many names it has), each module once over the whole
+  group; never entering a module owned by an incompatible API (``replicate``)
+  nor a non-root module that has its own FSDP2 state.
+- Ignore rule (only when ``ignored_params`` is not ``None``): a managed module
+  is dropped when it has no buffers, all its own parameters are ignored, and
+  every child (all registered children, managed or not) is dropped by the
+  same rule.
+- States: own parameters then own buffers of each managed module in order,
+  each tensor once, ignored parameters absent; a scalar parameter is a
+  ``ValueError`` naming it.
+- ``annotate``: a module or parameter already managed by an earlier group is
+  a ``ValueError`` naming it; otherwise every managed module gets
+  ``_is_fsdp_managed_module = True`` and ``_fsdp_use_orig_params = True`` and
+  the roots get their own FSDP2 state.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+INCOMPATIBLE_APIS = frozenset({"replicate"})
+
+#: what torch 2.13 raises when an earlier group's sharded (DTensor) parameter
+#: reaches a later group (``fully_shard`` takes it for a tensor-parallel one)
+TORCH_DTENSOR_ERROR = "Invariant encountered: value was None when it should not be"
+
+
+def unique_children(module) -> list:
+    """``module.children()``: registration order, a module registered under
+    two names once."""
+    seen, out = set(), []
+    for child in module._modules.values():
+        if child is not None and id(child) not in seen:
+            seen.add(id(child))
+            out.append(child)
+    return out
+
+
+def own_params(module) -> list:
+    """``named_parameters(recurse=False)``: ``(name, param)``, each param once."""
+    seen, out = set(), []
+    for name, p in module._parameters.items():
+        if p is not None and id(p) not in seen:
+            seen.add(id(p))
+            out.append((name, p))
+    return out
+
+
+def own_buffers(module) -> list:
+    seen, out = set(), []
+    for b in module._buffers.values():
+        if b is not None and id(b) not in seen:
+            seen.add(id(b))
+            out.append(b)
+    return out
+
+
+def descendants(roots) -> set:
+    """ids of every module strictly below any of ``roots`` (iterative)."""
+    below, stack = set(), []
+    for r in roots:
+        stack.extend(unique_children(r))
+    while stack:
+        m = stack.pop()
+        if id(m) in below:
+            continue
+        below.add(id(m))
+        stack.extend(unique_children(m))
+    return below
+
+
+def outermost_roots(roots) -> list:
+    roots = list(dict.fromkeys(roots))  # modules hash by identity
+    if len(roots) < 2:
+        return roots
+    below = descendants(roots)
+    return [r for r in roots if id(r) not in below]
+
+
+def qualified_name(roots, target) -> str:
+    """A name for ``target`` relative to ``roots``: ``roots[i]`` for a root,
+    else ``roots[i].c0.c1`` (breadth first: a shortest path)."""
+    for i, r in enumerate(roots):
+        if r is target:
+            return f"roots[{i}]"
+    queue, seen = [(f"roots[{i}]", r) for i, r in enumerate(roots)], set()
+    head = 0
+    while head < len(queue):
+        path, m = queue[head]
+        head += 1
+        for name, child in m._modules.items():
+            if child is None or id(child) in seen:
+                continue
+            if child is target:
+                return f"{path}.{name}"
+            seen.add(id(child))
+            queue.append((f"{path}.{name}", child))
+    return type(target).__name__
+
+
+class ReferenceFsdp2:
+    """Keeps FSDP2 states and incompatible marks beside the modules (weakly)."""
+
+    def __init__(self, recursive: bool = False, group_conflicts: str = "reject"):
+        """Switches modelling known torch bugs (``pytest_fsdpcheck.known``):
+
+        ``recursive=True``: torch's walk (``_get_managed_modules``'s inner
+        ``dfs``), ignore rule (``_ignore_module``) and root reduction
+        (``_get_root_modules``, via ``Module.modules()``) are recursive, so
+        deep trees raise ``RecursionError`` (FS2-6).
+
+        ``group_conflicts="torch"``: ``fully_shard`` does not look for
+        modules or parameters an earlier group already manages (FS2-8). A
+        module managed by an earlier group that still holds a parameter that
+        group sharded raises torch's ``TypeError`` (the DTensor parameter is
+        mistaken for a tensor-parallel one); anything else is silently
+        managed twice.
+        """
+        if group_conflicts not in ("reject", "torch"):
+            raise ValueError(f"group_conflicts must be 'reject' or 'torch', got {group_conflicts!r}")
+        self._recursive = recursive
+        self._group_conflicts = group_conflicts
+        self._own_group = weakref.WeakKeyDictionary()
+        self._marks = weakref.WeakKeyDictionary()
+        # what earlier annotate calls managed / sharded
+        self._managed_by = weakref.WeakKeyDictionary()  # module -> group number
+        self._group_params: dict[int, int] = {}  # id(param) -> group number
+        self._params_alive: list = []  # keeps ids above valid
+        self._sharded_on = weakref.WeakKeyDictionary()  # module -> names of params an earlier group sharded
+        self._groups = 0
+
+    # --- marks ---------------------------------------------------------------
+
+    def mark_own_group(self, module) -> None:
+        self._own_group[module] = True
+
+    def mark_incompatible(self, module, api) -> None:
+        self._marks.setdefault(module, set()).add(api)
+
+    def _composable(self, module) -> bool:
+        return not (self._marks.get(module, set()) & INCOMPATIBLE_APIS)
+
+    # --- walk ----------------------------------------------------------------
+
+    def managed_modules(self, roots, ignored_params):
+        roots = self._roots(roots)
+        root_ids = {id(r) for r in roots}
+        visited: set[int] = set()
+        out: list = []
+
+        def enter(module) -> bool:
+            if not self._composable(module):
+                return False
+            if id(module) not in root_ids and module in self._own_group:
+                return False
+            visited.add(id(module))
+            return True
+
+        for root in roots:
+            if id(root) in visited:
+                continue
+            if self._recursive:
+                self._dfs_recursive(root, enter, visited, out)
+                continue
+            if not enter(root):
+                continue
+            stack = [(root, iter(unique_children(root)))]
+            while stack:
+                module, kids = stack[-1]
+                for child in kids:
+                    if id(child) not in visited and enter(child):
+                        stack.append((child, iter(unique_children(child))))
+                        break
+                else:
+                    stack.pop()
+                    out.append(module)
+        if ignored_params is None:
+            return out
+        ignored = {id(p) for p in ignored_params}
+        memo: dict[int, bool] = {}
+        return [m for m in out if not self._ignorable(m, ignored, memo)]
+
+    def _roots(self, roots):
+        roots = list(roots)
+        if self._recursive and len(roots) > 1:
+            # torch: set(module.modules()) per root, a recursive generator
+            below = set()
+            for r in roots:
+                below.update(id(m) for m in r.modules() if m is not r)
+            return [r for r in dict.fromkeys(roots) if id(r) not in below]
+        return outermost_roots(roots)
+
+    def _dfs_recursive(self, module, enter, visited, out):
+        if not enter(module):
+            return
+        for child in unique_children(module):
+            if id(child) not in visited:
+                self._dfs_recursive(child, enter, visited, out)
+        out.append(module)
+
+    @staticmethod
+    def _own_ignorable(module, ignored) -> bool:
+        if own_buffers(module):
+            return False
+        return all(id(p) in ignored for _, p in own_params(module))
+
+    def _ignorable(self, module, ignored, memo) -> bool:
+        if self._recursive:
+            return self._ignorable_recursive(module, ignored, memo)
+        stack = [module]
+        while stack:
+            m = stack[-1]
+            if id(m) in memo:
+                stack.pop()
+                continue
+            if not self._own_ignorable(m, ignored):
+                memo[id(m)] = False
+                stack.pop()
+                continue
+            kids = unique_children(m)
+            pending = [c for c in kids if id(c) not in memo]
+            if pending:
+                stack.extend(reversed(pending))
+            else:
+                memo[id(m)] = all(memo[id(c)] for c in kids)
+                stack.pop()
+        return memo[id(module)]
+
+    def _ignorable_recursive(self, m, ignored, memo) -> bool:
+        if id(m) in memo:
+            return memo[id(m)]
+        result = self._own_ignorable(m, ignored) and all(
+            self._ignorable_recursive(c, ignored, memo) for c in unique_children(m)
+        )
+        memo[id(m)] = result
+        return result
+
+    # --- states --------------------------------------------------------------
+
+    def managed_states(self, modules, ignored_params):
+        ignored = {id(p) for p in ignored_params} if ignored_params is not None else set()
+        params, buffers, seen_p, seen_b = [], [], set(), set()
+        for module in modules:
+            for name, p in own_params(module):
+                if id(p) in ignored or id(p) in seen_p:
+                    continue
+                if p.dim() == 0:
+                    raise ValueError(
+                        f"fully_shard does not support scalar parameters: {name!r} of "
+                        f"{type(module).__name__} has shape (); make it a 1-D tensor of one element"
+                    )
+                seen_p.add(id(p))
+                params.append(p)
+            for b in own_buffers(module):
+                if id(b) not in seen_b:
+                    seen_b.add(id(b))
+                    buffers.append(b)
+        return params, buffers
+
+    # --- a real fully_shard, as specified ---------------------------------------
+
+    def annotate(self, roots, mesh, ignored_params):
+        roots = tuple(roots)
+        managed = self.managed_modules(roots, ignored_params)
+        params, _ = self.managed_states(managed, ignored_params)
+        param_ids = {id(p) for p in params}
+        if self._group_conflicts == "reject":
+            for module in managed:
+                if module in self._managed_by:
+                    raise ValueError(
+                        f"fully_shard: module {qualified_name(roots, module)} is already managed by "
+                        f"another fully_shard group (group {self._managed_by[module]})"
+                    )
+            for module in managed:
+                for name, p in own_params(module):
+                    if id(p) in param_ids and id(p) in self._group_params:
+                        raise ValueError(
+                            f"fully_shard: parameter {qualified_name(roots, module)}.{name} is already "
+                            f"managed by another fully_shard group (group {self._group_params[id(p)]})"
+                        )
+        else:
+            for module in managed:
+                sharded = self._sharded_on.get(module, ())
+                if any(name in sharded for name, _ in own_params(module)):
+                    raise TypeError(TORCH_DTENSOR_ERROR)
+        self._groups += 1
+        group = self._groups
+        for r in outermost_roots(roots):
+            self.mark_own_group(r)
+        for module in managed:
+            self._managed_by.setdefault(module, group)
+            names = {name for name, p in own_params(module) if id(p) in param_ids}
+            if names:
+                self._sharded_on.setdefault(module, set()).update(names)
+            module._is_fsdp_managed_module = True
+            module._fsdp_use_orig_params = True
+        for p in params:
+            self._group_params.setdefault(id(p), group)
+        self._params_alive.extend(params)

@@ -1,0 +1,114 @@
+"""Planted FSDP2 bugs (FS2-1..8): the reference with one realistic mistake each."""
+
+from __future__ import annotations
+
+from pytest_fsdpcheck.contract import Implementation
+from pytest_fsdpcheck.reference.fsdp2 import ReferenceFsdp2, own_params, unique_children
+
+
+class _PreOrder(ReferenceFsdp2):
+    # Parents before children: the traversal area's order, not FSDP2's.
+    def managed_modules(self, roots, ignored_params):
+        out = super().managed_modules(roots, ignored_params)
+        return self._preorder(out)
+
+    @staticmethod
+    def _preorder(mods):
+        keep = {id(m) for m in mods}
+        order, seen = [], set()
+        for m in reversed(mods):  # post-order reversed puts each root first
+            stack = [m]
+            while stack:
+                x = stack.pop()
+                if id(x) in seen or id(x) not in keep:
+                    continue
+                seen.add(id(x))
+                order.append(x)
+                stack.extend(reversed(unique_children(x)))
+        return order if len(order) == len(mods) else mods
+
+
+class _EntersGroups(ReferenceFsdp2):
+    # Nested fully_shard modules are not pruned.
+    def managed_modules(self, roots, ignored_params):
+        saved, self._own_group = self._own_group, {}
+        try:
+            return super().managed_modules(roots, ignored_params)
+        finally:
+            self._own_group = saved
+
+
+class _IgnoresOwnParamsOnly(ReferenceFsdp2):
+    # Drops a module when its own parameters are all ignored, whatever its children and buffers hold.
+    def _ignorable(self, module, ignored, memo):
+        return all(id(p) in ignored for _, p in own_params(module))
+
+
+class _KeepsIgnoredParams(ReferenceFsdp2):
+    # Ignored parameters still end up in the states.
+    def managed_states(self, modules, ignored_params):
+        return super().managed_states(modules, None)
+
+
+class _NoRootReduction(ReferenceFsdp2):
+    # A root below another root is walked again (torch's raw _get_managed_modules
+    # without fully_shard's _get_root_modules): it is listed twice.
+    def _roots(self, roots):
+        return list(roots)
+
+    def managed_modules(self, roots, ignored_params):
+        out = []
+        for r in roots:
+            out += super().managed_modules((r,), ignored_params)
+        return out
+
+
+class _Recursive(ReferenceFsdp2):
+    def __init__(self):
+        super().__init__(recursive=True)
+
+
+class _NoFlags(ReferenceFsdp2):
+    # Forgets _fsdp_use_orig_params on leaf modules.
+    def annotate(self, roots, mesh, ignored_params):
+        super().annotate(roots, mesh, ignored_params)
+        for m in self.managed_modules(roots, ignored_params):
+            if not m._modules:
+                m.__dict__.pop("_fsdp_use_orig_params", None)
+
+
+class _NoConflictCheck(ReferenceFsdp2):
+    def __init__(self):
+        super().__init__(group_conflicts="torch")
+
+
+def _impl(cls):
+    class Planted(Implementation):
+        name = cls.__name__.lstrip("_")
+
+        def __init__(self):
+            self.fsdp2 = cls()
+
+    Planted.__name__ = Planted.__qualname__ = Planted.name
+    return Planted
+
+
+PreOrder = _impl(_PreOrder)
+EntersGroups = _impl(_EntersGroups)
+IgnoresOwnParamsOnly = _impl(_IgnoresOwnParamsOnly)
+KeepsIgnoredParams = _impl(_KeepsIgnoredParams)
+NoRootReduction = _impl(_NoRootReduction)
+RecursiveWalk = _impl(_Recursive)
+NoFlags = _impl(_NoFlags)
+NoConflictCheck = _impl(_NoConflictCheck)
+
+PLANTED = {
+    "tests.planted.fsdp2:PreOrder": ("FS2-1", "test_managed_modules"),
+    "tests.planted.fsdp2:EntersGroups": ("FS2-2", "test_managed_modules"),
+    "tests.planted.fsdp2:IgnoresOwnParamsOnly": ("FS2-3", "test_managed_modules"),
+    "tests.planted.fsdp2:KeepsIgnoredParams": ("FS2-4", "test_managed_states"),
+    "tests.planted.fsdp2:NoRootReduction": ("FS2-5", "test_several_roots"),
+    "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
+    "tests.planted.fsdp2:NoFlags": ("FS2-7", "test_fully_shard_flags"),
+    "tests.planted.fsdp2:NoConflictCheck": ("FS2-8", "test_fully_shard_conflicts"),
+}
