@@ -137,6 +137,11 @@ class Fsdp2Area(Protocol):
     ``roots`` is a tuple of modules, as given to ``fully_shard`` (one module or
     a list forming one group); ``ignored_params`` a set of parameters or
     ``None`` (``fully_shard``'s default, which skips the ignore rule).
+
+    An area whose ``fully_shard`` predates a feature says so, and the checks
+    that need it are not provided: ``several_roots = False`` (one module per
+    group), ``takes_ignored_params = False`` (no ``ignored_params``). Both
+    default to true when absent.
     """
 
     def mark_own_group(self, module: Any) -> None:

@@ -226,3 +226,13 @@ def test_conformance_failure_message_starts_with_the_ids():
     assert message.splitlines()[0] == "TRV-3: expected a, got b"
     assert "Reproducer:" in message and message.rstrip().endswith("print('repro')")
     assert_conforms([])
+
+
+def test_a_violation_outside_the_tests_tags_fails_its_own_cell():
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.report import PROP_VIOLATED, classify
+
+    failed = SimpleNamespace(skipped=False, failed=True, passed=False, longrepr="")
+    cells = classify(failed, ["FS2-8"], {PROP_VIOLATED: ["FS2-7"]})
+    assert cells == {"FS2-8": "pass", "FS2-7": "fail"}

@@ -213,11 +213,25 @@ def _for_fully_shard(spec: Fsdp2Spec, conflicts: bool) -> Fsdp2Spec:
     import dataclasses
 
     tree = spec.tree
+    groups = spec.groups
     if not conflicts:
         tree = dataclasses.replace(tree, tied=())
+        # an earlier group above a root would manage that root, and the
+        # group of the roots would take it again: a conflict (FS2-8)
+        groups = frozenset(g for g in groups if not set(spec.roots) & _below(tree, g))
     # fully_shard on a replicate-owned module is another API's business
     tree = dataclasses.replace(tree, replicate=tree.replicate - set(spec.roots) - spec.groups)
-    return dataclasses.replace(spec, tree=tree, scalars=frozenset())
+    return dataclasses.replace(spec, tree=tree, groups=groups, scalars=frozenset())
+
+
+def _below(tree: TreeSpec, top: int) -> set[int]:
+    seen, stack = set(), list(tree.children[top])
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(tree.children[i])
+    return seen
 
 
 def fully_shard_specs(*, conflicts: bool = False, max_modules: int = 10):

@@ -2,19 +2,26 @@
 and states, and the real ``fully_shard``.
 
 Functions are looked up on their modules at call time (a patched torch is
-what gets checked). On a torch without FSDP2 (before ~2.4) the adapter is not
+what gets checked). On a torch without FSDP2 (before 2.3) the adapter is not
 constructed and the area is not provided.
+
+The walk's signature changed twice: one ``root_module`` (2.3, 2.4), a tuple
+of ``root_modules`` (2.5), then ``ignored_params`` (2.6) and the composability
+and state functions of ``replicate`` (2.11). What a release's functions cannot
+take is reported as not provided (``several_roots``, ``takes_ignored_params``),
+never emulated: the check is of torch's own code.
 """
 
 from __future__ import annotations
 
 import collections
 import importlib
+import inspect
 import sys
 import weakref
 
 # FSDP2's home by release: torch >= 2.6 ``torch.distributed.fsdp._fully_shard``;
-# 2.4/2.5 ``torch.distributed._composable.fsdp``.
+# 2.3-2.5 ``torch.distributed._composable.fsdp``.
 _INIT_MODULES = (
     "torch.distributed.fsdp._fully_shard._fsdp_init",
     "torch.distributed._composable.fsdp._fsdp_init",
@@ -51,16 +58,41 @@ def fsdp2_available() -> bool:
     return init is not None and hasattr(init, "_get_managed_modules")
 
 
+def _parameters(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _fully_shard():
+    for module, attr in _API:
+        try:
+            return getattr(_mod(module), attr)
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("this torch has no fully_shard")
+
+
 class TorchFsdp2:
     def __init__(self):
         if not fsdp2_available():
             raise ImportError("this torch has no FSDP2 (fully_shard)")
         # states must outlive the modules' weak references to them
         self._states = weakref.WeakKeyDictionary()
+        walk = _parameters(self._init()._get_managed_modules)
+        #: the walk takes a group of several modules (torch >= 2.5)
+        self.several_roots = walk[0] != "root_module"
+        #: the walk, the states and ``fully_shard`` take ``ignored_params`` (torch >= 2.6)
+        self.takes_ignored_params = "ignored_params" in walk and "ignored_params" in _parameters(_fully_shard())
 
     @staticmethod
     def _init():
         return _first_module(_INIT_MODULES)
+
+    def _ignored(self, ignored_params):
+        if ignored_params is None:
+            return None
+        if not self.takes_ignored_params:
+            raise NotImplementedError("this torch's fully_shard takes no ignored_params")
+        return set(ignored_params)
 
     def mark_own_group(self, module):
         state = _first_module(_STATE_MODULES).FSDPState()
@@ -76,25 +108,34 @@ class TorchFsdp2:
 
     def managed_modules(self, roots, ignored_params):
         roots = tuple(roots)
+        ignored = self._ignored(ignored_params)
+        walk = self._init()._get_managed_modules
+        if not self.several_roots:
+            if len(roots) > 1:
+                raise NotImplementedError("this torch's fully_shard takes one module, not a group")
+            return list(walk(roots[0]))
         if len(roots) > 1:  # what fully_shard does with a list of modules
             roots = tuple(_mod("torch.distributed.utils")._get_root_modules(list(roots)))
-        ignored = None if ignored_params is None else set(ignored_params)
-        return list(self._init()._get_managed_modules(roots, ignored))
+        if ignored is None and "ignored_params" not in _parameters(walk):
+            return list(walk(roots))
+        return list(walk(roots, ignored))
 
     def managed_states(self, modules, ignored_params):
-        ignored = None if ignored_params is None else set(ignored_params)
-        params, buffers = self._init()._get_managed_states(list(modules), ignored)
+        ignored = self._ignored(ignored_params)
+        states = self._init()._get_managed_states
+        if "ignored_params" in _parameters(states):
+            params, buffers = states(list(modules), ignored)
+        else:
+            params, buffers = states(list(modules))
         return list(params), list(buffers)
 
     def annotate(self, roots, mesh, ignored_params):
-        fully_shard = None
-        for module, attr in _API:
-            try:
-                fully_shard = getattr(_mod(module), attr)
-                break
-            except (ImportError, AttributeError):
-                continue
         roots = list(roots)
+        if len(roots) > 1 and not self.several_roots:
+            raise NotImplementedError("this torch's fully_shard takes one module, not a group")
         target = roots[0] if len(roots) == 1 else roots
-        ignored = None if ignored_params is None else set(ignored_params)
-        fully_shard(target, mesh=mesh, ignored_params=ignored)
+        ignored = self._ignored(ignored_params)
+        if ignored is None:
+            _fully_shard()(target, mesh=mesh)
+        else:
+            _fully_shard()(target, mesh=mesh, ignored_params=ignored)

@@ -136,4 +136,27 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"exec_order": {"scan_nested_args": False}},
         reproducer="exo-param-in-list-unrecorded.py",
     ),
+    KnownBug(
+        id="fs2-walk-recursive",
+        invariants=("FS2-6",),
+        reason="FSDP2's _fsdp_init._get_managed_modules walks with a recursive inner dfs (and "
+        "_ignore_module and torch.distributed.utils._get_root_modules recurse too), so a module "
+        "chain deeper than the recursion limit raises RecursionError instead of being walked.",
+        affects=">=2.3",
+        seen=("2.13.0", "2.13.0"),
+        reference={"fsdp2": {"recursive": True}},
+        reproducer="fs2-walk-recursive.py",
+    ),
+    KnownBug(
+        id="fs2-group-conflict-not-rejected",
+        invariants=("FS2-8",),
+        reason="fully_shard does not look for modules or parameters that an earlier fully_shard "
+        "group already manages: a shared module holding that group's sharded parameter fails "
+        "inside the DTensor code (TypeError), and a parameter-free shared module or a parameter "
+        "tied across the groups is silently managed by both.",
+        affects=">=2.3",
+        seen=("2.13.0", "2.13.0"),
+        reference={"fsdp2": {"group_conflicts": "torch"}},
+        reproducer="fs2-group-conflict-not-rejected.py",
+    ),
 )

@@ -30,6 +30,8 @@ TESTS = {
     "exo-patch-tracer-leaves-bound-methods": "test_tracer_left_clean",
     "exo-param-keyword-unrecorded": "test_param_uses_by_keyword_and_in_lists and keyword",
     "exo-param-in-list-unrecorded": "test_param_uses_by_keyword_and_in_lists and list",
+    "fs2-walk-recursive": "test_large_trees",
+    "fs2-group-conflict-not-rejected": "test_fully_shard_conflicts",
 }
 
 
@@ -88,7 +90,35 @@ class _ExecOrderMangled:
             info.visited_params.discard(info.param_forward_order.pop())
 
 
-SECOND_BUG = {"traversal": _RootStatesDropLast, "splitting": _SplitInflated, "exec_order": _ExecOrderMangled}
+class _Fsdp2Mangled:
+    """FS2-1/FS2-7/FS2-8: the walk forgets the last managed module;
+    fully_shard leaves the first root's ``_fsdp_use_orig_params`` off, and
+    turns an internal error into a ValueError that names nothing."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def managed_modules(self, roots, ignored_params):
+        modules = self._inner.managed_modules(roots, ignored_params)
+        return modules[:-1] if len(modules) > 1 else modules
+
+    def annotate(self, roots, mesh, ignored_params):
+        try:
+            self._inner.annotate(roots, mesh, ignored_params)
+        except TypeError:
+            raise ValueError("fully_shard: bad group") from None
+        roots[0]._fsdp_use_orig_params = False
+
+
+SECOND_BUG = {
+    "traversal": _RootStatesDropLast,
+    "splitting": _SplitInflated,
+    "exec_order": _ExecOrderMangled,
+    "fsdp2": _Fsdp2Mangled,
+}
 
 
 #: bugs of torch's module-form code paths: the planted splitting takes module-form graphs
