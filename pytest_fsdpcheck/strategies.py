@@ -6,6 +6,16 @@
 ... def test_mine(spec): ...
 """
 
+from .generators.fsdp2 import (  # noqa: F401
+    BuiltFsdp2,
+    Fsdp2Spec,
+    build_fsdp2,
+    fsdp2_deep_chain,
+    fsdp2_diamond_chain,
+    fsdp2_specs,
+    fsdp2_wide_tree,
+    fully_shard_specs,
+)
 from .generators.graphs import (  # noqa: F401
     BuiltGraph,
     GraphSpec,
