@@ -14,7 +14,6 @@ never emulated: the check is of torch's own code.
 
 from __future__ import annotations
 
-import collections
 import importlib
 import inspect
 import sys
@@ -100,11 +99,9 @@ class TorchFsdp2:
         self._states[module] = state
 
     def mark_incompatible(self, module, api):
-        key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
-        registry = module.__dict__.get(key)
-        if registry is None:
-            registry = module.__dict__[key] = collections.OrderedDict()
-        registry[api] = object()
+        from .torch_impl import mark_composable_api
+
+        mark_composable_api(module, api)
 
     def managed_modules(self, roots, ignored_params):
         roots = tuple(roots)

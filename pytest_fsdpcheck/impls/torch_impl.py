@@ -53,13 +53,7 @@ class TorchTraversal:
         _mod("torch.distributed._composable_state")._insert_module_state(module, state)
 
     def mark_incompatible(self, module, api):
-        key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
-        registry = module.__dict__.get(key)
-        if registry is None:
-            import collections
-
-            registry = module.__dict__[key] = collections.OrderedDict()
-        registry[api] = object()
+        mark_composable_api(module, api)
 
     def states_with_modules(self, root):
         utils = _mod("torch.distributed.fsdp._traversal_utils")
@@ -100,6 +94,18 @@ class TorchImplementation(Implementation):
         self.splitting = _optional("TorchSplitting")
         self.exec_order = _optional("TorchExecOrder")
         self.fsdp2 = _optional_fsdp2()
+
+
+def mark_composable_api(module, api: str) -> None:
+    """Register ``api`` in ``module``'s composable registry, as applying that
+    composable API (e.g. ``replicate``) would."""
+    import collections
+
+    key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
+    registry = module.__dict__.get(key)
+    if registry is None:
+        registry = module.__dict__[key] = collections.OrderedDict()
+    registry[api] = object()
 
 
 def _optional_fsdp2():
