@@ -54,18 +54,18 @@ def reproducer(impl, spec, call, groups=True):
     )
 
 
+def _require(impl, feature: str, what: str):
+    """A check of a feature this implementation's ``fully_shard`` predates is
+    not provided (torch's FSDP2 grew several roots in 2.5, ignored_params in 2.6)."""
+    if not getattr(impl.fsdp2, feature, True):
+        pytest.skip(f"not provided: this implementation's fully_shard takes {what}")
+
+
 def _takes(impl, spec):
-    """What this implementation's ``fully_shard`` predates is not provided:
-    a test of that feature is skipped as such, any other test draws again."""
+    """Other checks draw again where an example needs such a feature."""
     area = impl.fsdp2
-    if len(set(spec.roots)) > 1 and not getattr(area, "several_roots", True):
-        pytest.skip("not provided: this implementation's fully_shard takes one module, not a group")
+    assume(len(set(spec.roots)) == 1 or getattr(area, "several_roots", True))
     assume(spec.ignored is None or getattr(area, "takes_ignored_params", True))
-
-
-def _require_ignored_params(impl):
-    if not getattr(impl.fsdp2, "takes_ignored_params", True):
-        pytest.skip("not provided: this implementation's fully_shard takes no ignored_params")
 
 
 def _managed_body(spec):
@@ -76,7 +76,7 @@ def _managed_body(spec):
     return body
 
 
-@pytest.mark.invariant("FS2-1", "FS2-2", "FS2-3")
+@pytest.mark.invariant("FS2-1", "FS2-2")
 @examples(120)
 @given(spec=fsdp2_specs(multi_root=False))
 def test_managed_modules(fsdpcheck_impl, spec):
@@ -84,10 +84,19 @@ def test_managed_modules(fsdpcheck_impl, spec):
     conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
 
 
+@pytest.mark.invariant("FS2-3")
+@examples(100)
+@given(spec=fsdp2_specs(multi_root=False).filter(lambda s: s.ignored is not None))
+def test_ignored_params(fsdpcheck_impl, spec):
+    _require(fsdpcheck_impl, "takes_ignored_params", "no ignored_params")
+    conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
+
+
 @pytest.mark.invariant("FS2-5")
 @examples(80)
 @given(spec=fsdp2_specs(multi_root=True))
 def test_several_roots(fsdpcheck_impl, spec):
+    _require(fsdpcheck_impl, "several_roots", "one module, not a group")
     _takes(fsdpcheck_impl, spec)
     conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
 
@@ -147,7 +156,7 @@ def test_large_trees(fsdpcheck_impl, shape, call):
     if shape.startswith("wide") and call != "managed":
         pytest.skip("wide trees: the walk only (the ignore rule is timed by test_linear_growth; states are a flat loop)")
     if call == "managed-ignored":
-        _require_ignored_params(fsdpcheck_impl)
+        _require(fsdpcheck_impl, "takes_ignored_params", "no ignored_params")
     spec = SHAPES[shape](call == "managed-ignored")
 
     def body(impl):

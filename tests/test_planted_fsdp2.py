@@ -10,3 +10,15 @@ def test_planted_fsdp2_bugs_are_caught(run_suite):
     assert planted_misses(result, report, PLANTED) == []
     # The same tests pass on the reference each bug was planted in.
     assert control_problems(report) == []
+
+
+def test_features_a_fully_shard_predates_are_not_provided(run_suite):
+    impl = "tests.planted.fsdp2:FirstFullyShard"
+    result, report = run_suite(impl, k="test_fsdp2", extra=NO_SHRINK)
+    outcomes = {inv: cell["outcome"] for inv, cell in report["matrix"][impl].items()}
+    assert outcomes == {
+        "FS2-1": "pass", "FS2-2": "pass", "FS2-3": "not provided", "FS2-4": "pass",
+        "FS2-5": "not provided", "FS2-6": "pass", "FS2-7": "pass", "FS2-8": "pass",
+    }, outcomes
+    result.stdout.fnmatch_lines(["*FS2-5*n/p*"])
+    assert result.ret == 0, "\n".join(result.outlines[-30:])

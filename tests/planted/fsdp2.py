@@ -82,6 +82,21 @@ class _NoConflictCheck(ReferenceFsdp2):
         super().__init__(group_conflicts="torch")
 
 
+class _FirstFullyShard(ReferenceFsdp2):
+    # Not a bug: torch 2.3/2.4's fully_shard takes one module and no
+    # ignored_params; checks of those features are not provided, the rest run.
+    several_roots = False
+    takes_ignored_params = False
+
+    def managed_modules(self, roots, ignored_params):
+        assert len(roots) == 1 and ignored_params is None, "an example this fully_shard cannot take was drawn"
+        return super().managed_modules(roots, ignored_params)
+
+    def annotate(self, roots, mesh, ignored_params):
+        assert len(roots) == 1 and ignored_params is None, "an example this fully_shard cannot take was drawn"
+        return super().annotate(roots, mesh, ignored_params)
+
+
 def _impl(cls):
     class Planted(Implementation):
         name = cls.__name__.lstrip("_")
@@ -101,11 +116,12 @@ NoRootReduction = _impl(_NoRootReduction)
 RecursiveWalk = _impl(_Recursive)
 NoFlags = _impl(_NoFlags)
 NoConflictCheck = _impl(_NoConflictCheck)
+FirstFullyShard = _impl(_FirstFullyShard)
 
 PLANTED = {
     "tests.planted.fsdp2:PreOrder": ("FS2-1", "test_managed_modules"),
     "tests.planted.fsdp2:EntersGroups": ("FS2-2", "test_managed_modules"),
-    "tests.planted.fsdp2:IgnoresOwnParamsOnly": ("FS2-3", "test_managed_modules"),
+    "tests.planted.fsdp2:IgnoresOwnParamsOnly": ("FS2-3", "test_ignored_params"),
     "tests.planted.fsdp2:KeepsIgnoredParams": ("FS2-4", "test_managed_states"),
     "tests.planted.fsdp2:NoRootReduction": ("FS2-5", "test_several_roots"),
     "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
