@@ -23,7 +23,7 @@ import torch.nn as nn
 
 dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
 mesh = init_device_mesh("cpu", (1,))
-bad = []
+bad, seen = [], []
 
 
 def case(what, build):
@@ -32,12 +32,12 @@ def case(what, build):
     try:
         fully_shard(outer, mesh=mesh)
     except ValueError as e:
-        print(f"{what}: rejected: {e}")
+        seen.append(f"{what}: rejected: {e}")
         return
     except Exception as e:  # noqa: BLE001 - an internal error is the bug
-        print(f"{what}: internal {type(e).__name__}: {str(e)[:120]}")
+        seen.append(f"{what}: internal {type(e).__name__}: {str(e)[:120]}")
     else:
-        print(f"{what}: accepted, managed by both groups")
+        seen.append(f"{what}: accepted, managed by both groups")
     bad.append(what)
 
 
@@ -64,5 +64,7 @@ finally:
     dist.destroy_process_group()
 if bad:
     print("BUG: not rejected with a clear error:", "; ".join(bad))
+    print("\n".join(seen))
     sys.exit(1)
 print("fixed: every conflict is rejected with a ValueError")
+print("\n".join(seen))
