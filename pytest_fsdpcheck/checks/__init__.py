@@ -4,16 +4,20 @@ return the violations they found. Users can call them from their own tests
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Violation:
     invariant: str  # catalog ID, e.g. "TRV-3"
     message: str  # one sentence: what was expected, what happened
+    #: what the implementation said (an internal error's type and text): shown,
+    #: but not part of the violation's identity, so a known bug matches on what
+    #: went wrong in the spec's terms, whatever each release's internals print
+    detail: str = field(default="", compare=False)
 
     def __str__(self) -> str:
-        return f"{self.invariant}: {self.message}"
+        return f"{self.invariant}: {self.message}" + (f" ({self.detail})" if self.detail else "")
 
 
 class ConformanceFailure(AssertionError):

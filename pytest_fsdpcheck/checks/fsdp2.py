@@ -311,7 +311,8 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
                 names |= names_for(built, call, j, pn)
             if not _is_clear(exc):
                 return [Violation("FS2-8", f"fully_shard{call_label(call)} of a group sharing {kind} m{i}{'.' + param if param else ''} "
-                                           f"with an earlier group raised an internal {type(exc).__name__}: {exc}")]
+                                           "with an earlier group failed with an internal error, not a clear one naming it",
+                                  detail=f"{type(exc).__name__}: {exc}")]
             if not any(n in str(exc) for n in names):
                 return [Violation("FS2-8", f"the error for the {kind} shared with an earlier group names none of "
                                            f"{short(sorted(names))}: {exc}")]

@@ -109,7 +109,7 @@ def qualified_name(roots, target) -> str:
 class ReferenceFsdp2:
     """Keeps FSDP2 states and incompatible marks beside the modules (weakly)."""
 
-    def __init__(self, recursive: bool = False, group_conflicts: str = "reject"):
+    def __init__(self, recursive: bool = False, group_conflicts: str = "reject", scalar_params: str = "reject"):
         """Switches modelling known torch bugs (``pytest_fsdpcheck.known``):
 
         ``recursive=True``: torch's walk (``_get_managed_modules``'s inner
@@ -123,9 +123,15 @@ class ReferenceFsdp2:
         group sharded raises torch's ``TypeError`` (the DTensor parameter is
         mistaken for a tensor-parallel one); anything else is silently
         managed twice.
+
+        ``scalar_params="accept"``: the states collected include scalar
+        (0-dim) parameters, which fully_shard cannot shard (FS2-4).
         """
         if group_conflicts not in ("reject", "torch"):
             raise ValueError(f"group_conflicts must be 'reject' or 'torch', got {group_conflicts!r}")
+        if scalar_params not in ("reject", "accept"):
+            raise ValueError(f"scalar_params must be 'reject' or 'accept', got {scalar_params!r}")
+        self._accept_scalars = scalar_params == "accept"
         self._recursive = recursive
         self._group_conflicts = group_conflicts
         self._own_group = weakref.WeakKeyDictionary()
@@ -252,7 +258,7 @@ class ReferenceFsdp2:
             for name, p in own_params(module):
                 if id(p) in ignored or id(p) in seen_p:
                     continue
-                if p.dim() == 0:
+                if p.dim() == 0 and not self._accept_scalars:
                     raise ValueError(
                         f"fully_shard does not support scalar parameters: {name!r} of "
                         f"{type(module).__name__} has shape (); make it a 1-D tensor of one element"
