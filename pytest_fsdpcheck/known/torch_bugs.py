@@ -159,4 +159,15 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"fsdp2": {"group_conflicts": "torch"}},
         reproducer="fs2-group-conflict-not-rejected.py",
     ),
+    KnownBug(
+        id="fs2-scalar-param-accepted",
+        invariants=("FS2-4",),
+        reason="FSDP2's _fsdp_init._get_managed_states collects a scalar (0-dim) parameter without "
+        "complaint; it cannot be sharded on dim 0, so fully_shard fails later, far from the module "
+        "that holds it (later releases reject it there with a ValueError naming it).",
+        affects=">=2.3,<2.5",
+        seen=("2.3.1", "2.4.1"),
+        reference={"fsdp2": {"scalar_params": "accept"}},
+        reproducer="fs2-scalar-param-accepted.py",
+    ),
 )

@@ -32,6 +32,7 @@ TESTS = {
     "exo-param-in-list-unrecorded": "test_param_uses_by_keyword_and_in_lists and list",
     "fs2-walk-recursive": "test_large_trees",
     "fs2-group-conflict-not-rejected": "test_fully_shard_conflicts",
+    "fs2-scalar-param-accepted": "test_managed_states",
 }
 
 
@@ -91,7 +92,7 @@ class _ExecOrderMangled:
 
 
 class _Fsdp2Mangled:
-    """FS2-1/FS2-7/FS2-8: the walk forgets the last managed module;
+    """FS2-1/FS2-4/FS2-7/FS2-8: the walk and the states forget their last item;
     fully_shard leaves the first root's ``_fsdp_use_orig_params`` off, and
     turns an internal error into a ValueError that names nothing."""
 
@@ -104,6 +105,10 @@ class _Fsdp2Mangled:
     def managed_modules(self, roots, ignored_params):
         modules = self._inner.managed_modules(roots, ignored_params)
         return modules[:-1] if len(modules) > 1 else modules
+
+    def managed_states(self, modules, ignored_params):
+        params, buffers = self._inner.managed_states(modules, ignored_params)
+        return (params[:-1] if len(params) > 1 else params), buffers
 
     def annotate(self, roots, mesh, ignored_params):
         try:
