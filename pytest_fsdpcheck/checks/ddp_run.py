@@ -132,9 +132,37 @@ def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str) 
         result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs))
     except BaseException:  # noqa: BLE001 - reported with every rank's results
         result["error"] = traceback.format_exc(limit=8)
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, result)
-    return gathered
+    return _all_gather(result)
+
+
+def _all_gather(obj) -> list:
+    """Every rank's ``obj``, by rank. ``all_gather_object`` needs NumPy on
+    this torch; the pickled bytes travel as a uint8 tensor instead (on the
+    GPU for NCCL)."""
+    import ctypes
+    import io
+
+    import torch.distributed as dist
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = bytearray(buffer.getvalue())
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    size = torch.tensor([len(data)], dtype=torch.int64, device=on)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    mine[: len(data)] = torch.frombuffer(data, dtype=torch.uint8)
+    mine = mine.to(on)
+    chunks = [torch.empty(longest, dtype=torch.uint8, device=on) for _ in sizes]
+    dist.all_gather(chunks, mine)
+    out = []
+    for chunk, n in zip(chunks, sizes, strict=True):
+        chunk = chunk.cpu().contiguous()
+        raw = ctypes.string_at(chunk.data_ptr(), int(n.item()))
+        out.append(torch.load(io.BytesIO(raw), weights_only=False))
+    return out
 
 
 def _device(device: str, local_rank: int) -> torch.device:

@@ -93,3 +93,22 @@ ReferenceControl = _fsdp2_impl(ReferenceFsdp2, "ReferenceControl")
 DropsFirstLeaf = _fsdp2_impl(_DropsFirstLeaf, "DropsFirstLeaf")
 ShardsIgnored = _fsdp2_impl(_ShardsIgnored, "ShardsIgnored")
 ParentFirst = _fsdp2_impl(_ParentFirst, "ParentFirst")
+
+
+
+class _ExtraBucketOnRankOneSplitting(_DDPOptimizerSplitting):
+    # Wrong on rank 1 only, and after the training step (the plan is judged,
+    # not used), so the ranks' collectives still agree: only rank 1's
+    # records show it, and rank 0's verdict must include them. (A walk
+    # wrong on one rank would make FSDP2's collectives disagree instead.)
+    def mutate(self, buckets):
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() == 1:
+            return [BucketInfo(nodes=[], size=0), *buckets]
+        return buckets
+
+
+class WrongOnRankOne(Implementation):
+    name = "planted-wrong-on-rank-one"
+    splitting = _ExtraBucketOnRankOneSplitting()
