@@ -28,13 +28,19 @@ def _spec_of(config, impl) -> str:
     return next(spec for spec, obj in session.impls.items() if obj is impl)
 
 
+def _seed(config) -> int:
+    """FS2-9's model: seed 0 under the ci profile, the session's seed under dev/fuzz."""
+    seed = get_session(config).seed
+    return 0 if seed is None else seed
+
+
 def _results(config, world_size: int, device: str, task: str) -> list[dict]:
     from pytest_fsdpcheck.checks.ddp_run import run_ranks
 
     specs = tuple(get_session(config).impls)
     key = (world_size, device, specs, task)
     if key not in _runs:
-        _runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task)
+        _runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task, seed=_seed(config))
     return _runs[key]
 
 
@@ -59,12 +65,12 @@ def _world_size(config, device: str, scale: str) -> int:
     return world_size
 
 
-def _reproducer(impl, spec, world_size, device, task, check):
+def _reproducer(impl, spec, world_size, device, task, check, seed=0):
     return snippet(
         impl,
         [
             'if __name__ == "__main__":  # spawned ranks re-import this file',
-            f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r})",
+            f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r}{f', seed={seed}' if seed else ''})",
         ],
         [f"    violations = {check}(results, {spec!r})", "    assert not violations, violations"],
         imports=[
@@ -106,5 +112,5 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
     conform(
         fsdpcheck_impl,
         check_fsdp2_end_to_end(results, spec),
-        _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end"),
+        _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end", _seed(request.config)),
     )

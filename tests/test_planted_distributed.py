@@ -69,6 +69,7 @@ def test_checker_catches_ranks_disagreeing():
 # --- FS2-9 ---------------------------------------------------------------------------
 
 from pytest_fsdpcheck.checks.distributed import check_fsdp2_end_to_end  # noqa: E402
+from pytest_fsdpcheck.checks.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
 
 
 def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
@@ -79,14 +80,20 @@ def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
     outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
     assert outcomes == {impls[0]: "pass", impls[1]: "fail", impls[2]: "fail", impls[3]: "fail"}, outcomes
     out = result.stdout.str()
+    spec, calls = end_to_end_model(0)  # the ci profile's model
+    want = oracle(build_model(spec, 0), calls)
+    first = want["calls"][0]
+    call = f"fully_shard call 1 ({', '.join(first['roots'])})"
+    leaf = first["modules"][0]  # post-order: a leaf comes first
     for line in (
         # the dropped leaf's parameter is left unsharded, its gradient never averaged
-        "FS2-9: rank 0, eager: fully_shard call 1: expected managed modules ['m2', 'm3', 'm1'], the implementation gave ['m3', 'm1']",
-        "FS2-9: rank 0, eager: gradient of m2.w0: expected the unsharded gradient of the global batch",
-        "FS2-9: rank 0, compiled: gradient of m7.w1: expected this rank's unsharded gradient (ignored: not reduced)",
-        "FS2-9: rank 0, eager: fully_shard call 1: expected fully_shard to shard ['m2.w0', 'm3.w0', 'm1.w0'], it sharded ['m1.w0', 'm2.w0', 'm3.w0']",
+        f"FS2-9: rank 0, eager: {call}: expected managed modules {first['modules']}, the implementation gave {first['modules'][1:]}",
+        f"FS2-9: rank 0, eager: gradient of {leaf}.w0: expected the unsharded gradient of the global batch",
+        f"FS2-9: rank 1, compiled: {call}: expected fully_shard to shard {first['params']}, it sharded [",
     ):
         assert line in out, line
+    averaged = [f"FS2-9: rank 0, compiled: gradient of {p}: expected this rank's unsharded gradient (ignored: not reduced)" for p in want["ignored"]]
+    assert any(line in out for line in averaged), averaged
 
 
 def _fs2_rank(rank=0, **step_changes):
@@ -98,7 +105,7 @@ def _fs2_rank(rank=0, **step_changes):
     step.update(step_changes)
     return {
         "rank": rank, "error": None,
-        "oracle": {"calls": [{"modules": ["m1", "m0"], "params": ["m1.w0", "m0.w0"]}], "flagged": ["m0", "m1"], "ignored": ["m1.w0"]},
+        "oracle": {"calls": [{"roots": ["m0"], "modules": ["m1", "m0"], "params": ["m1.w0", "m0.w0"]}], "flagged": ["m0", "m1"], "ignored": ["m1.w0"]},
         # m1.w0 is ignored: its gradient is this rank's, not the global one
         "reference": {"global": {"m0.w0": torch.ones(2), "m1.w0": torch.zeros(2)}, "local": {"m0.w0": torch.zeros(2), "m1.w0": torch.full((2,), 2.0)}},
         "impls": {"impl": {"error": None, "not_provided": False, "eager": dict(step), "compiled": dict(step)}},

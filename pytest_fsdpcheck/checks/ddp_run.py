@@ -58,6 +58,7 @@ class RankJob:
     impl_specs: tuple[str, ...]
     out_dir: str
     task: str = "ddp"  # a key of TASKS
+    seed: int = 0  # FS2-9's model
 
 
 def free_port() -> int:
@@ -78,18 +79,18 @@ def launched_by_torchrun() -> bool:
     return os.environ.get(TORCHRUN_ENV) == "1" and dist.is_available() and dist.is_initialized()
 
 
-def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, task: str = "ddp") -> list[dict]:
+def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, task: str = "ddp", seed: int = 0) -> list[dict]:
     """Start ``world_size`` ranks, wait at most ``timeout`` seconds, return
     each rank's result dict (a dict with ``error`` for a rank that died).
 
     Under torchrun the ranks exist already: this process runs its own rank
     and every rank gets every rank's result (the same verdict everywhere)."""
     if launched_by_torchrun():
-        return _run_in_torchrun_world(world_size, device, tuple(impl_specs), task)
+        return _run_in_torchrun_world(world_size, device, tuple(impl_specs), task, seed)
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="fsdpcheck-ranks-") as out_dir:
-        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task)
+        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task, seed)
         context = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -120,7 +121,7 @@ def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, 
         return results
 
 
-def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str) -> list[dict]:
+def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str, seed: int) -> list[dict]:
     import torch.distributed as dist
 
     rank = dist.get_rank()
@@ -129,7 +130,9 @@ def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str) 
         if dist.get_world_size() != world_size:
             raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs))
+        # every rank builds rank 0's model (dev/fuzz draw a seed per process)
+        seed = _all_gather(seed)[0]
+        result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs, seed))
     except BaseException:  # noqa: BLE001 - reported with every rank's results
         result["error"] = traceback.format_exc(limit=8)
     return _all_gather(result)
@@ -197,7 +200,7 @@ def _rank_main(rank: int, job: RankJob) -> None:
             timeout=timedelta(seconds=60),
         )
         initialized = True
-        result.update(TASKS[job.task](rank, job.world_size, device, job.impl_specs))
+        result.update(TASKS[job.task](rank, job.world_size, device, job.impl_specs, job.seed))
     except BaseException:  # noqa: BLE001 - reported to the parent, never raised across ranks
         result["error"] = traceback.format_exc(limit=8)
     finally:
@@ -207,7 +210,7 @@ def _rank_main(rank: int, job: RankJob) -> None:
         torch.save(result, Path(job.out_dir) / f"rank{rank}.pt")
 
 
-def _train_and_record(rank: int, world_size: int, device: torch.device, impl_specs) -> dict:
+def _train_and_record(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
     import copy
 
     import torch._dynamo
@@ -291,10 +294,10 @@ def _plans(spec: str, handed) -> dict:
         return {"error": traceback.format_exc(limit=6), "not_provided": False, "buckets": []}
 
 
-def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs) -> dict:
+def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
     from .fsdp2_run import fsdp2_task
 
-    return fsdp2_task(rank, world_size, device, impl_specs)
+    return fsdp2_task(rank, world_size, device, impl_specs, seed)
 
 
 #: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step

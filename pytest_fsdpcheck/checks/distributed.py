@@ -142,7 +142,7 @@ def _fsdp2_step(result: dict, step: dict, mode: str, rtol: float, atol: float) -
         out.append(f"expected fully_shard to ask the implementation once per call ({len(want_calls)} calls), "
                    f"it asked {step['fully_shard_calls']} time(s)")
     for k, (want, got) in enumerate(zip(want_calls, step["calls"], strict=False)):
-        call = f"fully_shard call {k + 1}"
+        call = f"fully_shard call {k + 1} ({', '.join(want.get('roots', ()))})"
         if got["impl_modules"] != want["modules"]:
             out.append(f"{call}: expected managed modules {want['modules']}, the implementation gave {got['impl_modules']}")
         if got["impl_params"] is not None and got["impl_params"] != want["params"]:

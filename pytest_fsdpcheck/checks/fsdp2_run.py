@@ -31,6 +31,7 @@ import contextlib
 import copy
 import importlib
 import os
+import random
 import shutil
 import sys
 import traceback
@@ -46,24 +47,69 @@ WIDTH = 8
 BATCH = 4
 STEP_SEED = 1000
 
-#: The model: m0 is the root group; m1 has its own nested group (m2, m3
-#: below it, m3 with a buffer); [m4, m5] form one multi-module group and m5
-#: ties m4's weight; m7 has one of its two weights ignored and m8 all of its
-#: (m8 has no buffer, so the ignore rule drops it); m9 has its only weight
-#: ignored but holds a buffer, so it stays managed with no parameter.
-END_TO_END_SPEC = Fsdp2Spec(
-    tree=TreeSpec(
-        children=((1, 4, 5, 7, 9), (2, 3), (), (), (6,), (), (), (8,), (), ()),
-        params=(1, 1, 1, 1, 1, 1, 1, 2, 1, 1),
-        tied=((4, 5),),
-    ),
-    roots=(0,),
-    groups=frozenset({1}),
-    ignored=frozenset({(7, 1), (8, 0), (9, 0)}),
-    buffers=(0, 0, 0, 1, 0, 0, 0, 0, 0, 1),
-)
-#: the ``fully_shard`` calls, inner groups first
-END_TO_END_CALLS: tuple[tuple[int, ...], ...] = ((1,), (4, 5), (0,))
+def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], ...]]:
+    """A model spec and its ``fully_shard`` calls (inner groups first), drawn
+    from ``seed``. Every draw holds: a nested group (its own call, with
+    one to three children below it, some with buffers); a two-module group
+    ``[a, b]`` where ``b`` ties ``a``'s weight; a module with one of two
+    weights ignored, above a module whose only weight is ignored and which
+    has no buffer (the ignore rule drops it); a module whose only weight is
+    ignored but which holds a buffer (managed, with no parameter); and the
+    root's group last. The root's children come in a drawn order, and the
+    two-module group is given in a drawn order."""
+    rng = random.Random(seed)
+    children: list[list[int]] = [[]]
+    params, buffers, ignored = [1], [0], set()
+
+    def add(parent: int, n_params: int = 1, n_buffers: int = 0) -> int:
+        children.append([])
+        params.append(n_params)
+        buffers.append(n_buffers)
+        children[parent].append(len(children) - 1)
+        return len(children) - 1
+
+    def nested_group(parent):
+        group = add(parent, rng.randint(1, 2))
+        for _ in range(rng.randint(1, 3)):
+            leaf = add(group, 1, rng.randint(0, 1))
+            if rng.random() < 0.3:
+                add(leaf)
+        return ("group", group)
+
+    def pair(parent):
+        a = add(parent)
+        for _ in range(rng.randint(0, 2)):
+            add(a)
+        return ("pair_a", a)
+
+    def half_ignored(parent):
+        kept = add(parent, 2)
+        ignored.add((kept, 1))
+        dropped = add(kept, 1)
+        ignored.add((dropped, 0))
+        if rng.random() < 0.5:
+            add(kept)
+        return ("half", kept)
+
+    def buffer_only(parent):
+        holder = add(parent, 1, 1)
+        ignored.add((holder, 0))
+        return ("buffer", holder)
+
+    made = {}
+    parts = [nested_group, pair, half_ignored, buffer_only]
+    rng.shuffle(parts)
+    for part in parts:
+        kind, index = part(0)
+        made[kind] = index
+        if kind == "pair_a":
+            made["pair_b"] = add(0)  # b right after a's subtree: a sibling below the root
+    a, b = made["pair_a"], made["pair_b"]
+    pair_call = (a, b) if rng.random() < 0.5 else (b, a)
+    tree = TreeSpec(children=tuple(tuple(c) for c in children), params=tuple(params), tied=((a, b),))
+    spec = Fsdp2Spec(tree=tree, roots=(0,), groups=frozenset({made["group"]}), ignored=frozenset(ignored),
+                     buffers=tuple(buffers))
+    return spec, ((made["group"],), pair_call, (0,))
 
 
 class Block(nn.Module):
@@ -88,7 +134,7 @@ class Block(nn.Module):
         return y
 
 
-def build_model(spec: Fsdp2Spec = END_TO_END_SPEC, seed: int = 0) -> BuiltFsdp2:
+def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
     """Computing modules in the spec's shape (the oracle reads them as it
     reads :func:`~pytest_fsdpcheck.generators.fsdp2.build_fsdp2`'s)."""
     generator = torch.Generator().manual_seed(seed)
@@ -117,7 +163,7 @@ def build_model(spec: Fsdp2Spec = END_TO_END_SPEC, seed: int = 0) -> BuiltFsdp2:
     return BuiltFsdp2(spec, built_tree, tuple(modules[i] for i in spec.roots), ignored)
 
 
-def oracle(built: BuiltFsdp2, calls=END_TO_END_CALLS) -> dict:
+def oracle(built: BuiltFsdp2, calls) -> dict:
     """Per call, the modules and parameters it must manage and shard
     (labels), and every module that must carry the Dynamo flags."""
     done: set[int] = set()
@@ -125,7 +171,7 @@ def oracle(built: BuiltFsdp2, calls=END_TO_END_CALLS) -> dict:
     for call in calls:
         managed = expected_managed(built, groups=done | set(call), roots=list(call))
         params, _, _ = expected_states(built, managed)
-        per_call.append({"modules": [f"m{i}" for i in managed], "params": built.labels(params)})
+        per_call.append({"roots": [f"m{i}" for i in call], "modules": [f"m{i}" for i in managed], "params": built.labels(params)})
         flagged.update(managed)
         done |= set(call)
     ignored = sorted(built.labels(built.ignored or ()))
@@ -233,11 +279,13 @@ def compile_backend() -> str:
     return "inductor" if shutil.which(compiler) or shutil.which("g++") else "aot_eager"
 
 
-def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs) -> dict:
-    """This rank's records for every implementation (process group up)."""
+def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+    """This rank's records for every implementation (process group up);
+    the model is :func:`end_to_end_model` of ``seed`` (the same on every rank)."""
     from ..impls import load_implementation
 
-    base = build_model()
+    spec, calls = end_to_end_model(seed)
+    base = build_model(spec, seed)
     names = {}
     for i, m in enumerate(base.modules):
         for name, p in m._parameters.items():
@@ -245,7 +293,8 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs) -> 
     inputs = [torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
     reference = _reference_grads(base, inputs, rank)
     backend = compile_backend()
-    result = {"oracle": oracle(base), "reference": reference, "backend": backend, "impls": {}}
+    result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
+              "spec": spec.to_source(), "impls": {}}
     for spec in impl_specs:
         try:
             area = load_implementation(spec).fsdp2
@@ -254,7 +303,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs) -> 
                 continue
             record = {"error": None, "not_provided": False}
             for mode in ("eager", "compiled"):
-                record[mode] = _step(area, base, names, inputs[rank].to(device), device, mode, backend)
+                record[mode] = _step(area, base, calls, names, inputs[rank].to(device), device, mode, backend)
             result["impls"][spec] = record
         except BaseException:  # noqa: BLE001 - the checker turns it into a violation
             result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
@@ -316,7 +365,7 @@ def _labels_like(model, base: BuiltFsdp2) -> dict:
     return labels
 
 
-def _step(area, base: BuiltFsdp2, names: dict, x, device, mode: str, backend: str) -> dict:
+def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str, backend: str) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
@@ -338,14 +387,14 @@ def _step(area, base: BuiltFsdp2, names: dict, x, device, mode: str, backend: st
     record: list = []
     calls = []
     with driven_by(area, record):
-        for call in END_TO_END_CALLS:
+        for call in calls_made:
             targets = [modules[i] for i in call]
             fully_shard(targets[0] if len(targets) == 1 else targets, mesh=mesh, ignored_params=ignored)
             # what torch's walk reads from the module's FSDP state, the area
             # learns through its contract (the roots of the call own the group)
             for i in call:
                 area.mark_own_group(modules[i])
-    for (got_modules, states), call in zip(record, END_TO_END_CALLS, strict=False):
+    for (got_modules, states), call in zip(record, calls_made, strict=False):
         calls.append({
             "impl_modules": copy_built.labels(got_modules),
             "impl_params": copy_built.labels(states[0]) if states else None,
