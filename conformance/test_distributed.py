@@ -97,9 +97,10 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, s
 
 @pytest.mark.invariant("FS2-9")
 def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
+    runner = world_size_for(request.config, fsdpcheck_device)
+    if runner < 2:
+        pytest.skip(f"not provided: FS2-9 needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
     world_size = _world_size(request.config, fsdpcheck_device, "runner")
-    if world_size < 2:
-        pytest.skip(f"not provided: FS2-9 needs world size >= 2, the runner gives {world_size} (--fsdpcheck-world-size)")
     require_compile()
     from pytest_fsdpcheck.impls.torch_fsdp2 import fsdp2_available
 

@@ -128,3 +128,10 @@ def test_fs2_9_checker_catches_each_part():
     dead = {"rank": 1, "error": "Traceback ...\nRuntimeError: gloo timeout"}
     (violation,) = check_fsdp2_end_to_end([_fs2_rank(0), dead], "impl")
     assert violation.message == "rank 1: expected a training step, but the rank failed: RuntimeError: gloo timeout"
+
+
+def test_world_size_option_reaches_the_checks(run_suite):
+    # One rank cannot check FS2-9: not provided, with the reason and the option to change it.
+    result, report = run_suite("reference", k="test_fully_shard_end_to_end", extra=("--fsdpcheck-world-size", "1", "-rs"))
+    assert report["matrix"]["reference"]["FS2-9"]["outcome"] == "not provided", report["matrix"]["reference"]
+    result.stdout.fnmatch_lines(["*not provided: FS2-9 needs world size >= 2, the runner gives 1 (--fsdpcheck-world-size)*"])
