@@ -1,21 +1,25 @@
-"""SPL-16: ``torch.compile`` of a real ``DistributedDataParallel`` module.
+"""Distributed checks at the runner's scale: SPL-16 (``torch.compile`` of a
+real ``DistributedDataParallel`` module) and FS2-9 (a real ``fully_shard``
+step driven by the implementation's walk).
 
-Ranks are real processes in a real process group (gloo on CPU, NCCL when the
-device is CUDA and there are enough GPUs). One run per world size and device
-serves every implementation of the session: each rank plans the graph Dynamo
-handed to DDPOptimizer with every implementation, so the processes (the slow
-part) start once, not once per implementation.
+Ranks are real processes in a real process group (gloo on CPU, NCCL on
+CUDA), as many as ``--fsdpcheck-world-size`` (default: every visible GPU on
+CUDA, 2 on CPU); SPL-16 also runs at world size 1. Under
+``torchrun -m pytest_fsdpcheck.distributed`` the ranks are torchrun's own and
+every rank sees every rank's results. One run per world size, device and
+check serves every implementation of the session: each rank runs every
+implementation, so the processes (the slow part) start once.
 """
 
 import pytest
 
-from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
+from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp2_end_to_end
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
-from pytest_fsdpcheck.plugin import get_session
+from pytest_fsdpcheck.plugin import get_session, world_size_for
 
-RANK_TIMEOUT_S = 120.0
+RANK_TIMEOUT_S = 180.0
 _runs: dict = {}
 
 
@@ -24,42 +28,90 @@ def _spec_of(config, impl) -> str:
     return next(spec for spec, obj in session.impls.items() if obj is impl)
 
 
-def _results(config, world_size: int, device: str) -> list[dict]:
+def _seed(config) -> int:
+    """FS2-9's model: seed 0 under the ci profile, the session's seed under dev/fuzz."""
+    seed = get_session(config).seed
+    return 0 if seed is None else seed
+
+
+def _results(config, world_size: int, device: str, task: str) -> list[dict]:
     from pytest_fsdpcheck.checks.ddp_run import run_ranks
 
     specs = tuple(get_session(config).impls)
-    key = (world_size, device, specs)
+    key = (world_size, device, specs, task)
     if key not in _runs:
-        _runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S)
+        _runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task, seed=_seed(config))
     return _runs[key]
 
 
-@pytest.mark.invariant("SPL-16")
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, world_size, request):
+def _world_size(config, device: str, scale: str) -> int:
     import torch
 
-    if fsdpcheck_device == "cuda" and torch.cuda.device_count() < world_size:
-        pytest.skip(f"world size {world_size} on CUDA needs {world_size} GPUs, found {torch.cuda.device_count()}")
+    from pytest_fsdpcheck.checks.ddp_run import launched_by_torchrun
+
     if not torch.distributed.is_available():
-        pytest.skip("this torch build has no torch.distributed")
+        pytest.skip("not provided: this torch build has no torch.distributed")
+    runner = world_size_for(config, device)
+    if scale == "one":
+        if launched_by_torchrun() and runner != 1:
+            pytest.skip(f"under torchrun the world is torchrun's ({runner} ranks): see the runner-scale test")
+        world_size = 1
+    else:
+        if runner == 1 and not launched_by_torchrun():
+            pytest.skip("the runner's world size is 1: the world-size-1 test covers it")
+        world_size = runner
+    if device == "cuda" and not launched_by_torchrun() and torch.cuda.device_count() < world_size:
+        pytest.skip(f"world size {world_size} on CUDA needs {world_size} GPUs, found {torch.cuda.device_count()}")
+    return world_size
+
+
+def _reproducer(impl, spec, world_size, device, task, check, seed=0):
+    return snippet(
+        impl,
+        [
+            'if __name__ == "__main__":  # spawned ranks re-import this file',
+            f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r}{f', seed={seed}' if seed else ''})",
+        ],
+        [f"    violations = {check}(results, {spec!r})", "    assert not violations, violations"],
+        imports=[
+            "from pytest_fsdpcheck.checks.ddp_run import run_ranks",
+            f"from pytest_fsdpcheck.checks.distributed import {check}",
+        ],
+    )
+
+
+@pytest.mark.invariant("SPL-16")
+@pytest.mark.parametrize("scale", ["one", "runner"])
+def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, scale, request):
+    world_size = _world_size(request.config, fsdpcheck_device, scale)
     require_compile()
     spec = _spec_of(request.config, fsdpcheck_impl)
-    results = _results(request.config, world_size, fsdpcheck_device)
+    results = _results(request.config, world_size, fsdpcheck_device, "ddp")
     # The ranks ran in other processes: the outcome is judged as it is, not replayed.
     conform(
         fsdpcheck_impl,
         check_ddp_end_to_end(results, spec),
-        snippet(
-            fsdpcheck_impl,
-            [
-                'if __name__ == "__main__":  # spawned ranks re-import this file',
-                f"    results = run_ranks({world_size}, {fsdpcheck_device!r}, [{spec!r}])",
-            ],
-            [f"    violations = check_ddp_end_to_end(results, {spec!r})", "    assert not violations, violations"],
-            imports=[
-                "from pytest_fsdpcheck.checks.ddp_run import run_ranks",
-                "from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end",
-            ],
-        ),
+        _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "ddp", "check_ddp_end_to_end"),
+    )
+
+
+@pytest.mark.invariant("FS2-9")
+def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
+    runner = world_size_for(request.config, fsdpcheck_device)
+    if runner < 2:
+        pytest.skip(f"not provided: FS2-9 needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
+    world_size = _world_size(request.config, fsdpcheck_device, "runner")
+    require_compile()
+    from pytest_fsdpcheck.impls.torch_fsdp2 import fsdp2_available
+
+    if not fsdp2_available():
+        import torch
+
+        pytest.skip(f"not provided: torch {torch.__version__} has no FSDP2 (fully_shard)")
+    spec = _spec_of(request.config, fsdpcheck_impl)
+    results = _results(request.config, world_size, fsdpcheck_device, "fsdp2")
+    conform(
+        fsdpcheck_impl,
+        check_fsdp2_end_to_end(results, spec),
+        _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end", _seed(request.config)),
     )

@@ -57,6 +57,7 @@ INVARIANTS: dict[str, str] = {
     "FS2-6": "deep, wide and diamond-chain trees: no RecursionError, linear time",
     "FS2-7": "after a real fully_shard, exactly the managed modules carry the Dynamo flags; nothing else changes",
     "FS2-8": "a module or parameter shared with another group's subtree is rejected with a clear error naming it",
+    "FS2-9": "world size >= 2: fully_shard driven by the walk shards what it should; one step's gradients equal the unsharded model's, eager and compiled",
 }
 
 AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO", "fsdp2": "FS2"}

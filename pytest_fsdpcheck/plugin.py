@@ -67,6 +67,9 @@ def pytest_addoption(parser):
     add("--fsdpcheck-timeout", "fsdpcheck_timeout",
         "seconds one implementation call may take before it fails as hung (0: no limit)",
         default=None, metavar="SECONDS")
+    add("--fsdpcheck-world-size", "fsdpcheck_world_size",
+        "ranks for the distributed checks (SPL-16, FS2-9); default: every visible GPU on CUDA, 2 on CPU",
+        default=None, metavar="N")
     add("--fsdpcheck-strict", "fsdpcheck_strict",
         "fail the run on stale divergence entries, unexpected passes and known bugs not reproduced",
         ini_type="bool", action="store_true", default=None)
@@ -77,6 +80,7 @@ _OPTIONS = [
     for dest in (
         "fsdpcheck_impl", "fsdpcheck_device", "fsdpcheck_profile", "fsdpcheck_seed", "fsdpcheck_divergences",
         "fsdpcheck_no_known_bugs", "fsdpcheck_report", "fsdpcheck_timeout", "fsdpcheck_strict",
+        "fsdpcheck_world_size",
     )
 ]
 
@@ -156,6 +160,8 @@ class Session:
     deselected: set = field(default_factory=set)
     #: interrupted or stopped early (-x): nothing is judged stale or fixed
     incomplete: bool = False
+    #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
+    world_size: int | None = None
 
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -236,6 +242,7 @@ def _build_session(config) -> Session:
         raise pytest.UsageError(f"fsdpcheck: unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
     devices = _devices(_setting(config, "fsdpcheck_device", "auto"))
 
+    world_size = _world_size(_setting(config, "fsdpcheck_world_size"))
     seed = None
     raw = _setting(config, "fsdpcheck_seed")
     if raw is not None:
@@ -279,6 +286,7 @@ def _build_session(config) -> Session:
         report_path=report_path,
         torch_version=torch.__version__,
         known_bugs=known_bugs,
+        world_size=world_size,
     )
 
 
@@ -301,6 +309,43 @@ def _timeout(raw) -> float:
             f"fsdpcheck: --fsdpcheck-timeout must be a number of seconds from 0 (no limit) to {MAX_TIMEOUT_S}, got {raw!r}"
         )
     return value
+
+
+MAX_WORLD_SIZE = 4096
+
+
+def _world_size(raw) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORLD_SIZE:
+        raise pytest.UsageError(
+            f"fsdpcheck: --fsdpcheck-world-size must be a whole number of ranks from 1 to {MAX_WORLD_SIZE}, got {raw!r}"
+        )
+    return value
+
+
+def world_size_for(config, device: str) -> int:
+    """Ranks for the distributed checks on ``device``: torchrun's world when
+    launched by ``python -m pytest_fsdpcheck.distributed``, else
+    --fsdpcheck-world-size, else every visible GPU (CUDA) or 2 (CPU)."""
+    from .checks.ddp_run import launched_by_torchrun
+
+    if launched_by_torchrun():
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+    session = get_session(config)
+    if session is not None and session.world_size is not None:
+        return session.world_size
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return 2
 
 
 def _path_setting(config, name: str) -> str | None:

@@ -64,3 +64,74 @@ def test_checker_catches_ranks_disagreeing():
                   eager={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}})
     (violation,) = check_ddp_end_to_end([_rank(0), other], "impl")
     assert "equal on every rank" in violation.message
+
+
+# --- FS2-9 ---------------------------------------------------------------------------
+
+from pytest_fsdpcheck.checks.distributed import check_fsdp2_end_to_end  # noqa: E402
+from pytest_fsdpcheck.checks.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
+
+
+def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
+    # aot_eager: the planted walks differ before any kernel is generated
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    impls = [PLANTED + name for name in ("ReferenceControl", "DropsFirstLeaf", "ShardsIgnored", "ParentFirst")]
+    result, report = run_suite(*impls, k="test_fully_shard_end_to_end")
+    outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
+    assert outcomes == {impls[0]: "pass", impls[1]: "fail", impls[2]: "fail", impls[3]: "fail"}, outcomes
+    out = result.stdout.str()
+    spec, calls = end_to_end_model(0)  # the ci profile's model
+    want = oracle(build_model(spec, 0), calls)
+    first = want["calls"][0]
+    call = f"fully_shard call 1 ({', '.join(first['roots'])})"
+    leaf = first["modules"][0]  # post-order: a leaf comes first
+    for line in (
+        # the dropped leaf's parameter is left unsharded, its gradient never averaged
+        f"FS2-9: rank 0, eager: {call}: expected managed modules {first['modules']}, the implementation gave {first['modules'][1:]}",
+        f"FS2-9: rank 0, eager: gradient of {leaf}.w0: expected the unsharded gradient of the global batch",
+        f"FS2-9: rank 1, compiled: {call}: expected fully_shard to shard {first['params']}, it sharded [",
+    ):
+        assert line in out, line
+    averaged = [f"FS2-9: rank 0, compiled: gradient of {p}: expected this rank's unsharded gradient (ignored: not reduced)" for p in want["ignored"]]
+    assert any(line in out for line in averaged), averaged
+
+
+def _fs2_rank(rank=0, **step_changes):
+    grads = {"m0.w0": torch.ones(2), "m1.w0": torch.full((2,), 2.0)}
+    step = {
+        "calls": [{"impl_modules": ["m1", "m0"], "impl_params": ["m1.w0", "m0.w0"], "sharded": ["m1.w0", "m0.w0"]}],
+        "fully_shard_calls": 1, "flagged": ["m0", "m1"], "dtensors": ["m0.w0", "m1.w0"], "grads": grads, "graphs": 2,
+    }
+    step.update(step_changes)
+    return {
+        "rank": rank, "error": None,
+        "oracle": {"calls": [{"roots": ["m0"], "modules": ["m1", "m0"], "params": ["m1.w0", "m0.w0"]}], "flagged": ["m0", "m1"], "ignored": ["m1.w0"]},
+        # m1.w0 is ignored: its gradient is this rank's, not the global one
+        "reference": {"global": {"m0.w0": torch.ones(2), "m1.w0": torch.zeros(2)}, "local": {"m0.w0": torch.zeros(2), "m1.w0": torch.full((2,), 2.0)}},
+        "impls": {"impl": {"error": None, "not_provided": False, "eager": dict(step), "compiled": dict(step)}},
+    }
+
+
+def test_fs2_9_checker_accepts_consistent_ranks():
+    assert check_fsdp2_end_to_end([_fs2_rank(0), _fs2_rank(1)], "impl") == []
+
+
+def test_fs2_9_checker_catches_each_part():
+    flags = check_fsdp2_end_to_end([_fs2_rank(flagged=["m0"])], "impl")
+    assert flags and all(v.invariant == "FS2-9" for v in flags) and "Dynamo flags on exactly ['m0', 'm1']" in flags[0].message
+    averaged = _fs2_rank(grads={"m0.w0": torch.ones(2), "m1.w0": torch.zeros(2)})
+    assert any("gradient of m1.w0: expected this rank's unsharded gradient" in v.message for v in check_fsdp2_end_to_end([averaged], "impl"))
+    eager_only = _fs2_rank(graphs=0)
+    assert any("compiled no graph" in v.message for v in check_fsdp2_end_to_end([eager_only], "impl"))
+    not_asked = _fs2_rank(fully_shard_calls=0, calls=[])
+    assert any("asked 0 time(s)" in v.message for v in check_fsdp2_end_to_end([not_asked], "impl"))
+    dead = {"rank": 1, "error": "Traceback ...\nRuntimeError: gloo timeout"}
+    (violation,) = check_fsdp2_end_to_end([_fs2_rank(0), dead], "impl")
+    assert violation.message == "rank 1: expected a training step, but the rank failed: RuntimeError: gloo timeout"
+
+
+def test_world_size_option_reaches_the_checks(run_suite):
+    # One rank cannot check FS2-9: not provided, with the reason and the option to change it.
+    result, report = run_suite("reference", k="test_fully_shard_end_to_end", extra=("--fsdpcheck-world-size", "1", "-rs"))
+    assert report["matrix"]["reference"]["FS2-9"]["outcome"] == "not provided", report["matrix"]["reference"]
+    result.stdout.fnmatch_lines(["*not provided: FS2-9 needs world size >= 2, the runner gives 1 (--fsdpcheck-world-size)*"])

@@ -57,6 +57,8 @@ class RankJob:
     port: int
     impl_specs: tuple[str, ...]
     out_dir: str
+    task: str = "ddp"  # a key of TASKS
+    seed: int = 0  # FS2-9's model
 
 
 def free_port() -> int:
@@ -66,13 +68,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0) -> list[dict]:
+TORCHRUN_ENV = "FSDPCHECK_TORCHRUN"
+
+
+def launched_by_torchrun() -> bool:
+    """True inside ``python -m pytest_fsdpcheck.distributed`` under torchrun:
+    this process is one rank of a process group that is already up."""
+    import torch.distributed as dist
+
+    return os.environ.get(TORCHRUN_ENV) == "1" and dist.is_available() and dist.is_initialized()
+
+
+def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, task: str = "ddp", seed: int = 0) -> list[dict]:
     """Start ``world_size`` ranks, wait at most ``timeout`` seconds, return
-    each rank's result dict (a dict with ``error`` for a rank that died)."""
+    each rank's result dict (a dict with ``error`` for a rank that died).
+
+    Under torchrun the ranks exist already: this process runs its own rank
+    and every rank gets every rank's result (the same verdict everywhere)."""
+    if launched_by_torchrun():
+        return _run_in_torchrun_world(world_size, device, tuple(impl_specs), task, seed)
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory(prefix="fsdpcheck-ddp-") as out_dir:
-        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir)
+    with tempfile.TemporaryDirectory(prefix="fsdpcheck-ranks-") as out_dir:
+        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task, seed)
         context = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         timed_out = False
@@ -103,6 +121,60 @@ def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0) 
         return results
 
 
+def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str, seed: int) -> list[dict]:
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    result: dict = {"rank": rank, "error": None}
+    try:
+        if dist.get_world_size() != world_size:
+            raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        # every rank builds rank 0's model (dev/fuzz draw a seed per process)
+        seed = _all_gather(seed)[0]
+        result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs, seed))
+    except BaseException:  # noqa: BLE001 - reported with every rank's results
+        result["error"] = traceback.format_exc(limit=8)
+    return _all_gather(result)
+
+
+def _all_gather(obj) -> list:
+    """Every rank's ``obj``, by rank. ``all_gather_object`` needs NumPy on
+    this torch; the pickled bytes travel as a uint8 tensor instead (on the
+    GPU for NCCL)."""
+    import ctypes
+    import io
+
+    import torch.distributed as dist
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = bytearray(buffer.getvalue())
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    size = torch.tensor([len(data)], dtype=torch.int64, device=on)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    mine[: len(data)] = torch.frombuffer(data, dtype=torch.uint8)
+    mine = mine.to(on)
+    chunks = [torch.empty(longest, dtype=torch.uint8, device=on) for _ in sizes]
+    dist.all_gather(chunks, mine)
+    out = []
+    for chunk, n in zip(chunks, sizes, strict=True):
+        chunk = chunk.cpu().contiguous()
+        raw = ctypes.string_at(chunk.data_ptr(), int(n.item()))
+        out.append(torch.load(io.BytesIO(raw), weights_only=False))
+    return out
+
+
+def _device(device: str, local_rank: int) -> torch.device:
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
 def _rank_main(rank: int, job: RankJob) -> None:
     import torch.distributed as dist
 
@@ -117,8 +189,7 @@ def _rank_main(rank: int, job: RankJob) -> None:
             # (the hostname's address) does not in every container.
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         backend = "nccl" if job.device == "cuda" else "gloo"
-        if job.device == "cuda":
-            torch.cuda.set_device(rank)
+        device = _device(job.device, rank)
         from datetime import timedelta
 
         dist.init_process_group(
@@ -129,7 +200,7 @@ def _rank_main(rank: int, job: RankJob) -> None:
             timeout=timedelta(seconds=60),
         )
         initialized = True
-        result.update(_train_and_record(rank, job))
+        result.update(TASKS[job.task](rank, job.world_size, device, job.impl_specs, job.seed))
     except BaseException:  # noqa: BLE001 - reported to the parent, never raised across ranks
         result["error"] = traceback.format_exc(limit=8)
     finally:
@@ -139,13 +210,12 @@ def _rank_main(rank: int, job: RankJob) -> None:
         torch.save(result, Path(job.out_dir) / f"rank{rank}.pt")
 
 
-def _train_and_record(rank: int, job: RankJob) -> dict:
+def _train_and_record(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
     import copy
 
     import torch._dynamo
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    device = torch.device("cuda", rank) if job.device == "cuda" else torch.device("cpu")
     torch.manual_seed(0)
     model = GeneratedMLP().to(device)
     # Rank-dependent data: the all-reduce then changes every gradient.
@@ -162,7 +232,7 @@ def _train_and_record(rank: int, job: RankJob) -> dict:
         params = {n: p.detach().cpu().clone() for n, p in named}
         return loss.item(), grads, params
 
-    device_ids = [rank] if job.device == "cuda" else None
+    device_ids = [device.index] if device.type == "cuda" else None
     eager = DDP(copy.deepcopy(model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
     eager_loss, eager_grads, eager_params = step(eager, eager)
 
@@ -197,7 +267,7 @@ def _train_and_record(rank: int, job: RankJob) -> dict:
         "graphs_handed": len(handed),
         "compiled_subgraphs": len(reasons),
         "reasons": reasons,
-        "plans": {spec: _plans(spec, handed) for spec in job.impl_specs},
+        "plans": {spec: _plans(spec, handed) for spec in impl_specs},
         "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
         "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
     }
@@ -222,3 +292,13 @@ def _plans(spec: str, handed) -> dict:
         return {"error": None, "not_provided": False, "buckets": counts}
     except BaseException:  # noqa: BLE001 - the checker turns it into a violation
         return {"error": traceback.format_exc(limit=6), "not_provided": False, "buckets": []}
+
+
+def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+    from .fsdp2_run import fsdp2_task
+
+    return fsdp2_task(rank, world_size, device, impl_specs, seed)
+
+
+#: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step
+TASKS = {"ddp": _train_and_record, "fsdp2": _fsdp2}

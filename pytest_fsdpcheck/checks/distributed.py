@@ -103,3 +103,68 @@ def _check_ranks_agree(results: list[dict], rtol: float, atol: float) -> list[Vi
                     f"{first['rank']} and rank {other['rank']}",
                 )]
     return []
+
+
+# --- FS2-9: a real fully_shard step driven by the implementation ---------------------
+
+
+def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5) -> list[Violation]:
+    """FS2-9 over every rank's record (:mod:`pytest_fsdpcheck.checks.fsdp2_run`)
+    for the implementation ``spec``: per ``fully_shard`` call the walk and
+    states equal the oracle's and are what ``fully_shard`` sharded; exactly
+    the managed modules carry the Dynamo flags; eager and compiled gradients
+    equal the unsharded model's (global batch for sharded parameters, this
+    rank's batch for ignored ones)."""
+    violations: list[Violation] = []
+    for result in results:
+        rank = result.get("rank")
+        if result.get("error"):
+            violations.append(Violation("FS2-9", f"rank {rank}: expected a training step, but the rank failed: {_first_line(result['error'])}"))
+            continue
+        record = result["impls"].get(spec)
+        if record is None:
+            violations.append(Violation("FS2-9", f"rank {rank}: no record for {spec}"))
+        elif record.get("error"):
+            violations.append(Violation("FS2-9", f"rank {rank}: fully_shard driven by {spec} failed: {_first_line(record['error'])}"))
+        elif not record.get("not_provided"):
+            for mode in ("eager", "compiled"):
+                violations += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in _fsdp2_step(result, record[mode], mode, rtol, atol)]
+    return violations
+
+
+def _fsdp2_step(result: dict, step: dict, mode: str, rtol: float, atol: float) -> list[str]:
+    import torch
+
+    oracle = result["oracle"]
+    out: list[str] = []
+    want_calls = oracle["calls"]
+    if step["fully_shard_calls"] != len(want_calls):
+        out.append(f"expected fully_shard to ask the implementation once per call ({len(want_calls)} calls), "
+                   f"it asked {step['fully_shard_calls']} time(s)")
+    for k, (want, got) in enumerate(zip(want_calls, step["calls"], strict=False)):
+        call = f"fully_shard call {k + 1} ({', '.join(want.get('roots', ()))})"
+        if got["impl_modules"] != want["modules"]:
+            out.append(f"{call}: expected managed modules {want['modules']}, the implementation gave {got['impl_modules']}")
+        if got["impl_params"] is not None and got["impl_params"] != want["params"]:
+            out.append(f"{call}: expected managed parameters {want['params']}, the implementation gave {got['impl_params']}")
+        if got["sharded"] is not None and got["sharded"] != want["params"]:
+            out.append(f"{call}: expected fully_shard to shard {want['params']}, it sharded {got['sharded']}")
+    if step["flagged"] != oracle["flagged"]:
+        out.append(f"expected the Dynamo flags on exactly {oracle['flagged']}, found them on {step['flagged']}")
+    want_sharded = sorted({p for call in want_calls for p in call["params"]})
+    if step["dtensors"] != want_sharded:
+        out.append(f"expected sharded (DTensor) parameters {want_sharded}, found {step['dtensors']}")
+    if mode == "compiled" and step.get("graphs", 1) < 1:
+        out.append("torch.compile compiled no graph: the compiled step ran eagerly")
+    ignored = set(oracle["ignored"])
+    for label, global_grad in result["reference"]["global"].items():
+        local = label in ignored
+        want = result["reference"]["local"][label] if local else global_grad
+        have = step["grads"].get(label)
+        which = "this rank's unsharded gradient (ignored: not reduced)" if local else "the unsharded gradient of the global batch"
+        if have is None:
+            out.append(f"{label} has no gradient, expected {which}")
+        elif have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
+            diff = (have - want).abs().max().item() if have.shape == want.shape else f"shape {tuple(have.shape)}"
+            out.append(f"gradient of {label}: expected {which}, max abs difference {diff}")
+    return out

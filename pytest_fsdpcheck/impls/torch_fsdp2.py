@@ -94,8 +94,11 @@ class TorchFsdp2:
         return set(ignored_params)
 
     def mark_own_group(self, module):
+        registry = _mod("torch.distributed._composable_state")
+        if registry._get_module_state(module) is not None:
+            return  # a real fully_shard gave it one already (FS2-9 tells every area)
         state = _first_module(_STATE_MODULES).FSDPState()
-        _mod("torch.distributed._composable_state")._insert_module_state(module, state)
+        registry._insert_module_state(module, state)
         self._states[module] = state
 
     def mark_incompatible(self, module, api):

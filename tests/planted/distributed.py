@@ -56,3 +56,59 @@ class ExtraBucket(Implementation):
 class MissingBucket(Implementation):
     name = "planted-missing-bucket"
     splitting = _MissingBucketSplitting()
+
+
+# --- FS2-9: walks that drive a real fully_shard wrongly ------------------------------
+
+from pytest_fsdpcheck.reference.fsdp2 import ReferenceFsdp2  # noqa: E402
+
+
+class _DropsFirstLeaf(ReferenceFsdp2):
+    # Loses the first childless module of each walk: its parameters stay
+    # plain tensors whose gradients are never averaged across ranks.
+    def managed_modules(self, roots, ignored_params):
+        got = super().managed_modules(roots, ignored_params)
+        leaf = next((m for m in got if not m._modules), None)
+        return [m for m in got if m is not leaf]
+
+
+class _ShardsIgnored(ReferenceFsdp2):
+    # Ignored parameters are sharded (and so averaged) like any other.
+    def managed_states(self, modules, ignored_params):
+        return super().managed_states(modules, None)
+
+
+class _ParentFirst(ReferenceFsdp2):
+    # Parents before children: same modules, FSDP2's order lost.
+    def managed_modules(self, roots, ignored_params):
+        got = super().managed_modules(roots, ignored_params)
+        return got[-1:] + got[:-1]
+
+
+def _fsdp2_impl(cls, name):
+    return type(name, (Implementation,), {"name": name, "__init__": lambda self: setattr(self, "fsdp2", cls())})
+
+
+ReferenceControl = _fsdp2_impl(ReferenceFsdp2, "ReferenceControl")
+DropsFirstLeaf = _fsdp2_impl(_DropsFirstLeaf, "DropsFirstLeaf")
+ShardsIgnored = _fsdp2_impl(_ShardsIgnored, "ShardsIgnored")
+ParentFirst = _fsdp2_impl(_ParentFirst, "ParentFirst")
+
+
+
+class _ExtraBucketOnRankOneSplitting(_DDPOptimizerSplitting):
+    # Wrong on rank 1 only, and after the training step (the plan is judged,
+    # not used), so the ranks' collectives still agree: only rank 1's
+    # records show it, and rank 0's verdict must include them. (A walk
+    # wrong on one rank would make FSDP2's collectives disagree instead.)
+    def mutate(self, buckets):
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() == 1:
+            return [BucketInfo(nodes=[], size=0), *buckets]
+        return buckets
+
+
+class WrongOnRankOne(Implementation):
+    name = "planted-wrong-on-rank-one"
+    splitting = _ExtraBucketOnRankOneSplitting()

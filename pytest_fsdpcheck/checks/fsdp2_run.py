@@ -1,0 +1,422 @@
+"""FS2-9: one training step of a real ``fully_shard`` model, driven by the
+implementation under test, at world size >= 2.
+
+What an FSDP2 implementation of this area decides in a real step is which
+modules each ``fully_shard`` call manages and which parameters it shards:
+torch's ``fully_shard`` takes both from ``_get_managed_modules`` and
+``_get_managed_states``. Each rank therefore swaps those two for the
+implementation's ``managed_modules``/``managed_states`` (torch's own are
+called when the implementation calls them), applies the groups with real
+``fully_shard`` (inner first), and takes one step eagerly and one under
+``torch.compile``. It records what the implementation returned, what
+``fully_shard`` really sharded and flagged, and every gradient, beside the
+oracle's expectation (:mod:`pytest_fsdpcheck.checks.fsdp2`, which never
+looks at an implementation). :func:`pytest_fsdpcheck.checks.distributed.check_fsdp2_end_to_end`
+judges the records.
+
+Inputs differ per rank on purpose: a parameter that was wrongly left out of
+every group (or an ignored one wrongly sharded) then has a gradient that
+differs from the all-reduced one, so a wrong walk cannot pass by luck. The
+reference gradients come from the unsharded model on the whole global batch
+(every rank regenerates every rank's inputs from their seeds): sharded
+parameters must equal the global-batch gradient (FSDP2 averages over
+ranks), ignored parameters this rank's local one (FSDP2 leaves them alone).
+
+Nothing raises out of :func:`fsdp2_task`: errors are recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import os
+import random
+import shutil
+import sys
+import traceback
+
+import torch
+from torch import nn
+
+from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec
+from ..generators.trees import BuiltTree, TreeSpec
+from .fsdp2 import expected_managed, expected_states
+
+WIDTH = 8
+BATCH = 4
+STEP_SEED = 1000
+
+def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], ...]]:
+    """A model spec and its ``fully_shard`` calls (inner groups first), drawn
+    from ``seed``. Every draw holds: a nested group (its own call, with
+    one to three children below it, some with buffers); a two-module group
+    ``[a, b]`` where ``b`` ties ``a``'s weight; a module with one of two
+    weights ignored, above a module whose only weight is ignored and which
+    has no buffer (the ignore rule drops it); a module whose only weight is
+    ignored but which holds a buffer (managed, with no parameter); and the
+    root's group last. The root's children come in a drawn order, and the
+    two-module group is given in a drawn order."""
+    rng = random.Random(seed)
+    children: list[list[int]] = [[]]
+    params, buffers, ignored = [1], [0], set()
+
+    def add(parent: int, n_params: int = 1, n_buffers: int = 0) -> int:
+        children.append([])
+        params.append(n_params)
+        buffers.append(n_buffers)
+        children[parent].append(len(children) - 1)
+        return len(children) - 1
+
+    def nested_group(parent):
+        group = add(parent, rng.randint(1, 2))
+        for _ in range(rng.randint(1, 3)):
+            leaf = add(group, 1, rng.randint(0, 1))
+            if rng.random() < 0.3:
+                add(leaf)
+        return ("group", group)
+
+    def pair(parent):
+        a = add(parent)
+        for _ in range(rng.randint(0, 2)):
+            add(a)
+        return ("pair_a", a)
+
+    def half_ignored(parent):
+        kept = add(parent, 2)
+        ignored.add((kept, 1))
+        dropped = add(kept, 1)
+        ignored.add((dropped, 0))
+        if rng.random() < 0.5:
+            add(kept)
+        return ("half", kept)
+
+    def buffer_only(parent):
+        holder = add(parent, 1, 1)
+        ignored.add((holder, 0))
+        return ("buffer", holder)
+
+    made = {}
+    parts = [nested_group, pair, half_ignored, buffer_only]
+    rng.shuffle(parts)
+    for part in parts:
+        kind, index = part(0)
+        made[kind] = index
+        if kind == "pair_a":
+            made["pair_b"] = add(0)  # b right after a's subtree: a sibling below the root
+    a, b = made["pair_a"], made["pair_b"]
+    pair_call = (a, b) if rng.random() < 0.5 else (b, a)
+    tree = TreeSpec(children=tuple(tuple(c) for c in children), params=tuple(params), tied=((a, b),))
+    spec = Fsdp2Spec(tree=tree, roots=(0,), groups=frozenset({made["group"]}), ignored=frozenset(ignored),
+                     buffers=tuple(buffers))
+    return spec, ((made["group"],), pair_call, (0,))
+
+
+class Block(nn.Module):
+    """``y = tanh(y @ w)`` for each own weight, then ``y + child(y)`` per
+    child. Defined outside torch so Dynamo compiles its frames.
+
+    The own computation is a frame of its own: a child's call runs FSDP2's
+    hooks, which Dynamo does not trace (``_dynamo_disable``), and a graph
+    break inside the loop over children makes Dynamo skip that whole frame;
+    ``mix`` is compiled either way."""
+
+    def mix(self, x):
+        y = x
+        for weight in self._parameters.values():
+            y = torch.tanh(y @ weight)
+        return y
+
+    def forward(self, x):
+        y = self.mix(x)
+        for child in self._modules.values():
+            y = y + child(y)
+        return y
+
+
+def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
+    """Computing modules in the spec's shape (the oracle reads them as it
+    reads :func:`~pytest_fsdpcheck.generators.fsdp2.build_fsdp2`'s)."""
+    generator = torch.Generator().manual_seed(seed)
+    tree = spec.tree
+    modules = [Block() for _ in range(tree.size)]
+    for parent, kids in enumerate(tree.children):
+        for k, child in enumerate(kids):
+            modules[parent].add_module(f"c{k}", modules[child])
+    for i, count in enumerate(tree.params):
+        for p in range(count):
+            weight = torch.randn(WIDTH, WIDTH, generator=generator) / WIDTH**0.5
+            modules[i].register_parameter(f"w{p}", nn.Parameter(weight))
+    for a, b in tree.tied:
+        modules[b].register_parameter("tied", next(iter(modules[a]._parameters.values())))
+    for i, count in enumerate(spec.buffers):
+        for k in range(count):
+            modules[i].register_buffer(f"b{k}", torch.zeros(k + 1))
+    ignored = None
+    if spec.ignored is not None:
+        ignored = set()
+        for i, k in sorted(spec.ignored):
+            own = list(dict.fromkeys(p for p in modules[i]._parameters.values() if p is not None))
+            if k < len(own):
+                ignored.add(own[k])
+    built_tree = BuiltTree(tree, modules[0], modules)
+    return BuiltFsdp2(spec, built_tree, tuple(modules[i] for i in spec.roots), ignored)
+
+
+def oracle(built: BuiltFsdp2, calls) -> dict:
+    """Per call, the modules and parameters it must manage and shard
+    (labels), and every module that must carry the Dynamo flags."""
+    done: set[int] = set()
+    per_call, flagged = [], set()
+    for call in calls:
+        managed = expected_managed(built, groups=done | set(call), roots=list(call))
+        params, _, _ = expected_states(built, managed)
+        per_call.append({"roots": [f"m{i}" for i in call], "modules": [f"m{i}" for i in managed], "params": built.labels(params)})
+        flagged.update(managed)
+        done |= set(call)
+    ignored = sorted(built.labels(built.ignored or ()))
+    return {"calls": per_call, "flagged": sorted(f"m{i}" for i in flagged), "ignored": ignored}
+
+
+# --- driving fully_shard with an implementation ---------------------------------------
+
+_INIT_MODULES = (
+    "torch.distributed.fsdp._fully_shard._fsdp_init",
+    "torch.distributed.fsdp._fully_shard._fully_shard",
+    "torch.distributed._composable.fsdp._fsdp_init",
+    "torch.distributed._composable.fsdp.fully_shard",
+)
+
+
+def fully_shard_function():
+    for module, attr in (("torch.distributed.fsdp", "fully_shard"), ("torch.distributed._composable.fsdp", "fully_shard")):
+        with contextlib.suppress(ImportError, AttributeError):
+            return getattr(importlib.import_module(module), attr)
+    return None
+
+
+@contextlib.contextmanager
+def driven_by(area, record: list):
+    """Within the block, ``fully_shard`` asks ``area`` for its managed modules
+    and states; ``record`` gets one ``(modules, (params, buffers))`` per call.
+    A call from inside the area (torch's adapter calls torch's own walk)
+    and ``replicate``'s calls (composability and state functions) go to
+    torch's originals."""
+    originals: list[tuple[object, str, object]] = []
+    inside = [False]
+    real = {}
+    for name in _INIT_MODULES:
+        try:
+            module = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr in ("_get_managed_modules", "_get_managed_states"):
+            if hasattr(module, attr):
+                originals.append((module, attr, getattr(module, attr)))
+                real.setdefault(attr, getattr(module, attr))
+
+    def managed_modules(*args, **kwargs):
+        torch_own = kwargs.get("is_composable_fn") or kwargs.get("get_state_fn") or any(a is not None for a in args[2:4])
+        if inside[0] or torch_own:
+            return real["_get_managed_modules"](*args, **kwargs)
+        roots = args[0] if args else kwargs["root_modules"]
+        roots = (roots,) if isinstance(roots, nn.Module) else tuple(roots)
+        ignored = args[1] if len(args) > 1 else kwargs.get("ignored_params")
+        inside[0] = True
+        try:
+            got = list(area.managed_modules(roots, ignored))
+        finally:
+            inside[0] = False
+        record.append([got, None])
+        return got
+
+    def managed_states(*args, **kwargs):
+        if inside[0] or not record or record[-1][1] is not None:
+            return real["_get_managed_states"](*args, **kwargs)
+        modules = args[0] if args else kwargs["modules"]
+        ignored = args[1] if len(args) > 1 else kwargs.get("ignored_params")
+        inside[0] = True
+        try:
+            params, buffers = area.managed_states(list(modules), ignored)
+        finally:
+            inside[0] = False
+        record[-1][1] = (list(params), list(buffers))
+        return list(params), list(buffers)
+
+    try:
+        for module, attr, _ in originals:
+            setattr(module, attr, managed_modules if attr == "_get_managed_modules" else managed_states)
+        yield
+    finally:
+        for module, attr, original in originals:
+            setattr(module, attr, original)
+
+
+def _sharded_by_group(root_module, built: BuiltFsdp2, names: dict) -> list[str] | None:
+    """The parameters the group at ``root_module`` holds, in its order, as
+    the oracle labels them; None where this torch keeps them elsewhere."""
+    state = getattr(root_module, "_get_fsdp_state", lambda: None)()
+    group = getattr(state, "_fsdp_param_group", None)
+    params = getattr(group, "fsdp_params", None)
+    if params is None:
+        return None
+    index = {id(m): i for i, m in enumerate(built.modules)}
+    out = []
+    for fsdp_param in params:
+        info = fsdp_param._module_info
+        out.append(names.get((index.get(id(info.module)), info.param_name), f"?.{info.param_name}"))
+    return out
+
+
+def compile_backend() -> str:
+    """``inductor`` where a C++ compiler is on the path (it compiles CPU
+    kernels with one), else ``aot_eager`` (Dynamo and AOTAutograd, no codegen).
+    ``FSDPCHECK_COMPILE_BACKEND`` overrides."""
+    chosen = os.environ.get("FSDPCHECK_COMPILE_BACKEND")
+    if chosen:
+        return chosen
+    compiler = os.environ.get("CXX") or "c++"
+    return "inductor" if shutil.which(compiler) or shutil.which("g++") else "aot_eager"
+
+
+def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+    """This rank's records for every implementation (process group up);
+    the model is :func:`end_to_end_model` of ``seed`` (the same on every rank)."""
+    from ..impls import load_implementation
+
+    spec, calls = end_to_end_model(seed)
+    base = build_model(spec, seed)
+    names = {}
+    for i, m in enumerate(base.modules):
+        for name, p in m._parameters.items():
+            names[(i, name)] = base.label(p)
+    inputs = [torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
+    reference = _reference_grads(base, inputs, rank)
+    backend = compile_backend()
+    result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
+              "spec": spec.to_source(), "impls": {}}
+    for spec in impl_specs:
+        try:
+            area = load_implementation(spec).fsdp2
+            if area is None:
+                result["impls"][spec] = {"error": None, "not_provided": True}
+                continue
+            record = {"error": None, "not_provided": False}
+            for mode in ("eager", "compiled"):
+                record[mode] = _step(area, base, calls, names, inputs[rank].to(device), device, mode, backend)
+            result["impls"][spec] = record
+        except BaseException:  # noqa: BLE001 - the checker turns it into a violation
+            result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
+    return result
+
+
+def _reference_grads(base: BuiltFsdp2, inputs, rank: int) -> dict:
+    """Unsharded gradients: ``global`` of the mean of every rank's loss,
+    ``local`` of this rank's loss alone."""
+    out = {}
+    for kind in ("global", "local"):
+        model = copy.deepcopy(base.modules[0])
+        batches = inputs if kind == "global" else [inputs[rank]]
+        loss = sum(model(x).square().mean() for x in batches) / len(batches)
+        loss.backward()
+        out[kind] = _grads(model, base)
+    return out
+
+
+def _grads(model, base: BuiltFsdp2) -> dict:
+    """Full gradients by the oracle's labels, each parameter once, in
+    registration order (sharded ones gathered: a collective on every rank)."""
+    from torch.distributed.tensor import DTensor
+
+    labels = _labels_like(model, base)
+    out = {}
+    for module in _modules_in_order(model):
+        for name, p in module._parameters.items():
+            if p is None or p.grad is None:
+                continue
+            label = labels[(id(module), name)]
+            if label in out:
+                continue
+            grad = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+            out[label] = grad.detach().cpu().clone()
+    return out
+
+
+def _modules_in_order(root) -> list:
+    seen, order, stack = set(), [], [root]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        order.append(m)
+        stack.extend(reversed([c for c in m._modules.values() if c is not None]))
+    return order
+
+
+def _labels_like(model, base: BuiltFsdp2) -> dict:
+    """``(id(module), name) -> label`` for a copy of the base model: module
+    ``i`` of the copy is the one at the same registration path."""
+    labels = {}
+    for copy_module, base_module in zip(_modules_in_order(model), _modules_in_order(base.modules[0]), strict=True):
+        for name, p in base_module._parameters.items():
+            if p is not None:
+                labels[(id(copy_module), name)] = base.label(p)
+    return labels
+
+
+def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str, backend: str) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    fully_shard = fully_shard_function()
+    model = copy.deepcopy(base.modules[0]).to(device)
+    # the copy's modules and ignored parameters, by the base's indices
+    by_path = dict(zip((id(m) for m in _modules_in_order(base.modules[0])), _modules_in_order(model), strict=True))
+    modules = [by_path[id(m)] for m in base.modules]
+    ignored = None
+    if base.ignored is not None:
+        ignored = set()
+        for i, m in enumerate(base.modules):
+            for name, p in m._parameters.items():
+                if p is not None and p in base.ignored:
+                    ignored.add(modules[i]._parameters[name])
+    copy_built = BuiltFsdp2(base.spec, BuiltTree(base.spec.tree, modules[0], modules), (modules[0],), ignored)
+    copy_built.label(modules[0])  # labels the parameters before fully_shard swaps them for DTensors
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    record: list = []
+    calls = []
+    with driven_by(area, record):
+        for call in calls_made:
+            targets = [modules[i] for i in call]
+            fully_shard(targets[0] if len(targets) == 1 else targets, mesh=mesh, ignored_params=ignored)
+            # what torch's walk reads from the module's FSDP state, the area
+            # learns through its contract (the roots of the call own the group)
+            for i in call:
+                area.mark_own_group(modules[i])
+    for (got_modules, states), call in zip(record, calls_made, strict=False):
+        calls.append({
+            "impl_modules": copy_built.labels(got_modules),
+            "impl_params": copy_built.labels(states[0]) if states else None,
+            "sharded": _sharded_by_group(modules[call[0]], copy_built, names),
+        })
+    flagged = sorted(f"m{i}" for i, m in enumerate(modules) if m.__dict__.get("_is_fsdp_managed_module") is True
+                     and m.__dict__.get("_fsdp_use_orig_params") is True)
+    dtensors = sorted({names[(i, n)] for i, m in enumerate(modules) for n, p in m._parameters.items()
+                       if p is not None and isinstance(p, DTensor)})
+    forward, graphs = model, []
+    if mode == "compiled":
+        from torch import _dynamo
+
+        _dynamo.reset()
+
+        def counting_backend(gm, example_inputs):
+            graphs.append(gm)
+            return _dynamo.lookup_backend(backend)(gm, example_inputs)
+
+        forward = torch.compile(model, backend=counting_backend)
+    loss = forward(x).square().mean()
+    loss.backward()
+    grads = _grads(model, base)
+    return {"calls": calls, "fully_shard_calls": len(record), "flagged": flagged, "dtensors": dtensors,
+            "grads": grads, "loss": loss.item(), "graphs": len(graphs)}

@@ -1,0 +1,105 @@
+"""The distributed checks (SPL-16, FS2-9) at torchrun's scale.
+
+    torchrun --nnodes N --nproc-per-node G -m pytest_fsdpcheck.distributed [pytest args]
+
+Every process torchrun starts is one rank: it joins the process group from
+torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``/``MASTER_PORT`` from the rendezvous; NCCL on CUDA, gloo on
+CPU) and runs the suite's ``test_distributed.py`` with the given pytest
+arguments. The checks then use these ranks instead of spawning their own,
+and every rank receives every rank's results, so all ranks reach the same
+verdict. Rank 0 reports; the other ranks' standard output is discarded
+(their standard error is kept for crashes). The exit status of every rank
+is the worst of all ranks, so torchrun fails when any rank failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = "usage: torchrun --nnodes N --nproc-per-node G -m pytest_fsdpcheck.distributed [pytest args]"
+ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: seconds a collective may wait for a peer before it fails (a dead rank
+#: must not hang the others; torchrun's agent also stops them)
+COLLECTIVE_TIMEOUT_S = float(os.environ.get("FSDPCHECK_COLLECTIVE_TIMEOUT", "300"))
+#: options a second rank must not act on: one report, from rank 0
+_RANK0_ONLY = ("--fsdpcheck-report", "--junitxml", "--junit-xml", "--resultlog")
+
+
+def _device(argv: list[str]) -> str:
+    """``--fsdpcheck-device`` as given (cpu or cuda), else cuda where torch
+    sees a GPU. ``auto`` picks one: a rank runs on one device."""
+    import torch
+
+    for i, arg in enumerate(argv):
+        value = None
+        if arg.startswith("--fsdpcheck-device="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--fsdpcheck-device" and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value in ("cpu", "cuda"):
+            return value
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _without(argv: list[str], options) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in options:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    missing = [name for name in ENV if name not in os.environ]
+    if missing:
+        print(f"pytest_fsdpcheck.distributed: {', '.join(missing)} not set: start it with torchrun\n{USAGE}", file=sys.stderr)
+        return 4
+    from datetime import timedelta
+
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    from .checks.ddp_run import TORCHRUN_ENV
+    from .plugin import conformance_dir
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    device = _device(argv)
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    os.environ[TORCHRUN_ENV] = "1"
+    args = [
+        "--fsdpcheck", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+        "--fsdpcheck-device", device, str(conformance_dir() / "test_distributed.py"),
+        *_without(argv, ("--fsdpcheck-device",)),
+    ]
+    if rank != 0:
+        args = _without(args, _RANK0_ONLY)
+        sys.stdout.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+    code = 3  # pytest's "internal error" unless pytest says otherwise
+    try:
+        code = int(pytest.main(args))
+    finally:
+        worst = torch.tensor([code], device=torch.device("cuda", local_rank) if device == "cuda" else "cpu")
+        try:
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            code = int(worst.item())
+        finally:
+            dist.destroy_process_group()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The distributed checks under torch's own launcher: two torchrun agents on
+this machine (``--nnodes 2``, c10d rendezvous on localhost, gloo), one rank
+each, run ``python -m pytest_fsdpcheck.distributed``.
+
+One run shows all of it: SPL-16 and FS2-9 pass for torch and the reference
+at torchrun's world size; a splitter that is wrong on rank 1 only fails
+rank 0's verdict and both agents' exit status; rank 0 alone reports; nothing
+hangs (deadline, then the agents' process groups are killed) and no
+process is left behind.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 420
+PLANTED = "tests.planted.distributed:WrongOnRankOne"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ours(mark: str) -> list[int]:
+    """Processes still alive with ``mark`` in their environment."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"FSDPCHECK_TEST_MARK={mark}".encode() in (entry / "environ").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    mark = uuid.uuid4().hex
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        GLOO_SOCKET_IFNAME="lo",  # the hostname's address need not exist in a container
+        FSDPCHECK_COMPILE_BACKEND="aot_eager",  # the launcher is under test, not inductor
+        FSDPCHECK_TEST_MARK=mark,
+    )
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", mark,
+        "-m", "pytest_fsdpcheck.distributed",
+        "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
+        "--fsdpcheck-report", str(tmp_path / "report.json"),
+    ]
+    agents, outputs = [], []
+    try:
+        for n in range(2):
+            out = open(tmp_path / f"agent{n}.out", "wb")  # noqa: SIM115 - closed below
+            outputs.append(out)
+            agents.append(subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + DEADLINE_S
+        while any(a.poll() is None for a in agents) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        hung = [a.pid for a in agents if a.poll() is None]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait(30)
+        for out in outputs:
+            out.close()
+    texts = [(tmp_path / f"agent{n}.out").read_text(errors="replace") for n in range(2)]
+    assert not hung, f"torchrun agents {hung} still running after {DEADLINE_S}s:\n" + "\n".join(t[-3000:] for t in texts)
+
+    left = []
+    for _ in range(20):  # workers exit just after their agents
+        left = _ours(mark)
+        if not left:
+            break
+        time.sleep(0.5)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+    reporters = [t for t in texts if "fsdpcheck conformance matrix" in t]
+    assert len(reporters) == 1, "rank 0 alone reports:\n" + "\n".join(t[-3000:] for t in texts)
+    report = json.loads((tmp_path / "report.json").read_text())
+    outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in ("torch", "reference") for inv in ("SPL-16", "FS2-9")}
+    assert set(outcomes.values()) == {"pass"}, outcomes
+    assert report["matrix"][PLANTED]["SPL-16"]["outcome"] == "fail"
+    assert "SPL-16: rank 1: expected one compiled subgraph per planned bucket" in reporters[0]
+    assert "SPL-16: rank 0" not in reporters[0]
+    assert [a.returncode for a in agents] == [1, 1], [t[-2000:] for t in texts]
+
+
+def test_without_torchrun_it_says_how_to_start_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "pytest_fsdpcheck.distributed"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.splitlines() == [
+        "pytest_fsdpcheck.distributed: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set: start it with torchrun",
+        "usage: torchrun --nnodes N --nproc-per-node G -m pytest_fsdpcheck.distributed [pytest args]",
+    ]
