@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import os
 import random
@@ -215,6 +216,8 @@ def driven_by(area, record: list):
                 originals.append((module, attr, getattr(module, attr)))
                 real.setdefault(attr, getattr(module, attr))
 
+    # wrapped: whoever reads the signature (torch's adapter does, per release) sees torch's
+    @functools.wraps(real["_get_managed_modules"])
     def managed_modules(*args, **kwargs):
         torch_own = kwargs.get("is_composable_fn") or kwargs.get("get_state_fn") or any(a is not None for a in args[2:4])
         if inside[0] or torch_own:
@@ -230,6 +233,7 @@ def driven_by(area, record: list):
         record.append([got, None])
         return got
 
+    @functools.wraps(real["_get_managed_states"])
     def managed_states(*args, **kwargs):
         if inside[0] or not record or record[-1][1] is not None:
             return real["_get_managed_states"](*args, **kwargs)
