@@ -180,10 +180,16 @@ def database_key(item) -> bytes:
     return f"{item.path.name}::{item.originalname}[{params}]".encode()
 
 
+def _seed(test, value: int) -> None:
+    # What hypothesis.seed() does, less its database=None: a seeded stream
+    # still saves its failures and replays the saved ones first.
+    test._hypothesis_internal_use_seed = value
+
+
 def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
     """Run one property item: its shard's stream, once or, under a time
     budget, round after round until its share of the time is spent."""
-    from hypothesis import Phase, seed, settings
+    from hypothesis import Phase, settings
 
     fn = item.obj
     args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
@@ -197,7 +203,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
         + " (the example database replays the failing example first)"
     )
     if plan.budget_s is None:
-        seed(stream_seed(plan.seed, stream, plan.streams))(fn)
+        _seed(fn, stream_seed(plan.seed, stream, plan.streams))
         fn(**args)
         return
     deadline = slicer.item_deadline(item.nodeid)
@@ -206,7 +212,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
     rounds = 0
     try:
         while True:
-            seed(stream_seed(plan.seed, stream, plan.streams, rounds))(fn)
+            _seed(fn, stream_seed(plan.seed, stream, plan.streams, rounds))
             item._fsdpcheck_round = rounds
             fn(**args)
             rounds += 1

@@ -562,8 +562,6 @@ def pytest_collection_modifyitems(session, config, items):
     state = get_session(config)
     if state is None:
         return
-    import hypothesis
-
     from .known import divergences as div
 
     for item in items:
@@ -584,8 +582,6 @@ def pytest_collection_modifyitems(session, config, items):
             from .fuzz import instrument
 
             instrument(fn)
-            if state.seed is not None:
-                hypothesis.seed(state.seed)(fn)
 
 
 def pytest_collection_finish(session):
