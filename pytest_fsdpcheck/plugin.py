@@ -494,6 +494,7 @@ def pytest_report_header(config):
     return [
         f"fsdpcheck: torch {session.torch_version}; devices: {', '.join(session.devices)}; "
         f"profile: {session.profile}; seed: {seed}",
+        *_plan_header(session),
         "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
         *(
             ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
@@ -503,6 +504,17 @@ def pytest_report_header(config):
         "fsdpcheck: implementations (areas provided):",
         *impl_lines,
     ]
+
+
+def _plan_header(session: Session) -> list[str]:
+    plan = session.plan
+    if plan is None:
+        return []
+    parts = [f"machine {plan.machine + 1}/{plan.machines}"]
+    if plan.budget_s is not None:
+        parts.append(f"fuzz time {plan.budget_s:g} s, every property in rounds until its share is spent")
+    parts.append(f"example database: {session.database}")
+    return ["fsdpcheck: " + "; ".join(parts) + " (under -n N every property runs as N shards)"]
 
 
 def _tags_from_nodeid(state: Session, nodeid: str):
