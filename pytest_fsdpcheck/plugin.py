@@ -689,7 +689,7 @@ def pytest_runtest_call(item):
             run = {"examples": tally.examples, "area": area_of(dict(item.user_properties)[PROP_INVARIANTS][0]),
                    "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **tally.to_json()}
             if hasattr(item, "_fsdpcheck_rounds"):
-                run["rounds"] = item._fsdpcheck_rounds
+                run.update(rounds=item._fsdpcheck_rounds, ended=round(time.time(), 3))
             item.user_properties.append((PROP_RUN, run))
         if judge.explained():
             item.user_properties.append((PROP_KNOWN, judge.explained()))
@@ -847,7 +847,7 @@ def _plan_json(state: Session) -> dict:
     if plan is None:
         return {}
     return {"shard": f"{plan.machine + 1}/{plan.machines}", "workers": plan.workers,
-            "fuzz_time_s": plan.budget_s, "database": state.database}
+            "fuzz_time_s": plan.budget_s, "deadline": plan.deadline, "database": state.database}
 
 
 def _divergence_findings(config, state: Session):

@@ -121,3 +121,42 @@ def test_a_second_machine_replays_a_failure_first_through_redis(suite, redis_url
     second, calls = suite(*common, "--fsdpcheck-shard", "2/2")
     assert second.ret == 1, "\n".join(second.outlines[-30:])
     assert calls["main"][0] == failing, (calls["main"][:3], failing)
+
+
+def test_coverage_flags_a_feature_a_generator_stopped_producing(run_suite):
+    k = "test_states_with_modules"
+    _, control = run_suite("reference", k=k, extra=["--fsdpcheck-profile", "dev", "--fsdpcheck-seed", "1"])
+    result, planted = run_suite(
+        "reference", k=k, extra=["--fsdpcheck-profile", "dev", "--fsdpcheck-seed", "1", "-p", "tests.planted.no_shared_modules"]
+    )
+    shared = "TreeSpec: shared modules"
+    assert control["exploration"]["coverage"]["features"][shared] > 0
+    assert shared not in control["exploration"]["coverage"]["missing"]
+    assert planted["exploration"]["coverage"]["features"][shared] == 0
+    assert shared in planted["exploration"]["coverage"]["missing"]
+    flagged = [line for line in result.outlines if line.strip().startswith(shared)]
+    assert flagged and "NO EXAMPLE HAD THIS FEATURE" in flagged[0], "\n".join(result.outlines[-40:])
+    # every example is counted, once, per area, property and worker
+    explored = planted["exploration"]
+    assert explored["examples"] == explored["areas"]["traversal"]["examples"] == explored["workers"]["main"]["examples"] > 0
+    assert explored["properties"]["test_states_with_modules[reference]"]["examples"] == explored["examples"]
+
+
+def test_fuzz_time_keeps_every_worker_busy_until_the_budget(run_suite):
+    k = "test_handles or test_root_states"
+    result, report = run_suite("reference", k=k, extra=["--fsdpcheck-fuzz-time", "30s", "-n", "2"])
+    assert result.ret == 0, "\n".join(result.outlines[-40:])
+    header = report["header"]
+    assert header["profile"] == "fuzz" and header["fuzz_time_s"] == 30
+    shards = {nodeid: t for nodeid, t in report["tests"].items() if "shard" in nodeid}
+    assert len(shards) == 4, shards.keys()  # two properties x two shards
+    assert {t["run"]["worker"] for t in shards.values()} == {"gw0", "gw1"}
+    # Each worker's last property ends at the deadline, give or take one round
+    # (the budget includes starting the workers, so a loaded machine may leave
+    # time for one round only).
+    for worker in ("gw0", "gw1"):
+        mine = [t for t in shards.values() if t["run"]["worker"] == worker]
+        last = max(t["run"]["ended"] for t in mine)
+        round_s = max(t["seconds"] / t["run"]["rounds"] for t in mine)
+        assert header["deadline"] - round_s - 2 <= last <= header["deadline"] + round_s + 2, (worker, last, header)
+    assert all(t["run"]["rounds"] >= 1 and t["run"]["examples"] >= 100 for t in shards.values())
