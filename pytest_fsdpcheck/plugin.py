@@ -217,6 +217,9 @@ def _single_thread(config) -> None:
 
     config.stash[_THREADS_KEY] = torch.get_num_threads()
     torch.set_num_threads(1)
+    if _xdist_controller(config):
+        # It runs no test, and its start-up delays every worker's.
+        return
     # Dynamo's config is compared before and after every test; imported here,
     # an implementation that is the first to import Dynamo and changes its
     # config is still caught (most runs import it anyway, for SPL and ANN-7).
@@ -224,6 +227,14 @@ def _single_thread(config) -> None:
         import torch._dynamo  # noqa: F401
     except Exception:  # noqa: BLE001 - a torch without a usable Dynamo: nothing to compare
         pass
+
+
+def _xdist_controller(config) -> bool:
+    return (
+        not hasattr(config, "workerinput")
+        and bool(config.getoption("numprocesses", None))
+        and config.getoption("dist", "no") != "no"
+    )
 
 
 def pytest_unconfigure(config):
