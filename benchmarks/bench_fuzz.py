@@ -2,7 +2,8 @@
 
 ``python benchmarks/bench_fuzz.py`` prints three tables (select with ``--only``):
 
-* ``fuzz``: a fixed-time fuzz run (``--fsdpcheck-fuzz-time T``) at ``-n 1``
+* ``fuzz``: a fixed-time fuzz run of the properties (``--fsdpcheck-fuzz-time T
+  -m hypothesis``) at ``-n 1``
   and ``-n 2`` (``--workers 1 2 16`` on a bigger machine): examples, examples
   per second of wall time, each worker's busy share (its tests' seconds /
   wall) and parallel efficiency = examples at ``-n N`` / (N x examples at ``-n 1``).
@@ -49,6 +50,8 @@ def bench_fuzz(seconds: float, workers: list[int], k: str | None) -> list[str]:
             report = Path(tmp, "r.json")
             args = [*SUITE, "--fsdpcheck-fuzz-time", f"{seconds:g}s", "-n", str(n), "--fsdpcheck-seed", "1",
                     "--fsdpcheck-report", str(report), "-p", "no:cacheprovider"]
+            # the properties only: the fixed cases take the same time at any budget
+            args += ["-m", "hypothesis"]
             if k:
                 args += ["-k", k]
             wall, cpu, result = _timed(args, tmp)

@@ -617,8 +617,14 @@ def pytest_collection_finish(session):
         props = dict(item.user_properties)
         return getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and PROP_IMPL in props and PROP_NOT_PROVIDED not in props
 
-    # The fixed cases first: the properties then share whatever time is left.
-    session.items.sort(key=is_budgeted)
+    def order(item):
+        # The fixed cases first: the properties then share whatever time is
+        # left. Shard-major: xdist hands out consecutive items in chunks, so
+        # a property's shards far apart land on different workers.
+        shard = getattr(item, "callspec", None) and item.callspec.params.get("fsdpcheck_shard", 0) or 0
+        return (bool(is_budgeted(item)), shard)
+
+    session.items.sort(key=order)
     budgeted = [item.nodeid for item in session.items if is_budgeted(item)]
     state.slicer = Slicer(state.plan, {nodeid: i for i, nodeid in enumerate(budgeted)})
 
