@@ -99,7 +99,7 @@ STEPS = [
 
 
 def bench_startup(repeat: int) -> list[str]:
-    lines = ["start-up of one process (best of %d; each step includes the ones above)" % repeat]
+    lines = [f"start-up of one process (best of {repeat}; each step includes the ones above)"]
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in STEPS:
             best = min(_timed([PY, "-c", code], tmp)[0] for _ in range(repeat))
