@@ -73,14 +73,16 @@ def bench_suite(repeat: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         serial, parallel = [], []
         for _ in range(repeat):
-            serial.append(_timed([*SUITE, "-p", "no:xdist", "-p", "no:cacheprovider"], tmp)[:2])
-            parallel.append(_timed([*SUITE, "-n", "2", "-p", "no:cacheprovider"], tmp)[:2])
-    s_wall, s_cpu = min(serial)
-    p_wall, p_cpu = min(parallel)
+            wall, cpu, result = _timed([*SUITE, "-p", "no:xdist", "-p", "no:cacheprovider"], tmp)
+            serial.append((wall, cpu, result.returncode))
+            wall, cpu, result = _timed([*SUITE, "-n", "2", "-p", "no:cacheprovider"], tmp)
+            parallel.append((wall, cpu, result.returncode))
+    s_wall, s_cpu, s_rc = min(serial)
+    p_wall, p_cpu, p_rc = min(parallel)
     return [
         f"suite (ci profile, torch + reference; best of {repeat})",
-        f"serial  wall {s_wall:6.1f} s  CPU {s_cpu:6.1f} s",
-        f"-n 2    wall {p_wall:6.1f} s  CPU {p_cpu:6.1f} s",
+        f"serial  wall {s_wall:6.1f} s  CPU {s_cpu:6.1f} s  exit {s_rc}",
+        f"-n 2    wall {p_wall:6.1f} s  CPU {p_cpu:6.1f} s  exit {p_rc}",
         f"speed-up x{s_wall / p_wall:.2f}",
     ]
 
