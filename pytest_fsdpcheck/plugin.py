@@ -11,6 +11,7 @@ import gc
 import os
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .report import (
     PROP_INVARIANTS,
     PROP_KNOWN,
     PROP_NOT_PROVIDED,
+    PROP_RUN,
     PROP_VIOLATED,
     Matrix,
 )
@@ -73,6 +75,16 @@ def pytest_addoption(parser):
     add("--fsdpcheck-strict", "fsdpcheck_strict",
         "fail the run on stale divergence entries, unexpected passes and known bugs not reproduced",
         ini_type="bool", action="store_true", default=None)
+    add("--fsdpcheck-fuzz-time", "fsdpcheck_fuzz_time",
+        "fuzz every property until DURATION (90s, 10m, 1h30m) is spent, each in its share (fuzz profile)",
+        default=None, metavar="DURATION")
+    add("--fsdpcheck-shard", "fsdpcheck_shard",
+        "this machine's part I/M of every property's seed stream (dev/fuzz profiles)",
+        default=None, metavar="I/M")
+    add("--fsdpcheck-database", "fsdpcheck_database",
+        "example database shared by machines: a folder or redis://host:port "
+        "(dev/fuzz; default: under the pytest cache folder)",
+        default=None, metavar="URL")
 
 
 _OPTIONS = [
@@ -81,6 +93,7 @@ _OPTIONS = [
         "fsdpcheck_impl", "fsdpcheck_device", "fsdpcheck_profile", "fsdpcheck_seed", "fsdpcheck_divergences",
         "fsdpcheck_no_known_bugs", "fsdpcheck_report", "fsdpcheck_timeout", "fsdpcheck_strict",
         "fsdpcheck_world_size",
+        "fsdpcheck_fuzz_time", "fsdpcheck_shard", "fsdpcheck_database",
     )
 ]
 
@@ -162,6 +175,13 @@ class Session:
     incomplete: bool = False
     #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
     world_size: int | None = None
+    #: seed streams, shards and time budget (dev/fuzz profiles)
+    plan: object = None
+    database: str | None = None  # where failing examples are kept, as the header says it
+    #: HypoFuzz is collecting: its engine needs the default database and no derandomize
+    under_hypofuzz: bool = False
+    started: float = 0.0
+    slicer: object = None  # each property item's share of a time budget
 
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -184,7 +204,9 @@ def pytest_configure(config):
     _single_thread(config)
     from . import profiles
 
-    profiles.activate(config.stash[SESSION_KEY].profile)
+    session = config.stash[SESSION_KEY]
+    profiles.activate(session.profile)
+    _fuzz_settings(config, session)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
 
@@ -201,6 +223,9 @@ def _single_thread(config) -> None:
 
     config.stash[_THREADS_KEY] = torch.get_num_threads()
     torch.set_num_threads(1)
+    if _xdist_controller(config):
+        # It runs no test, and its start-up delays every worker's.
+        return
     # Dynamo's config is compared before and after every test; imported here,
     # an implementation that is the first to import Dynamo and changes its
     # config is still caught (most runs import it anyway, for SPL and ANN-7).
@@ -208,6 +233,14 @@ def _single_thread(config) -> None:
         import torch._dynamo  # noqa: F401
     except Exception:  # noqa: BLE001 - a torch without a usable Dynamo: nothing to compare
         pass
+
+
+def _xdist_controller(config) -> bool:
+    return (
+        not hasattr(config, "workerinput")
+        and bool(config.getoption("numprocesses", None))
+        and config.getoption("dist", "no") != "no"
+    )
 
 
 def pytest_unconfigure(config):
@@ -237,9 +270,14 @@ def _build_session(config) -> Session:
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
 
-    profile = _setting(config, "fsdpcheck_profile", "ci")
+    fuzz_time = _setting(config, "fsdpcheck_fuzz_time")
+    profile = _setting(config, "fsdpcheck_profile", "ci" if fuzz_time is None else "fuzz")
     if profile not in PROFILES:
         raise pytest.UsageError(f"fsdpcheck: unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
+    if fuzz_time is not None and profile != "fuzz":
+        raise pytest.UsageError(
+            f"fsdpcheck: --fsdpcheck-fuzz-time runs the fuzz profile; it cannot run under --fsdpcheck-profile {profile}"
+        )
     devices = _devices(_setting(config, "fsdpcheck_device", "auto"))
 
     world_size = _world_size(_setting(config, "fsdpcheck_world_size"))
@@ -259,6 +297,7 @@ def _build_session(config) -> Session:
     else:
         worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
         seed = worker_seed if worker_seed is not None else seed if seed is not None else random.randrange(2**32)
+    plan = _plan(config, profile, seed, fuzz_time)
 
     import torch
 
@@ -287,7 +326,75 @@ def _build_session(config) -> Session:
         torch_version=torch.__version__,
         known_bugs=known_bugs,
         world_size=world_size,
+        plan=plan,
+        started=time.time(),
     )
+
+
+def _plan(config, profile: str, seed, fuzz_time):
+    from . import fuzz
+
+    shard = _setting(config, "fsdpcheck_shard")
+    try:
+        budget = None if fuzz_time is None else fuzz.parse_duration(fuzz_time)
+        machine, machines = (0, 1) if shard is None else fuzz.parse_shard(shard)
+    except fuzz.FuzzOptionError as exc:
+        raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+    if profile == "ci":
+        for flag, dest in (("--fsdpcheck-shard", "fsdpcheck_shard"), ("--fsdpcheck-database", "fsdpcheck_database")):
+            if _setting(config, dest) is not None:
+                _warn(config, f"{flag} has no effect under the ci profile (derandomized, no example database); "
+                      "use --fsdpcheck-profile dev or fuzz")
+        return None
+    worker = getattr(config, "workerinput", {})
+    deadline = worker.get("fsdpcheck_deadline") or (None if budget is None else time.time() + budget)
+    return fuzz.Plan(seed, machine, machines, worker.get("workercount", 1), budget, deadline)
+
+
+def _under_hypofuzz(config) -> bool:
+    # HypoFuzz collects through pytest.main(plugins=[its collector]); the
+    # package never imports it (AGPL), it only recognises its collector.
+    return any(type(p).__module__.partition(".")[0] == "hypofuzz" for p in config.pluginmanager.get_plugins())
+
+
+def _fuzz_settings(config, session: Session) -> None:
+    """The example database and engine settings of the suite's properties."""
+    from hypothesis import settings
+
+    from . import fuzz, profiles
+
+    session.under_hypofuzz = _under_hypofuzz(config)
+    url = _setting(config, "fsdpcheck_database")
+    if session.under_hypofuzz:
+        # HypoFuzz fuzzes only tests whose database is Hypothesis' default
+        # one and that are not derandomized, whatever the profile.
+        if url is not None:
+            _warn(config, "--fsdpcheck-database is not used under HypoFuzz: it keeps examples in "
+                  "Hypothesis' default database (set one in a Hypothesis settings profile)")
+        profiles.override(derandomize=False, database=settings().database)
+        session.database = repr(settings().database)
+        return
+    if session.plan is None:
+        return
+    if url is None:
+        url = _cache_folder(config)
+    elif "://" not in url:
+        url = _path_setting(config, "fsdpcheck_database")
+    try:
+        profiles.override(database=fuzz.open_database(url))
+    except fuzz.FuzzOptionError as exc:
+        raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+    session.database = url
+    if session.plan.budget_s is not None:
+        profiles.budgeted()
+
+
+def _cache_folder(config) -> str:
+    try:
+        cache_dir = config.getini("cache_dir")
+    except ValueError:  # -p no:cacheprovider: its ini key is unknown, the folder is still the usual one
+        cache_dir = ".pytest_cache"
+    return str(config.rootpath / cache_dir / "fsdpcheck" / "examples")
 
 
 def _warn(config, message: str) -> None:
@@ -394,6 +501,8 @@ class XdistHooks:
         session = get_session(node.config)
         if session is not None and session.seed is not None:
             node.workerinput["fsdpcheck_seed"] = session.seed
+        if session is not None and session.plan is not None and session.plan.deadline is not None:
+            node.workerinput["fsdpcheck_deadline"] = session.plan.deadline
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
@@ -441,6 +550,7 @@ def pytest_report_header(config):
     return [
         f"fsdpcheck: torch {session.torch_version}; devices: {', '.join(session.devices)}; "
         f"profile: {session.profile}; seed: {seed}",
+        *_plan_header(session),
         "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
         *(
             ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
@@ -450,6 +560,17 @@ def pytest_report_header(config):
         "fsdpcheck: implementations (areas provided):",
         *impl_lines,
     ]
+
+
+def _plan_header(session: Session) -> list[str]:
+    plan = session.plan
+    if plan is None:
+        return []
+    parts = [f"machine {plan.machine + 1}/{plan.machines}"]
+    if plan.budget_s is not None:
+        parts.append(f"fuzz time {plan.budget_s:g} s, every property in rounds until its share is spent")
+    parts.append(f"example database: {session.database}")
+    return ["fsdpcheck: " + "; ".join(parts) + " (under -n N every property runs as N shards)"]
 
 
 def _tags_from_nodeid(state: Session, nodeid: str):
@@ -494,6 +615,12 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("fsdpcheck_impl", params)
     if "fsdpcheck_device" in metafunc.fixturenames:
         metafunc.parametrize("fsdpcheck_device", session.devices)
+    plan = session.plan
+    if plan is not None and plan.workers > 1 and getattr(metafunc.function, "is_hypothesis_test", False):
+        # one item per worker, each running its own part of the seed stream
+        metafunc.fixturenames.append("fsdpcheck_shard")
+        shards = range(plan.workers)
+        metafunc.parametrize("fsdpcheck_shard", shards, ids=[f"shard{k + 1}of{plan.workers}" for k in shards])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -503,8 +630,6 @@ def pytest_collection_modifyitems(session, config, items):
     state = get_session(config)
     if state is None:
         return
-    import hypothesis
-
     from .known import divergences as div
 
     for item in items:
@@ -521,8 +646,49 @@ def pytest_collection_modifyitems(session, config, items):
         state.matched_entries.update(div.matching(state.divergences, impl_id, item.nodeid, invariants))
         item._traceback_filter = functools.partial(_trim_traceback, item)
         fn = getattr(item, "obj", None)
-        if state.seed is not None and getattr(fn, "is_hypothesis_test", False):
-            hypothesis.seed(state.seed)(fn)
+        if getattr(fn, "is_hypothesis_test", False):
+            from .fuzz import instrument
+
+            instrument(fn)
+
+
+def pytest_collection_finish(session):
+    state = get_session(session.config)
+    if state is None or state.plan is None or state.plan.budget_s is None:
+        return
+    from .fuzz import Slicer
+
+    def is_budgeted(item):
+        props = dict(item.user_properties)
+        return getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and PROP_IMPL in props and PROP_NOT_PROVIDED not in props
+
+    def order(item):
+        # The fixed cases first: the properties then share whatever time is
+        # left. Shard-major: xdist hands out consecutive items in chunks, so
+        # a property's shards far apart land on different workers.
+        shard = getattr(item, "callspec", None) and item.callspec.params.get("fsdpcheck_shard", 0) or 0
+        return (bool(is_budgeted(item)), shard)
+
+    session.items.sort(key=order)
+    budgeted = [item.nodeid for item in session.items if is_budgeted(item)]
+    state.slicer = Slicer(state.plan, {nodeid: i for i, nodeid in enumerate(budgeted)})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    state = get_session(pyfuncitem.config)
+    if (
+        state is None
+        or state.plan is None
+        or state.under_hypofuzz
+        or PROP_IMPL not in dict(pyfuncitem.user_properties)
+        or not getattr(pyfuncitem.obj, "is_hypothesis_test", False)
+    ):
+        return None
+    from .fuzz import run_property
+
+    run_property(pyfuncitem, state.plan, state.slicer)
+    return True
 
 
 def _impl_id(state: Session, callspec) -> str | None:
@@ -556,6 +722,7 @@ def pytest_runtest_call(item):
     if state is None or PROP_IMPL not in dict(item.user_properties):
         return (yield)
     from . import profiles
+    from .fuzz import start_tally
     from .isolation import LeakedGlobalState, global_state, leaks, restore
     from .known import judge
 
@@ -563,6 +730,7 @@ def pytest_runtest_call(item):
     impl = item.callspec.params["fsdpcheck_impl"]
     impl.start_test()
     profiles.reset_digest()
+    tally = start_tally()
     judge.reset()
     # The cyclic collector rescans torch's and Dynamo's ~1M long-lived
     # objects again and again while a test allocates: a quarter of the
@@ -579,6 +747,12 @@ def pytest_runtest_call(item):
             gc.enable()
         item.user_properties.append((PROP_CALLS, impl.calls))
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
+        if getattr(item.obj, "is_hypothesis_test", False):
+            run = {"examples": tally.examples, "area": area_of(dict(item.user_properties)[PROP_INVARIANTS][0]),
+                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **tally.to_json()}
+            if hasattr(item, "_fsdpcheck_rounds"):
+                run.update(rounds=item._fsdpcheck_rounds, ended=round(time.time(), 3))
+            item.user_properties.append((PROP_RUN, run))
         if judge.explained():
             item.user_properties.append((PROP_KNOWN, judge.explained()))
             tagged = dict(item.user_properties)[PROP_INVARIANTS]
@@ -607,6 +781,11 @@ def pytest_runtest_makereport(item, call):
     report = yield
     if has_example:
         report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
+    if report.failed and call.when == "call" and hasattr(item, "_fsdpcheck_replay"):
+        at_round = getattr(item, "_fsdpcheck_round", None)
+        report.sections.append(
+            ("fsdpcheck replay", item._fsdpcheck_replay + ("" if at_round is None else f"; failed in round {at_round + 1}") + "\n")
+        )
     hung = getattr(getattr(item, "callspec", None), "params", {}).get("fsdpcheck_impl")
     if report.failed and getattr(hung, "hung", None):
         # Hypothesis replays a hang as "flaky" (the replay fails fast): say what happened.
@@ -689,6 +868,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
     for inv, impl in unexpected:
         tr.write_line(f"unexpected pass: {inv} is declared divergent for {impl} but all its checks passed")
+    from .report import exploration, render_exploration
+
+    explored = exploration(state.matrix.per_test, time.time() - state.started)
+    if state.profile != "ci" and explored["examples"]:
+        tr.section("fsdpcheck exploration")
+        for line in render_exploration(explored):
+            tr.write_line(line)
     if state.report_path:
         from .report import write_json
 
@@ -702,18 +888,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                     "profile": state.profile,
                     "seed": state.seed,
                     "divergence_files": state.divergence_files,
+                    **_plan_json(state),
                 },
                 state.matrix,
                 {
                     "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
                     "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
                     "known_bugs": _known_json(state, unreproduced),
+                    "exploration": explored,
                 },
             )
         except OSError as exc:
             tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {state.report_path}: {exc.strerror or exc}", red=True)
         else:
             tr.write_line(f"fsdpcheck: JSON report written to {state.report_path}")
+
+
+def _plan_json(state: Session) -> dict:
+    plan = state.plan
+    if plan is None:
+        return {}
+    return {"shard": f"{plan.machine + 1}/{plan.machines}", "workers": plan.workers,
+            "fuzz_time_s": plan.budget_s, "deadline": plan.deadline, "database": state.database}
 
 
 def _divergence_findings(config, state: Session):

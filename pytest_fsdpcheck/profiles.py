@@ -54,9 +54,20 @@ def current() -> settings:
     return settings(settings.get_profile(f"fsdpcheck-{_active}"), **_overrides)
 
 
+_budgeted = False
+
+
+def budgeted() -> None:
+    """Under a time budget a property runs in rounds of its ``ci`` example
+    count until its share of the time is spent (see fuzz.py)."""
+    global _budgeted
+    _budgeted = True
+
+
 def examples(base: int):
     """``@examples(n)``: n examples under ``ci``, scaled for ``dev``/``fuzz``."""
-    return settings(current(), max_examples=max(1, int(base * SCALE[_active])))
+    scale = 1.0 if _budgeted else SCALE[_active]
+    return settings(current(), max_examples=max(1, int(base * scale)))
 
 
 # A running digest of the examples built in the current test, so two runs can

@@ -19,6 +19,7 @@ PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
 PROP_CALLS = "fsdpcheck_calls"
 PROP_EXAMPLES = "fsdpcheck_examples"
 PROP_DIGEST = "fsdpcheck_examples_digest"
+PROP_RUN = "fsdpcheck_run"  # a property's examples, area, worker and generator features
 PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 
 # Worst first: a cell shows the worst outcome among its tests.
@@ -66,7 +67,7 @@ class Matrix:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
         if when == "call":
             test["seconds"] = round(report.duration, 4)
-        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN)):
+        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN), ("run", PROP_RUN)):
             if prop in props:
                 test[key] = props[prop]
         if when == "call" or (when == "setup" and not report.passed):
@@ -175,3 +176,64 @@ def write_json(path: str, header: dict, matrix: Matrix, extra: dict) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, sort_keys=True)
         fh.write("\n")
+
+
+def exploration(per_test: dict, wall_s: float) -> dict:
+    """Examples and examples/s per area, property and worker, and generator
+    feature coverage, from the tests' ``run`` records."""
+    from .features import coverage
+    from .fuzz import _SHARD_ID
+
+    tables: dict[str, dict] = {"areas": {}, "properties": {}, "workers": {}}
+    runs = []
+    for nodeid, test in per_test.items():
+        run = test.get("run")
+        if not run:
+            continue
+        runs.append(run)
+        name = _SHARD_ID.sub("", nodeid.rpartition("::")[2]).replace("[]", "")
+        for table, key in (("areas", run["area"]), ("properties", name), ("workers", run["worker"])):
+            row = tables[table].setdefault(key, {"examples": 0, "seconds": 0.0, "tests": 0})
+            row["examples"] += run["examples"]
+            row["seconds"] += test.get("seconds", 0.0)
+            row["tests"] += 1
+            if "rounds" in run:
+                row["rounds"] = row.get("rounds", 0) + run["rounds"]
+    for table in tables.values():
+        for row in table.values():
+            row["seconds"] = round(row["seconds"], 3)
+            row["examples_per_s"] = round(row["examples"] / row["seconds"], 2) if row["seconds"] else None
+    examples = sum(r["examples"] for r in runs)
+    return {
+        "examples": examples,
+        "wall_s": round(wall_s, 2),
+        "examples_per_s": round(examples / wall_s, 2) if wall_s > 0 else None,
+        **tables,
+        "coverage": coverage(runs),
+    }
+
+
+def render_exploration(explored: dict) -> list[str]:
+    lines = [f"{explored['examples']} examples in {explored['wall_s']:.1f} s of wall time "
+             f"({explored['examples_per_s']} examples/s)"]
+
+    def rate(row):
+        return "-" if row["examples_per_s"] is None else f"{row['examples_per_s']:.1f}/s"
+
+    for title, table in (("area", "areas"), ("worker", "workers"), ("property", "properties")):
+        rows = explored[table]
+        width = max((len(k) for k in rows), default=8)
+        lines.append(f"per {title}:")
+        for key, row in sorted(rows.items()):
+            rounds = f"  {row['rounds']} rounds" if "rounds" in row else ""
+            lines.append(f"  {key:<{width}}  {row['examples']:>8} examples  {rate(row):>10}{rounds}")
+    cov = explored["coverage"]
+    if cov["features"]:
+        width = max(len(k) for k in cov["features"])
+        lines.append("generator features (examples that had each):")
+        for name, n in cov["features"].items():
+            flag = "  <- NO EXAMPLE HAD THIS FEATURE" if n == 0 else ""
+            lines.append(f"  {name:<{width}}  {n:>8}{flag}")
+        if cov["missing"]:
+            lines.append(f"features no example had: {', '.join(cov['missing'])}")
+    return lines

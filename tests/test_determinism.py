@@ -21,17 +21,30 @@ def test_ci_profile_is_deterministic_serial_and_parallel(run_suite):
     assert all(examples and digest for _, examples, _, digest in _fingerprint(first).values())
 
 
+def _shard(report, shard: str) -> dict:
+    """The tests of one shard (all of them for the unsharded ones), by their id without it."""
+    return {
+        nodeid.replace(f"-{shard}", ""): fingerprint
+        for nodeid, fingerprint in _fingerprint(report).items()
+        if "-shard" not in nodeid or f"-{shard}]" in nodeid
+    }
+
+
 def test_dev_profile_prints_a_seed_that_replays(run_suite):
-    # The first run is parallel with a fresh random seed: only if the workers
-    # used the controller's seed can a serial replay see the same examples.
+    # The first run is parallel with a fresh random seed, each property split
+    # into one shard per worker: only if the workers used the controller's
+    # seed can a serial replay of a shard see the same examples.
     result, first = run_suite("reference", k=K, extra=["--fsdpcheck-profile", "dev", "-n", "2"])
     header = [line for line in result.stdout.lines if "seed:" in line][0]
     seed = header.split("--fsdpcheck-seed=")[1].rstrip(")")
-    _, replay = run_suite(
-        "reference", k=K, extra=["--fsdpcheck-profile", "dev", "--fsdpcheck-seed", seed, "-p", "no:xdist"]
-    )
-    assert first["header"]["seed"] == replay["header"]["seed"] == int(seed)
-    assert _fingerprint(first) == _fingerprint(replay)
+    for k in (1, 2):
+        _, replay = run_suite(
+            "reference", k=K,
+            extra=["--fsdpcheck-profile", "dev", "--fsdpcheck-seed", seed, "--fsdpcheck-shard", f"{k}/2", "-p", "no:xdist"],
+        )
+        assert first["header"]["seed"] == replay["header"]["seed"] == int(seed)
+        assert _shard(first, f"shard{k}of2") == _fingerprint(replay)
+    assert _shard(first, "shard1of2") != _shard(first, "shard2of2")
 
 
 def test_different_seeds_see_different_examples(run_suite):

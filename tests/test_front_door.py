@@ -137,6 +137,23 @@ USAGE_CASES = [
         for name, text in DIVERGENCE_FILES.items()
     ],
     ("ini-divergences-missing", [], {}, "fsdpcheck_divergences = missing.toml", "cannot read"),
+    ("fuzz-time-word", ["--fsdpcheck-fuzz-time=soon"], {}, None, "must be a duration such as 90s, 10m or 1h30m, got 'soon'"),
+    ("fuzz-time-unit", ["--fsdpcheck-fuzz-time=10d"], {}, None, "must be a duration such as 90s, 10m or 1h30m, got '10d'"),
+    ("fuzz-time-negative", ["--fsdpcheck-fuzz-time=-5m"], {}, None, "got '-5m'"),
+    ("fuzz-time-zero", ["--fsdpcheck-fuzz-time=0s"], {}, None, "must be more than 0 and at most 7 days, got '0s'"),
+    ("fuzz-time-huge", ["--fsdpcheck-fuzz-time=9999h"], {}, None, "at most 7 days, got '9999h'"),
+    ("fuzz-time-under-ci", ["--fsdpcheck-profile=ci", "--fsdpcheck-fuzz-time=10s"], {}, None, "cannot run under --fsdpcheck-profile ci"),
+    ("fuzz-time-under-dev", ["--fsdpcheck-profile=dev", "--fsdpcheck-fuzz-time=10s"], {}, None, "cannot run under --fsdpcheck-profile dev"),
+    ("ini-fuzz-time-word", [], {}, "fsdpcheck_fuzz_time = forever", "got 'forever'"),
+    ("shard-word", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-shard=two"], {}, None, "must be I/M with 1 <= I <= M, e.g. 2/4, got 'two'"),
+    ("shard-zero", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-shard=0/2"], {}, None, "got '0/2'"),
+    ("shard-past-the-end", ["--fsdpcheck-profile=dev", "--fsdpcheck-shard=3/2"], {}, None, "got '3/2'"),
+    ("shard-no-total", ["--fsdpcheck-profile=dev", "--fsdpcheck-shard=3"], {}, None, "got '3'"),
+    ("ini-shard-word", [], {}, "fsdpcheck_shard = half\nfsdpcheck_profile = dev", "got 'half'"),
+    ("database-unknown-scheme", ["--fsdpcheck-profile=dev", "--fsdpcheck-database=ftp://host/db"], {}, None, "must be a folder or a redis:// URL, got 'ftp://host/db'"),
+    ("database-a-file", ["--fsdpcheck-profile=dev", "--fsdpcheck-database=db.txt"], {"db.txt": "x"}, None, "'db.txt' is a file"),
+    ("database-redis-unreachable", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-database=redis://127.0.0.1:1"], {}, None, "cannot reach the Redis server"),
+    ("ini-database-a-file", [], {"db.txt": "x"}, "fsdpcheck_database = db.txt\nfsdpcheck_profile = dev", "db.txt' is a file"),
 ]
 
 
@@ -211,8 +228,10 @@ def test_bad_input_is_one_line_and_exit_4(run, args, files, ini, says):
         (["--fsdpcheck-impl", "reference"], "--fsdpcheck-impl has no effect without --fsdpcheck"),
         (["--fsdpcheck-strict", "--fsdpcheck-timeout=5"], "--fsdpcheck-timeout, --fsdpcheck-strict has no effect without --fsdpcheck"),
         (["--fsdpcheck-profile=dev"], "--fsdpcheck-profile has no effect without --fsdpcheck"),
+        (["--fsdpcheck-fuzz-time=1m", "--fsdpcheck-shard=1/2", "--fsdpcheck-database=db"],
+         "--fsdpcheck-fuzz-time, --fsdpcheck-shard, --fsdpcheck-database has no effect without --fsdpcheck"),
     ],
-    ids=["impl", "strict-and-timeout", "profile"],
+    ids=["impl", "strict-and-timeout", "profile", "fuzz-options"],
 )
 def test_suite_options_without_the_suite_warn(run, args, says):
     result = run(args)
@@ -226,6 +245,15 @@ def test_seed_under_ci_warns_and_runs(run):
     output = _no_traceback(result)
     assert result.ret == 0, output
     assert "--fsdpcheck-seed has no effect under the ci profile" in output
+
+
+@pytest.mark.parametrize("flag", ["--fsdpcheck-shard=1/2", "--fsdpcheck-database=db"])
+def test_fuzz_options_under_ci_warn_and_run(run, flag):
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", flag, "-k", "test_handles"])
+    output = _no_traceback(result)
+    assert result.ret == 0, output
+    assert f"{flag.partition('=')[0]} has no effect under the ci profile" in output
+    assert not result.left_behind, result.left_behind
 
 
 # --- faults inside a check: a FAIL cell that says what happened ---------------

@@ -1,0 +1,185 @@
+"""Generator feature coverage: what the examples of a run had.
+
+Every feature is one ``feature(kind, name, has)`` line below: ``kind`` is
+the class name of a generated value a property receives (``TreeSpec``,
+``GraphSpec``, ``ModelSpec``, ``Fsdp2Spec``), ``has(spec, impl)`` says
+whether one example has it (``impl`` is the implementation under test, for
+what depends on it, like the graph form). Each example's features are
+counted and sent to Hypothesis as ``event()``s (``--hypothesis-show-statistics``
+and HypoFuzz's dashboard list them); the report flags a feature no example
+of its kind had.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    kind: str
+    name: str
+    has: Callable
+
+
+FEATURES: list[Feature] = []
+
+
+def feature(kind: str, name: str, has: Callable) -> None:
+    if any(f.kind == kind and f.name == name for f in FEATURES):
+        raise ValueError(f"feature {kind}: {name} is registered twice")
+    FEATURES.append(Feature(kind, name, has))
+
+
+def label(f: Feature) -> str:
+    return f"{f.kind}: {f.name}"
+
+
+# --- helpers the predicates share ---------------------------------------------------
+
+
+def _parents(children) -> Counter:
+    """child -> number of distinct parents."""
+    return Counter(c for kids in children for c in set(kids))
+
+
+def _registrations(children) -> Counter:
+    return Counter(c for kids in children for c in kids)
+
+
+def _descendants(children, start: int) -> set[int]:
+    seen, stack = set(), list(children[start])
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(children[node])
+    return seen
+
+
+def _nested_roots(spec) -> bool:
+    roots = set(spec.roots)
+    return any(roots & _descendants(spec.tree.children, r) for r in roots)
+
+
+def _steps(spec) -> set[str]:
+    return {step[0] for program in spec.programs for step in program}
+
+
+def _param_uses(spec) -> Counter:
+    return Counter(op.ref for op in spec.ops if op.kind in ("param", "hop", "accum"))
+
+
+def _graph_form(impl) -> str | None:
+    return getattr(getattr(impl, "splitting", None), "graph_form", None)
+
+
+# --- module trees (traversal, annotation) ---------------------------------------------
+feature("TreeSpec", "shared modules", lambda s, _: max(_registrations(s.children).values(), default=0) > 1)
+feature("TreeSpec", "diamond chains", lambda s, _: max(_parents(s.children).values(), default=0) > 1)
+feature("TreeSpec", "a module registered twice under one parent", lambda s, _: any(len(set(k)) < len(k) for k in s.children))
+feature("TreeSpec", "replicate marks", lambda s, _: bool(s.replicate))
+feature("TreeSpec", "states shared by several modules", lambda s, _: max(Counter(x for x in s.states if x is not None).values(), default=0) > 1)
+feature("TreeSpec", "root states", lambda s, _: bool(s.root_states))
+feature("TreeSpec", "states with a handle", lambda s, _: bool(s.handled_states))
+feature("TreeSpec", "ignored modules", lambda s, _: bool(s.ignored))
+feature("TreeSpec", "tied parameters", lambda s, _: bool(s.tied))
+feature("TreeSpec", "frozen parameters", lambda s, _: bool(s.frozen) and any(s.params[m] for m in s.frozen if m < len(s.params)))
+
+# --- FX graphs (splitting) -------------------------------------------------------------
+feature("GraphSpec", "graph form: dynamo (placeholders)", lambda s, impl: _graph_form(impl) == "dynamo")
+feature("GraphSpec", "graph form: module (call_module/get_attr)", lambda s, impl: _graph_form(impl) == "module")
+feature("GraphSpec", "tied parameters", lambda s, _: any(m.tied_to is not None for m in s.modules))
+feature("GraphSpec", "frozen parameters", lambda s, _: any(m.frozen for m in s.modules) or any(p.frozen for p in s.params))
+feature("GraphSpec", "DDP-ignored parameters", lambda s, _: any(m.ignored for m in s.modules) or any(p.ignored for p in s.params))
+for _dtype in ("float32", "float64", "bfloat16"):
+    feature("GraphSpec", f"dtype {_dtype}", lambda s, _, d=_dtype: any(p.dtype == d for p in s.params))
+feature("GraphSpec", "buffers", lambda s, _: s.buffers > 0 and any(op.kind == "buffer" for op in s.ops))
+feature("GraphSpec", "higher-order ops", lambda s, _: s.has_hop)
+feature("GraphSpec", "in-place tails", lambda s, _: any(op.kind in ("mutate", "accum") for op in s.ops))
+feature("GraphSpec", "method calls on parameters", lambda s, _: any(op.kind == "param" and op.method for op in s.ops))
+feature("GraphSpec", "a parameter used twice", lambda s, _: max(_param_uses(s).values(), default=0) > 1)
+feature("GraphSpec", "extra outputs", lambda s, _: bool(s.outputs))
+for _kind in ("linear", "norm", "conv", "embedding"):
+    feature("GraphSpec", f"module {_kind}", lambda s, _, k=_kind: any(m.kind == k for m in s.modules))
+
+# --- traceable models (exec order) -------------------------------------------------------
+feature("ModelSpec", "tracer subclasses", lambda s, _: s.tracer != "default")
+feature("ModelSpec", "concrete_args", lambda s, _: s.concrete_mode is not None)
+feature("ModelSpec", "leaf blocks", lambda s, _: bool(s.leaf_blocks))
+feature("ModelSpec", "shared modules", lambda s, _: max(_parents(s.children).values(), default=0) > 1)
+feature("ModelSpec", "a module called several times", lambda s, _: "call_n" in _steps(s))
+feature("ModelSpec", "a parent using a child's parameter", lambda s, _: "child_param" in _steps(s))
+feature("ModelSpec", "a parameter passed by keyword", lambda s, _: "kw_linear" in _steps(s))
+feature("ModelSpec", "a parameter inside a list argument", lambda s, _: "stack_use" in _steps(s))
+feature("ModelSpec", "an op using two parameters", lambda s, _: "addcmul" in _steps(s))
+feature("ModelSpec", "a trace that raises", lambda s, _: "fail" in _steps(s))
+
+# --- FSDP2 (fully_shard) ------------------------------------------------------------------
+feature("Fsdp2Spec", "multi-root groups", lambda s, _: len(s.roots) > 1)
+feature("Fsdp2Spec", "nested roots", lambda s, _: _nested_roots(s))
+feature("Fsdp2Spec", "modules with their own group", lambda s, _: bool(s.groups))
+feature("Fsdp2Spec", "ignored-parameter sets", lambda s, _: bool(s.ignored))
+feature("Fsdp2Spec", "scalar parameters", lambda s, _: bool(s.scalars))
+feature("Fsdp2Spec", "buffers", lambda s, _: any(s.buffers))
+feature("Fsdp2Spec", "replicate-owned modules", lambda s, _: bool(s.tree.replicate))
+feature("Fsdp2Spec", "shared modules", lambda s, _: max(_registrations(s.tree.children).values(), default=0) > 1)
+feature("Fsdp2Spec", "tied parameters", lambda s, _: bool(s.tree.tied))
+
+
+# --- counting ----------------------------------------------------------------------------
+
+
+def observe(values, impl) -> tuple[list[str], list[str]]:
+    """(kinds seen, feature labels present) for one example's arguments."""
+    kinds, present = [], []
+    by_kind = {f.kind for f in FEATURES}
+    for value in values:
+        kind = type(value).__name__
+        if kind not in by_kind:
+            continue
+        kinds.append(kind)
+        for f in FEATURES:
+            if f.kind == kind:
+                try:
+                    hit = f.has(value, impl)
+                except Exception:  # noqa: BLE001 - a predicate that cannot read a value says "no"
+                    hit = False
+                if hit:
+                    present.append(label(f))
+    return kinds, present
+
+
+class Tally:
+    """Examples and features of one test (one item)."""
+
+    def __init__(self):
+        self.examples = 0
+        self.kinds: Counter = Counter()
+        self.features: Counter = Counter()
+
+    def add(self, kinds, present) -> None:
+        self.examples += 1
+        self.kinds.update(kinds)
+        self.features.update(present)
+
+    def to_json(self) -> dict:
+        return {"kinds": dict(self.kinds), "features": dict(self.features)}
+
+
+def coverage(tallies) -> dict:
+    """Feature counts over a run's tests (``Tally.to_json`` dicts): every
+    feature of every kind the run generated, and those no example had."""
+    kinds: Counter = Counter()
+    counts: Counter = Counter()
+    for t in tallies:
+        kinds.update(t.get("kinds", {}))
+        counts.update(t.get("features", {}))
+    rows = {label(f): counts.get(label(f), 0) for f in FEATURES if kinds.get(f.kind)}
+    return {
+        "examples_by_kind": dict(kinds),
+        "features": rows,
+        "missing": sorted(name for name, n in rows.items() if n == 0),
+    }

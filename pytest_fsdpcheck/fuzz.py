@@ -1,0 +1,230 @@
+"""Fuzzing at scale: time budgets, seed streams per shard, the shared
+example database.
+
+A property's examples come from a *stream*: stream ``j`` of ``t`` (``t`` =
+machines x workers per machine) is seeded from the run's seed, ``j`` and
+``t`` alone, so ``--fsdpcheck-seed S --fsdpcheck-shard j+1/t`` replays it on
+one process. Under a time budget a stream is a sequence of rounds, each a
+Hypothesis run of the property's ``ci`` example count with its own seed;
+the budget only decides how many rounds run, never what they contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from dataclasses import dataclass
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+_UNIT_S = {"h": 3600, "m": 60, "s": 1}
+MAX_FUZZ_TIME_S = 7 * 24 * 3600
+
+
+class FuzzOptionError(ValueError):
+    """A bad option value; its text is the one-line usage error."""
+
+
+def parse_duration(raw: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h30m``, ``0.5h`` -> seconds."""
+    text = str(raw).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise FuzzOptionError(
+                f"--fsdpcheck-fuzz-time must be a duration such as 90s, 10m or 1h30m, got {raw!r}"
+            )
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not 0 < seconds <= MAX_FUZZ_TIME_S:
+        raise FuzzOptionError(f"--fsdpcheck-fuzz-time must be more than 0 and at most 7 days, got {raw!r}")
+    return seconds
+
+
+def parse_shard(raw: str) -> tuple[int, int]:
+    """``I/M`` (1-based) -> (I - 1, M)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(raw))
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 1_000_000:
+        raise FuzzOptionError(f"--fsdpcheck-shard must be I/M with 1 <= I <= M, e.g. 2/4, got {raw!r}")
+    return int(match.group(1)) - 1, int(match.group(2))
+
+
+def open_database(url: str, default_folder: str | None = None):
+    """The Hypothesis example database named by ``url``: ``redis://...`` or
+    a folder (created on first save)."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise FuzzOptionError(
+                f"--fsdpcheck-database {url!r} needs the redis client: pip install 'pytest-fsdpcheck[redis]'"
+            ) from None
+        try:
+            client = redis.Redis.from_url(url, socket_connect_timeout=5)
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - any connection failure is one line for the user
+            raise FuzzOptionError(f"--fsdpcheck-database {url!r}: cannot reach the Redis server ({exc})") from None
+        return RedisExampleDatabase(client, key_prefix=b"fsdpcheck:")
+    if "://" in url:
+        raise FuzzOptionError(f"--fsdpcheck-database must be a folder or a redis:// URL, got {url!r}")
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    if os.path.exists(url) and not os.path.isdir(url):
+        raise FuzzOptionError(f"--fsdpcheck-database {url!r} is a file; give a folder or a redis:// URL")
+    return DirectoryBasedExampleDatabase(url)
+
+
+def stream_seed(seed: int, stream: int, streams: int, round_: int = 0) -> int:
+    """The Hypothesis seed of one round of one stream. Stream 0 of 1, round
+    0, is the run's seed itself, so an unsharded run replays as before."""
+    if streams == 1 and round_ == 0:
+        return seed
+    digest = hashlib.blake2b(f"{seed}:{stream}/{streams}:{round_}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**32
+
+
+@dataclass
+class Plan:
+    """What this process runs: its machine's part and its worker's shard."""
+
+    seed: int
+    machine: int = 0  # 0-based
+    machines: int = 1
+    workers: int = 1  # shards per property on this machine
+    budget_s: float | None = None
+    deadline: float | None = None  # time.time() when the budget is spent
+
+    @property
+    def streams(self) -> int:
+        return self.machines * self.workers
+
+    def stream(self, shard: int) -> int:
+        return self.machine * self.workers + shard
+
+    def replay_args(self, shard: int) -> str:
+        stream = self.stream(shard)
+        args = f"--fsdpcheck-seed {self.seed}"
+        if self.streams > 1:
+            args += f" --fsdpcheck-shard {stream + 1}/{self.streams}"
+        return args
+
+
+class Slicer:
+    """Each remaining property item's share of the time left: the items still
+    to run on all workers share ``workers`` x the remaining wall time."""
+
+    def __init__(self, plan: Plan, positions: dict[str, int]):
+        self.plan = plan
+        self.positions = positions  # nodeid -> index among the budgeted items
+
+    def item_deadline(self, nodeid: str, now: float | None = None) -> float:
+        now = time.time() if now is None else now
+        left = max(0.0, self.plan.deadline - now)
+        remaining = max(1, len(self.positions) - self.positions.get(nodeid, 0))
+        return min(self.plan.deadline, now + left * max(1, self.plan.workers) / remaining)
+
+
+# --- running a property -------------------------------------------------------------
+
+_tally = None  # the running test's features.Tally
+
+
+def start_tally():
+    from .features import Tally
+
+    global _tally
+    _tally = Tally()
+    return _tally
+
+
+def instrument(test) -> None:
+    """Count the examples of a suite property and their generator features
+    (also as Hypothesis events). Wraps ``inner_test``, Hypothesis' hook for
+    this, so HypoFuzz's runs are counted too; the wrapper keeps the test's
+    source and signature, hence its database key."""
+    import functools
+
+    inner = test.hypothesis.inner_test
+    if getattr(inner, "_fsdpcheck_counted", False):
+        return
+
+    @functools.wraps(inner)
+    def counted(*args, **kwargs):
+        from hypothesis import event
+
+        from .features import observe
+
+        kinds, present = observe(kwargs.values(), kwargs.get("fsdpcheck_impl"))
+        if _tally is not None:
+            _tally.add(kinds, present)
+        for name in present:
+            event(f"fsdpcheck feature: {name}")
+        return inner(*args, **kwargs)
+
+    counted._fsdpcheck_counted = True
+    test.hypothesis.inner_test = counted
+
+
+_SHARD_ID = re.compile(r"-?shard\d+of\d+")
+
+
+def database_key(item) -> bytes:
+    """One key per property and parametrization, the same for every shard,
+    worker and machine (pytest's node id holds the shard and, for the
+    installed suite, a machine-specific path)."""
+    callspec = getattr(item, "callspec", None)
+    params = _SHARD_ID.sub("", callspec.id).strip("-") if callspec is not None else ""
+    return f"{item.path.name}::{item.originalname}[{params}]".encode()
+
+
+def _seed(test, value: int) -> None:
+    # What hypothesis.seed() does, less its database=None: a seeded stream
+    # still saves its failures and replays the saved ones first.
+    test._hypothesis_internal_use_seed = value
+
+
+def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
+    """Run one property item: its shard's stream, once or, under a time
+    budget, round after round until its share of the time is spent."""
+    from hypothesis import Phase, settings
+
+    fn = item.obj
+    args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
+    fn.hypothesis.inner_test._hypothesis_internal_add_digest = database_key(item)
+    shard = getattr(item, "callspec", None) and item.callspec.params.get("fsdpcheck_shard", 0) or 0
+    stream = plan.stream(shard)
+    item._fsdpcheck_replay = (
+        f"seed {plan.seed}, stream {stream + 1}/{plan.streams}; replay on one process: "
+        f"pytest --fsdpcheck --fsdpcheck-profile {'fuzz' if plan.budget_s else 'dev or fuzz'} "
+        f"{plan.replay_args(shard)}" + (f" --fsdpcheck-fuzz-time {plan.budget_s:g}s" if plan.budget_s else "")
+        + " (the example database replays the failing example first)"
+    )
+    if plan.budget_s is None:
+        _seed(fn, stream_seed(plan.seed, stream, plan.streams))
+        fn(**args)
+        return
+    deadline = slicer.item_deadline(item.nodeid)
+    first = getattr(fn, "_hypothesis_internal_use_settings", None) or settings()
+    started = time.time()
+    rounds = 0
+    try:
+        while True:
+            _seed(fn, stream_seed(plan.seed, stream, plan.streams, rounds))
+            item._fsdpcheck_round = rounds
+            fn(**args)
+            rounds += 1
+            now = time.time()
+            # another round only if it ends nearer the deadline than stopping now
+            if now + (now - started) / rounds / 2 >= deadline:
+                break
+            if rounds == 1:
+                # saved examples were replayed by the first round
+                fn._hypothesis_internal_use_settings = settings(
+                    first, phases=[p for p in first.phases if p != Phase.reuse]
+                )
+    finally:
+        fn._hypothesis_internal_use_settings = first
+        item._fsdpcheck_rounds = rounds
