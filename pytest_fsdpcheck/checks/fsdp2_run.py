@@ -48,6 +48,7 @@ WIDTH = 8
 BATCH = 4
 STEP_SEED = 1000
 
+
 def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], ...]]:
     """A model spec and its ``fully_shard`` calls (inner groups first), drawn
     from ``seed``. Every draw holds: a nested group (its own call, with
