@@ -56,7 +56,7 @@ def reproducer(impl, spec, call, groups=True):
 
 def _require(impl, feature: str, what: str):
     """A check of a feature this implementation's ``fully_shard`` predates is
-    not provided (torch's FSDP2 grew several roots in 2.5, ignored_params in 2.6)."""
+    not provided (torch's FSDP2 grew several roots in 2.5, ignored_params in 2.7)."""
     if not getattr(impl.fsdp2, feature, True):
         pytest.skip(f"not provided: this implementation's fully_shard takes {what}")
 

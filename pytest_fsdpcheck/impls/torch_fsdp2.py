@@ -6,7 +6,7 @@ what gets checked). On a torch without FSDP2 (before 2.3) the adapter is not
 constructed and the area is not provided.
 
 The walk's signature changed twice: one ``root_module`` (2.3, 2.4), a tuple
-of ``root_modules`` (2.5), then ``ignored_params`` (2.6) and the composability
+of ``root_modules`` (2.5), then ``ignored_params`` (2.7) and the composability
 and state functions of ``replicate`` (2.11). What a release's functions cannot
 take is reported as not provided (``several_roots``, ``takes_ignored_params``),
 never emulated: the check is of torch's own code.
@@ -79,7 +79,7 @@ class TorchFsdp2:
         walk = _parameters(self._init()._get_managed_modules)
         #: the walk takes a group of several modules (torch >= 2.5)
         self.several_roots = walk[0] != "root_module"
-        #: the walk, the states and ``fully_shard`` take ``ignored_params`` (torch >= 2.6)
+        #: the walk, the states and ``fully_shard`` take ``ignored_params`` (torch >= 2.7)
         self.takes_ignored_params = "ignored_params" in walk and "ignored_params" in _parameters(_fully_shard())
 
     @staticmethod
