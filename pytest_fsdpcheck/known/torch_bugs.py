@@ -143,7 +143,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "_ignore_module and torch.distributed.utils._get_root_modules recurse too), so a module "
         "chain deeper than the recursion limit raises RecursionError instead of being walked.",
         affects=">=2.3",
-        seen=("2.13.0", "2.13.0"),
+        seen=("2.3.1", "2.15.0"),
         reference={"fsdp2": {"recursive": True}},
         reproducer="fs2-walk-recursive.py",
     ),
@@ -155,7 +155,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "inside the DTensor code (TypeError), and a parameter-free shared module or a parameter "
         "tied across the groups is silently managed by both.",
         affects=">=2.3",
-        seen=("2.13.0", "2.13.0"),
+        seen=("2.3.1", "2.15.0"),
         reference={"fsdp2": {"group_conflicts": "torch"}},
         reproducer="fs2-group-conflict-not-rejected.py",
     ),
