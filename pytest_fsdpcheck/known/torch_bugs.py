@@ -136,4 +136,17 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"exec_order": {"scan_nested_args": False}},
         reproducer="exo-param-in-list-unrecorded.py",
     ),
+    KnownBug(
+        id="exo-method-target-taken-as-param",
+        invariants=("EXO-3", "EXO-4"),
+        reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
+        "`arg.node.target in fqn_to_param`, without checking that the node is a get_attr: with a root "
+        "parameter named like a Tensor method (`t`, `view`, `sum`), the result of `w.t()` (a call_method "
+        "node with target 't') is recorded as a use of that parameter, used or not. Measured on 2.13 "
+        "only; the same condition is in the 2.0 source.",
+        affects=">=2.0",
+        seen=("2.13.0", "2.13.0"),
+        reference={"exec_order": {"param_nodes": "any_target"}},
+        reproducer="exo-method-target-taken-as-param.py",
+    ),
 )
