@@ -97,8 +97,10 @@ MODULE_FORM = {"spl-param-counted-per-node", "spl-method-receiver-module-counted
 
 def _only(bug):
     impl = reference_with([bug])
-    if bug.id in MODULE_FORM:
-        impl.splitting.graph_form = "module"
+    forms = bug.forms or (("module",) if bug.id in MODULE_FORM else ())
+    if forms:  # the planted implementation accepts only the forms the bug is declared for
+        impl.splitting.graph_form = forms[0]
+        impl.splitting.graph_forms = forms
     # declared for every torch: the planted implementation has the bug on any
     bug = dataclasses.replace(bug, affects="")
     impl.known_bugs = (bug,)
