@@ -30,6 +30,7 @@ TESTS = {
     "exo-patch-tracer-leaves-bound-methods": "test_tracer_left_clean",
     "exo-param-keyword-unrecorded": "test_param_uses_by_keyword_and_in_lists and keyword",
     "exo-param-in-list-unrecorded": "test_param_uses_by_keyword_and_in_lists and list",
+    "exo-method-target-taken-as-param": "test_real_forward_features and method",
 }
 
 
