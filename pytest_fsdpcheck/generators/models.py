@@ -426,29 +426,28 @@ def model_specs(
     pick = _picker(draw)
     n = draw(st.integers(min_modules, max_modules))
     kind_options = ("block", "linear", "act", "seq", "block") + (("norm", "list") if real_uses else ())
-    kinds = ["block"] + [pick(kind_options) for _ in range(n - 1)]
+    # Everything about one module is drawn in one run of choices, so the
+    # shrinker can delete a module by deleting that run.
+    kinds: list[str] = []
     kids: list[list[int]] = [[] for _ in range(n)]
-    for i in range(1, n):
-        # nn.Sequential would call a ModuleList, which has no forward
-        allowed = ("block", "list") if kinds[i] == "list" else ("block", "seq", "list")
-        containers = [j for j in range(i) if kinds[j] in allowed]
-        first = pick(containers)
-        kids[first].append(i)
-        others = [j for j in containers if j != first]
-        if others and draw(st.booleans()):
-            kids[pick(others)].append(i)  # shared: registered under a second parent
-    params = [
-        tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3))))
-        if kinds[i] == "block"
-        else ()
-        for i in range(n)
-    ]
-    buffers = [
-        tuple(pick(("pbuf", "nbuf")) for _ in range(draw(st.integers(0, 2))))
-        if kinds[i] == "block" and real_uses
-        else ()
-        for i in range(n)
-    ]
+    params: list[tuple] = []
+    buffers: list[tuple] = []
+    for i in range(n):
+        kinds.append(pick(kind_options) if i else "block")
+        if i:
+            # nn.Sequential would call a ModuleList, which has no forward
+            allowed = ("block", "list") if kinds[i] == "list" else ("block", "seq", "list")
+            containers = [j for j in range(i) if kinds[j] in allowed]
+            first = pick(containers)
+            kids[first].append(i)
+            others = [j for j in containers if j != first]
+            if others and draw(st.booleans()):
+                kids[pick(others)].append(i)  # shared: registered under a second parent
+        is_block = kinds[i] == "block"
+        params.append(tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3)))) if is_block else ())
+        buffers.append(
+            tuple(pick(("pbuf", "nbuf")) for _ in range(draw(st.integers(0, 2)))) if is_block and real_uses else ()
+        )
     ties = _draw_ties(draw, pick, kinds, params) if real_uses else ()
     concrete_mode = draw(st.booleans()) if concrete else None
 
