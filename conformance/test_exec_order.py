@@ -172,6 +172,80 @@ def test_param_uses_by_keyword_and_in_lists(fsdpcheck_impl, case):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
+# What real forwards do, one fixed model per feature (the generator draws all
+# of it too; these make each feature certain to be seen, and a known bug in
+# one of them cannot cost the others their shrinking).
+REAL_FORWARD = {
+    # a causal-mask/rotary-cache style buffer next to a parameter in one op,
+    # a non-persistent buffer, a shared and repeated child with its own
+    # buffers, a parent reading a child's buffer, a batch norm leaf
+    "buffers": ModelSpec(
+        kinds=("block", "block", "norm", "linear"),
+        children=((1, 2), (3,), (), ()),
+        params=(("vec",), ("vec",), (), ()),
+        programs=(
+            (("buf", 1), ("call_n", 0, 2), ("buf_param", 0, 0), ("call", 1), ("child_buf", 0, "b0")),
+            (("call", 0), ("buf_param", 0, 0), ("buf", 1)),
+            (),
+            (),
+        ),
+        buffers=(("pbuf", "nbuf"), ("nbuf", "pbuf"), (), ()),
+    ),
+    "views-and-slices": ModelSpec(
+        kinds=("block", "block"),
+        children=((1,), ()),
+        params=(("mat", "vec"), ("vec", "mat")),
+        programs=(
+            (("t_linear", 0), ("call", 0), ("slice", 1, 2), ("view", 0)),
+            (("view", 0), ("slice", 1, 3), ("t_linear", 1)),
+        ),
+    ),
+    # an output projection tied to an embedding-like Linear, and a child
+    # block's parameter that is its parent's: one Parameter, two names
+    "tied": ModelSpec(
+        kinds=("block", "linear", "block", "block"),
+        children=((1, 2), (), (3,), ()),
+        params=(("mat",), (), ("vec",), ("vec",)),
+        programs=(
+            (("call", 0), ("call", 1), ("t_linear", 0)),
+            (),
+            (("mul", 0), ("call", 0)),
+            (("mul", 0),),
+        ),
+        ties=((0, 0, 1, "weight"), (3, 0, 2, "p0")),
+    ),
+    # a ModuleList is never called: its members run from the parent's loop
+    "module-list": ModelSpec(
+        kinds=("block", "list", "linear", "block", "act"),
+        children=((1,), (2, 3, 4), (), (), ()),
+        params=((), (), (), ("vec",), ()),
+        programs=((("call", 0), ("call", 0)), (), (), (("mul", 0),), ()),
+    ),
+    # root parameters named like the Tensor methods the forward calls
+    "method-named-params": ModelSpec(
+        kinds=("block", "linear"),
+        children=((1,), ()),
+        params=(("mat", "vec", "vec"),),
+        programs=((("t_linear", 0), ("call", 0), ("view", 1)), ()),
+        root_names=("w", "t", "view"),
+    ),
+}
+
+
+@pytest.mark.invariant("EXO-2", "EXO-3", "EXO-4", "EXO-5")
+@pytest.mark.parametrize("case", list(REAL_FORWARD))
+def test_real_forward_features(fsdpcheck_impl, case):
+    """Buffers, views and slices, tied parameters and never-called
+    containers recorded as the eager oracle sees them."""
+    spec = REAL_FORWARD[case]
+
+    def body(impl):
+        built, info, graph, plain, observed, _ = _record(impl.exec_order, spec)
+        return _all_checks(built, info, graph, plain, observed)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
+
+
 def _restore_case(exec_order, spec, block):
     """Trace normally, then a variant raising half-way; snapshots around both."""
     built = build_model(spec)

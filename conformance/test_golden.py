@@ -10,9 +10,12 @@ from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.corpus import (
     CORPUS,
+    captured,
+    missing,
     render_buckets,
     render_exec_order,
     render_traversal,
+    untraceable,
 )
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
@@ -21,8 +24,15 @@ SECTIONS = ["buckets", "traversal", "exec order"]
 MODELS = list(CORPUS)
 
 
+def _require(model):
+    reason = missing(model)
+    if reason is not None:
+        pytest.skip(f"not provided: {reason}")
+
+
 def _compare(impl, model, section, render, render_call):
     """``render(impl)`` gives the section's lines for an implementation."""
+    _require(model)
     spec = CORPUS[model]
     path = golden.golden_dir() / f"{model}.txt"
     expected = golden.read_sections(path).get(section)
@@ -48,6 +58,7 @@ def _compare(impl, model, section, render, render_call):
 @pytest.mark.invariant("SPL-3", "SPL-4", "SPL-5", "SPL-7")
 @pytest.mark.parametrize("model", MODELS)
 def test_golden_buckets(fsdpcheck_impl, model):
+    _require(model)
     require_compile()  # the corpus graphs are the ones Dynamo really captures
     spec = CORPUS[model]
     caps = f"caps: bucket_bytes_cap={spec.bucket_bytes_cap} first_bucket_cap={spec.first_bucket_cap}"
@@ -68,5 +79,38 @@ def test_golden_traversal(fsdpcheck_impl, model):
 @pytest.mark.invariant("EXO-2", "EXO-3")
 @pytest.mark.parametrize("model", MODELS)
 def test_golden_exec_order(fsdpcheck_impl, model):
+    _require(model)
+    reason = untraceable(model)
+    if reason is not None:
+        pytest.skip(f"not provided: {reason}")
     _compare(fsdpcheck_impl, model, "exec order", lambda impl: render_exec_order(model, impl.exec_order),
              f"corpus.render_exec_order({model!r}, impl.exec_order)")
+
+
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-4", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-15")
+@pytest.mark.parametrize("model", MODELS)
+def test_corpus_split_invariants(fsdpcheck_impl, model):
+    """The splitting checkers on the graph Dynamo really captured; where no
+    bucket was extended, DDP's own assignment of the same parameter bytes
+    must group the nodes alike."""
+    import torch.distributed as dist
+
+    from pytest_fsdpcheck.checks import splitting as chk
+
+    _require(model)
+    require_compile()
+    spec = CORPUS[model]
+    cap, first = spec.bucket_bytes_cap, spec.first_bucket_cap
+    _, gm, example_inputs, _ = captured(model)
+
+    def body(impl):
+        facts = chk.graph_facts(gm, example_inputs)
+        result = impl.splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
+                                      backend=lambda sub_gm, _inputs: sub_gm.forward)
+        violations = chk.check_plan(facts, result.buckets, cap, first) + chk.check_counted_once(facts, result.buckets)
+        if dist.is_available() and not violations and not any(b.extra_ops for b in result.buckets):
+            assign = lambda tensors, limits: dist._compute_bucket_assignment_by_size(tensors, limits)[0]  # noqa: E731
+            violations += chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
+        return violations
+
+    conform(fsdpcheck_impl, body, form="dynamo")

@@ -49,16 +49,16 @@ def split(impl, built, cap, first, backend=None):
     return result, backend
 
 
-def reproducer(impl, spec, cap, first, check, device="cpu", reference=False):
+def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo"):
     # With reference=True the snippet also builds a second copy of the graph
     # for the reference implementation (the differential check).
-    ref_lines = ["ref = build_graph(spec, impl.splitting.graph_form)"] if reference else []
+    ref_lines = [f"ref = build_graph(spec, {form!r})"] if reference else []
     ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
     return snippet(
         impl,
         [
             f"spec = {spec.to_source()}",
-            f"built = build_graph(spec, impl.splitting.graph_form, device={device!r})",
+            f"built = build_graph(spec, {form!r}, device={device!r})",
             *ref_lines,
             "facts = chk.graph_facts(built.gm, built.example_inputs)",
             "calls = []",
@@ -75,19 +75,16 @@ def reproducer(impl, spec, cap, first, check, device="cpu", reference=False):
     )
 
 
-def form(impl):
-    return impl.splitting.graph_form
-
-
 # --------------------------------------------------------------------------- SPL-1
 
 
 @pytest.mark.invariant("SPL-1")
 @examples(8)
 @given(spec=single_use, cap=st.integers(1, 4096), excess=st.integers(1, 4096))
-def test_first_cap_above_cap_rejected(fsdpcheck_impl, spec, cap, excess):
+def test_first_cap_above_cap_rejected(fsdpcheck_impl, fsdpcheck_graph_form, spec, cap, excess):
+    form = fsdpcheck_graph_form
     def body(impl):
-        built = build_graph(spec, form(impl))
+        built = build_graph(spec, form)
         error = None
         try:
             split(impl, built, cap, cap + excess)
@@ -96,12 +93,13 @@ def test_first_cap_above_cap_rejected(fsdpcheck_impl, spec, cap, excess):
         return chk.check_cap_rejected(error, cap + excess, cap)
 
     check = f"chk.check_cap_rejected(error, {cap + excess}, {cap})"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, cap + excess, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, cap + excess, check, form=form), form=form)
 
 
 @pytest.mark.invariant("SPL-1")
 @pytest.mark.parametrize("cap", [4096, 2**20, 2**21])
-def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
+def test_unset_first_cap_defaults(fsdpcheck_impl, fsdpcheck_graph_form, cap):
+    form = fsdpcheck_graph_form
     import torch.distributed as dist
 
     default = dist._DEFAULT_FIRST_BUCKET_BYTES if dist.is_available() else cap
@@ -111,13 +109,13 @@ def test_unset_first_cap_defaults(fsdpcheck_impl, cap):
         outcomes = []
         for first in (None, default):
             try:
-                outcomes.append((split(impl, build_graph(spec, form(impl)), cap, first)[0].buckets, None))
+                outcomes.append((split(impl, build_graph(spec, form), cap, first)[0].buckets, None))
             except Exception as exc:  # noqa: BLE001
                 outcomes.append((None, exc))
         (plan_default, err_default), (plan_explicit, err_explicit) = outcomes
         return chk.check_default_first_cap(plan_default, plan_explicit, err_default, err_explicit, default, cap)
 
-    conform(fsdpcheck_impl, body)
+    conform(fsdpcheck_impl, body, form=form)
 
 
 # --------------------------------------------------------------------------- SPL-2..8, 13
@@ -135,26 +133,27 @@ PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (O
 @given(spec=single_use, caps=caps())
 @example(spec=EXTEND_AT_END, caps=(1, 1))
 @example(spec=PREAMBLE, caps=(16, 16))
-def test_split_plan(fsdpcheck_impl, spec, caps):
+def test_split_plan(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
+    form = fsdpcheck_graph_form
     cap, first = caps
 
     def body(impl):
-        built = build_graph(spec, form(impl))
+        built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         result, _ = split(impl, built, cap, first)
         return chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
 
     check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form), form=form)
 
 
 @pytest.mark.invariant("SPL-3")
 @examples(15)
 @given(spec=graph_specs(multi_use=False, method_args=True), caps=caps())
-def test_sizes_with_method_arguments(fsdpcheck_impl, spec, caps):
+def test_sizes_with_method_arguments(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
     """Parameters passed to ``call_method`` nodes (``h.mul(p)``) count too."""
     cap, first = caps
-    _check_sizing(fsdpcheck_impl, spec, cap, first, "check_sizes")
+    _check_sizing(fsdpcheck_impl, spec, cap, first, "check_sizes", fsdpcheck_graph_form)
 
 
 # --------------------------------------------------------------------------- SPL-4
@@ -167,31 +166,31 @@ COUNT_ONCE_CASES = {
 }
 
 
-def _check_sizing(impl, spec, cap, first, rule):
+def _check_sizing(impl, spec, cap, first, rule, form):
     """A sizing rule (``chk.<rule>``) over a valid partition, with a
     reproducer that runs exactly the same expression."""
 
     def body(impl):
-        built = build_graph(spec, form(impl))
+        built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         result, _ = split(impl, built, cap, first)
         return chk.check_partition(facts, result.buckets) or getattr(chk, rule)(facts, result.buckets)
 
     check = f"chk.check_partition(facts, result.buckets) or chk.{rule}(facts, result.buckets)"
-    conform(impl, body, reproducer(impl, spec, cap, first, check))
+    conform(impl, body, reproducer(impl, spec, cap, first, check, form=form), form=form)
 
 
 @pytest.mark.invariant("SPL-4")
 @pytest.mark.parametrize("case", sorted(COUNT_ONCE_CASES))
-def test_counted_once_cases(fsdpcheck_impl, case):
-    _check_sizing(fsdpcheck_impl, COUNT_ONCE_CASES[case], 10**6, 10**6, "check_counted_once")
+def test_counted_once_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    _check_sizing(fsdpcheck_impl, COUNT_ONCE_CASES[case], 10**6, 10**6, "check_counted_once", fsdpcheck_graph_form)
 
 
 @pytest.mark.invariant("SPL-4")
 @examples(15)
 @given(spec=full, caps=caps())
-def test_counted_once(fsdpcheck_impl, spec, caps):
-    _check_sizing(fsdpcheck_impl, spec, *caps, "check_counted_once")
+def test_counted_once(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
+    _check_sizing(fsdpcheck_impl, spec, *caps, "check_counted_once", fsdpcheck_graph_form)
 
 
 # --------------------------------------------------------------------------- SPL-9..12
@@ -209,11 +208,12 @@ def _grad_targets(built):
 @pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12")
 @examples(40)
 @given(spec=full, caps=caps())
-def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
+def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, spec, caps):
+    form = fsdpcheck_graph_form
     cap, first = caps
 
     def body(impl):
-        built = build_graph(spec, form(impl), device=fsdpcheck_device)
+        built = build_graph(spec, form, device=fsdpcheck_device)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         meta = chk.value_meta(built.gm, built.example_inputs)
         wrt = _grad_targets(built)
@@ -229,7 +229,7 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
         return violations
 
     check = "chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, chk.value_meta(built.gm, built.example_inputs))"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device, form=form), form=form)
 
 
 # --------------------------------------------------------------------------- SPL-14
@@ -238,7 +238,8 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_device, spec, caps):
 @pytest.mark.invariant("SPL-14")
 @examples(12)
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
-def test_higher_order_ops(fsdpcheck_impl, spec, caps):
+def test_higher_order_ops(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
+    form = fsdpcheck_graph_form
     try:
         import torch._higher_order_ops  # noqa: F401
     except ImportError:
@@ -246,7 +247,7 @@ def test_higher_order_ops(fsdpcheck_impl, spec, caps):
     cap, first = caps
 
     def body(impl):
-        built = build_graph(spec, form(impl))
+        built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         wrt = _grad_targets(built)
         expected = chk.evaluate(built.gm, built.example_inputs, wrt)
@@ -260,7 +261,7 @@ def test_higher_order_ops(fsdpcheck_impl, spec, caps):
         found += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
         return [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
 
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)"))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)", form=form), form=form)
 
 
 # --------------------------------------------------------------------------- SPL-15
@@ -269,7 +270,8 @@ def test_higher_order_ops(fsdpcheck_impl, spec, caps):
 @pytest.mark.invariant("SPL-15")
 @examples(25)
 @given(spec=graph_specs(chain_only=True), caps=caps())
-def test_agrees_with_ddp_assignment(fsdpcheck_impl, spec, caps):
+def test_agrees_with_ddp_assignment(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
+    form = fsdpcheck_graph_form
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -280,13 +282,13 @@ def test_agrees_with_ddp_assignment(fsdpcheck_impl, spec, caps):
         return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
 
     def body(impl):
-        built = build_graph(spec, form(impl))
+        built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         result, _ = split(impl, built, cap, first)
         return chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
 
     check = f"chk.check_ddp_assignment(facts, result.buckets, {cap}, {first}, lambda t, l: torch.distributed._compute_bucket_assignment_by_size(t, l)[0])"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form), form=form)
 
 
 # --------------------------------------------------------------------------- differential
@@ -295,18 +297,19 @@ def test_agrees_with_ddp_assignment(fsdpcheck_impl, spec, caps):
 @pytest.mark.invariant("SPL-3", "SPL-5")
 @examples(30)
 @given(spec=single_use, caps=caps())
-def test_matches_reference(fsdpcheck_impl, spec, caps):
+def test_matches_reference(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
+    form = fsdpcheck_graph_form
     from pytest_fsdpcheck.reference.splitting import ReferenceSplitting
 
     cap, first = caps
-    ref, _ = split(type("Ref", (), {"splitting": ReferenceSplitting()})(), build_graph(spec, form(fsdpcheck_impl)), cap, first)
+    ref, _ = split(type("Ref", (), {"splitting": ReferenceSplitting()})(), build_graph(spec, form), cap, first)
 
     def body(impl):
-        got, _ = split(impl, build_graph(spec, form(impl)), cap, first)
+        got, _ = split(impl, build_graph(spec, form), cap, first)
         return chk.diff_against_reference(got.buckets, ref.buckets)
 
     check = (
         "chk.diff_against_reference(result.buckets, ReferenceSplitting().split(ref.gm, ref.example_inputs, "
         f"bucket_bytes_cap={cap}, first_bucket_cap={first}, backend=lambda gm, ex: gm).buckets)"
     )
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, reference=True))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, reference=True, form=form), form=form)

@@ -90,7 +90,10 @@ class SplittingArea(Protocol):
     """Cuts a Dynamo FX graph into DDP buckets (seed ``DDPOptimizer``)."""
 
     #: ``"dynamo"`` (parameters lifted to placeholders, torch >= 2.4) or
-    #: ``"module"`` (``call_module``/``get_attr``, seed era).
+    #: ``"module"`` (``call_module``/``get_attr``, seed era): the form this
+    #: implementation's own Dynamo produces. An optional ``graph_forms``
+    #: tuple lists every form it accepts (a fork or a direct caller may hand
+    #: it the other one); the suite checks each, see :func:`accepted_forms`.
     graph_form: str
 
     def split(
@@ -104,6 +107,16 @@ class SplittingArea(Protocol):
     ) -> SplitResult:
         """Plan, split and compile ``gm``; raise ``ValueError``/``AssertionError``
         for invalid caps and ``NotImplementedError`` for unsupported graphs."""
+
+
+GRAPH_FORMS = ("dynamo", "module")
+
+
+def accepted_forms(splitting) -> tuple[str, ...]:
+    """The graph forms a splitting area accepts: its ``graph_forms`` when
+    given, else only its ``graph_form``."""
+    forms = getattr(splitting, "graph_forms", None)
+    return tuple(forms) if forms else (splitting.graph_form,)
 
 
 @dataclass

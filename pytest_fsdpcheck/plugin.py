@@ -607,12 +607,24 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("fsdpcheck_impl", [pytest.param(None, marks=skip)], ids=["disabled"])
         return
     areas = {area_of(i) for i in _invariants_of(metafunc.definition)}
+    # A splitting check asking for a graph form runs once per form, the form
+    # in its id ("torch-module"), so one form's known bug hides nothing in the other.
+    forms = "fsdpcheck_graph_form" in metafunc.fixturenames
     params = []
     for spec, impl in session.impls.items():
         missing = [a for a in sorted(areas) if getattr(impl, a, None) is None]
         marks = [pytest.mark.skip(reason=f"not provided: {spec} has no {', '.join(missing)} area")] if missing else []
-        params.append(pytest.param(impl, marks=marks, id=spec))
-    metafunc.parametrize("fsdpcheck_impl", params)
+        if not forms:
+            params.append(pytest.param(impl, marks=marks, id=spec))
+            continue
+        from .contract import GRAPH_FORMS, accepted_forms
+
+        accepted = accepted_forms(impl.splitting) if not missing else GRAPH_FORMS
+        for form in GRAPH_FORMS:
+            reason = f"not provided: {spec} accepts {' and '.join(accepted)}-form graphs, not {form} form"
+            form_marks = marks or ([] if form in accepted else [pytest.mark.skip(reason=reason)])
+            params.append(pytest.param(impl, form, marks=form_marks, id=f"{spec}-{form}"))
+    metafunc.parametrize(("fsdpcheck_impl", "fsdpcheck_graph_form") if forms else "fsdpcheck_impl", params)
     if "fsdpcheck_device" in metafunc.fixturenames:
         metafunc.parametrize("fsdpcheck_device", session.devices)
     plan = session.plan

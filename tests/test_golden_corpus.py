@@ -54,6 +54,13 @@ def test_accept_rewrites_only_its_section(tmp_path):
 
 
 def test_every_corpus_model_has_a_golden_file_with_all_sections():
+    from pytest_fsdpcheck.generators.corpus import missing, untraceable
+
     for name in CORPUS:
         sections = golden.read_sections(golden.golden_dir() / f"{name}.txt")
-        assert set(sections) == {"buckets", "traversal", "exec order"}, name
+        if missing(name) is not None:
+            assert {"buckets", "traversal"} <= set(sections), name
+            continue
+        # exec order is recorded during an fx trace: none for a model fx cannot trace
+        expected = {"buckets", "traversal"} | (set() if untraceable(name) else {"exec order"})
+        assert set(sections) == expected, name

@@ -225,6 +225,8 @@ class CorpusModel:
     integer_input: int | None = None  # vocabulary size for token inputs
     description: str = ""
     extra_roots: tuple = field(default=())  # units whose state is also a root
+    #: why this model cannot be built here (an optional package), or None
+    missing: object = None
 
 
 def _lin(n):
@@ -293,6 +295,49 @@ CORPUS: dict[str, CorpusModel] = {
         ),
     ]
 }
+
+
+def _hf(name, make, cap, units, replicate, description):
+    from . import hf_corpus
+
+    return CorpusModel(
+        name, make, hf_corpus.TOKENS, cap, cap // 2, units=units, replicate=replicate,
+        extra_roots=replicate, integer_input=hf_corpus.VOCAB, missing=hf_corpus.missing,
+        description=f"{description} (transformers {hf_corpus.PINNED}, built from a config)",
+    )
+
+
+def _real_architectures():
+    # Per layer a state; tied embeddings share one; one layer is marked
+    # `replicate` and owns a root state of its own.
+    from . import hf_corpus as hf
+
+    return [
+        _hf("hf_gpt2", hf.gpt2, 24000,
+            (("",), ("transformer.wte", "lm_head"), ("transformer.wpe",), ("transformer.h.0",), ("transformer.h.1",)),
+            ("transformer.h.1",), "GPT-2 decoder, LM head tied to the token embedding"),
+        _hf("hf_llama", hf.llama, 16000,
+            (("",), ("model.embed_tokens", "lm_head"), ("model.layers.0",), ("model.layers.1",)),
+            ("model.layers.0",), "Llama decoder: rotary cache buffers, GQA, tied embeddings"),
+        _hf("hf_bert", hf.bert, 16000,
+            (("",), ("embeddings",), ("encoder.layer.0",), ("encoder.layer.1",), ("pooler",)),
+            ("encoder.layer.1",), "BERT encoder with position-id and token-type buffers and a pooler"),
+        _hf("hf_mixtral", hf.mixtral, 40000,
+            (("",), ("model.embed_tokens",), ("model.layers.0",), ("model.layers.1.mlp",), ("model.layers.1",), ("lm_head",)),
+            ("model.layers.1.mlp",), "Mixtral mixture-of-experts decoder, four experts, top-2 routing"),
+        _hf("hf_bart", hf.bart, 20000,
+            (("",), ("model.shared", "lm_head"), ("model.encoder",), ("model.decoder.layers.0",), ("model.decoder",)),
+            ("model.decoder.layers.0",), "BART encoder-decoder, embeddings shared by encoder, decoder and LM head"),
+    ]
+
+
+CORPUS.update((m.name, m) for m in _real_architectures())
+
+
+def missing(name: str) -> str | None:
+    """Why corpus model ``name`` cannot be built here, or None."""
+    check = CORPUS[name].missing
+    return check() if check is not None else None
 
 
 def build(name: str):
@@ -400,6 +445,19 @@ def render_traversal(name: str, traversal) -> list[str]:
         "handles: " + " ".join(getattr(h, "label", "?") for h in handles),
         "root states: " + " ".join(labels.get(id(s), "?") for s in root_states),
     ]
+
+
+@functools.cache
+def untraceable(name: str) -> str | None:
+    """Why plain ``torch.fx`` cannot trace the model (the exec-order area
+    records during such a trace), or None."""
+    model, _ = build(name)
+    try:
+        torch.fx.Tracer().trace(model)
+    except Exception as exc:  # noqa: BLE001 - the reason is what fx says
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        return f"{name} is not torch.fx-traceable ({type(exc).__name__}: {first})"
+    return None
 
 
 def render_exec_order(name: str, exec_order) -> list[str]:

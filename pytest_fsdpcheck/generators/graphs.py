@@ -243,6 +243,13 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
                 if node.op == "placeholder" and node.target == "idx":
                     gm.graph.erase_node(node)
             gm.recompile()
+        # Dynamo records each placeholder's example value and source in module
+        # form too; DDPOptimizer (>= 2.4) reads both off the placeholders.
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for node, value in zip(placeholders, inputs, strict=False):
+            node.meta["example_value"] = value
+            node._dynamo_source = _source(node.target, True)
+        gm._param_name_to_source = {}  # set on every graph Dynamo hands a backend
         return BuiltGraph(gm, list(inputs), module, inputs, form)
     if form != "dynamo":
         raise ValueError(f"unknown graph form {form!r}")

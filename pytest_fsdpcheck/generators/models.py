@@ -7,9 +7,11 @@ forward is driven by the spec's *programs*. Everything a program does is
 static Python control flow, so ``torch.fx`` traces it.
 
 Module kinds: ``block`` (custom module running a program over its own
-parameters and children), ``linear`` (``nn.Linear``, a leaf by default),
-``act`` (``nn.ReLU``, parameter-free leaf) and ``seq`` (``nn.Sequential`` of its
-registered children). Module 0 is the root block; children always have higher
+parameters, buffers and children), ``linear`` (``nn.Linear``, a leaf by default),
+``act`` (``nn.ReLU``, parameter-free leaf), ``seq`` (``nn.Sequential`` of its
+registered children), ``norm`` (``nn.BatchNorm1d``, a leaf with parameters and
+buffers) and ``list`` (``nn.ModuleList``: a parameter-free container that is
+never called itself; calling it from a block runs its members in turn). Module 0 is the root block; children always have higher
 indices, and one module may be registered under several parents.
 
 Program steps of a block (``pN`` is its own parameter N, ``cN`` child slot N):
@@ -25,6 +27,17 @@ Program steps of a block (``pN`` is its own parameter N, ``cN`` child slot N):
 ``("kw_linear", p)``       ``F.linear(x, weight=pN)`` (a use passed by keyword)
 ``("stack_use", p)``       ``pN`` used only inside a list argument of ``torch.stack``
 ``("fail",)``              raises ``PlannedTraceError`` (for restore-on-exception checks)
+``("buf", b)``             ``x = x * bN`` (a buffer read directly)
+``("buf_param", b, p)``    ``x = torch.addcmul(x, bB, pP)`` (a buffer next to a parameter in one op)
+``("child_buf", c, n)``    ``x = x * cC.<n>`` (a parent reading a child's buffer)
+``("t_linear", p)``        ``x = F.linear(x, pP.t())`` (matrix read through a transpose view)
+``("slice", p, k)``        ``x = x + pP[:k].sum()`` (read through a slice)
+``("view", p)``            ``pP.view(...)`` used by ``mul``/``linear`` (read through a reshape view)
+
+Buffers are ``(DIM,)`` tensors, ``"pbuf"`` persistent or ``"nbuf"`` not.
+``ties`` make a block's parameter the very ``Parameter`` of another module
+(``(module, param, source, source_name)``), so it is reachable under two names,
+like tied input and output embeddings.
 """
 
 from __future__ import annotations
@@ -34,7 +47,7 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 DIM = 4
-KINDS = ("block", "linear", "act", "seq")
+KINDS = ("block", "linear", "act", "seq", "norm", "list")
 TRACERS = ("default", "leaf_rules", "into_nn", "wrapping")
 #: upper bound on module calls per generated forward, so shared, repeatedly
 #: called modules cannot blow a small spec up exponentially
@@ -54,6 +67,10 @@ class ModelSpec:
     tracer: str = "default"
     leaf_blocks: frozenset[int] = frozenset()  # blocks the tracer treats as leaves
     concrete_mode: bool | None = None  # concrete_args={"mode": ...} when not None
+    buffers: tuple[tuple[str, ...], ...] = ()  # per block: "pbuf" | "nbuf"
+    ties: tuple[tuple[int, int, int, str], ...] = ()  # (module, param, source, source_name)
+    #: names of the root's parameters in place of p0, p1, ... (e.g. a Tensor method's name)
+    root_names: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -64,6 +81,9 @@ class ModelSpec:
 
     def program_of(self, module: int) -> tuple[tuple, ...]:
         return self.programs[module] if self.programs else ()
+
+    def buffers_of(self, module: int) -> tuple[str, ...]:
+        return self.buffers[module] if self.buffers else ()
 
     def concrete_args(self):
         return None if self.concrete_mode is None else {"mode": self.concrete_mode}
@@ -80,6 +100,12 @@ class ModelSpec:
             parts.append(f"leaf_blocks=frozenset({sorted(self.leaf_blocks)!r})")
         if self.concrete_mode is not None:
             parts.append(f"concrete_mode={self.concrete_mode!r}")
+        if any(self.buffers):
+            parts.append(f"buffers={self.buffers!r}")
+        if self.ties:
+            parts.append(f"ties={self.ties!r}")
+        if self.root_names:
+            parts.append(f"root_names={self.root_names!r}")
         return "ModelSpec(" + ", ".join(parts) + ")"
 
 
@@ -108,42 +134,76 @@ def _classes():
     class Block(nn.Module):
         """Runs a static program; see the module docstring for the steps."""
 
-        def __init__(self, param_kinds, program):
+        def __init__(self, param_kinds, program, buffer_kinds=(), param_names=()):
             super().__init__()
+            self._param_names = tuple(param_names) or tuple(f"p{n}" for n in range(len(param_kinds)))
             for n, kind in enumerate(param_kinds):
                 shape = (DIM,) if kind == "vec" else (DIM, DIM)
-                setattr(self, f"p{n}", nn.Parameter(torch.randn(shape) * 0.5))
+                setattr(self, self._param_names[n], nn.Parameter(torch.randn(shape) * 0.5))
+            for n, kind in enumerate(buffer_kinds):
+                self.register_buffer(f"b{n}", torch.rand(DIM) + 0.5, persistent=kind == "pbuf")
             self._program = tuple(program)
+            self._param_kinds = tuple(param_kinds)  # a proxy cannot tell its own shape
+
+        def _param(self, n):
+            return getattr(self, self._param_names[n])
 
         def forward(self, x, mode=True):
             for step in self._program:
                 op = step[0]
                 if op == "call":
-                    x = getattr(self, f"c{step[1]}")(x)
+                    x = _run_child(getattr(self, f"c{step[1]}"), x)
                 elif op == "call_n":
                     for _ in range(step[2]):
-                        x = getattr(self, f"c{step[1]}")(x)
+                        x = _run_child(getattr(self, f"c{step[1]}"), x)
                 elif op == "mul":
-                    x = x * getattr(self, f"p{step[1]}")
+                    x = x * self._param(step[1])
                 elif op == "linear":
-                    x = F.linear(x, getattr(self, f"p{step[1]}"))
+                    x = F.linear(x, self._param(step[1]))
                 elif op == "addcmul":
-                    x = torch.addcmul(x, getattr(self, f"p{step[1]}"), getattr(self, f"p{step[2]}"))
+                    x = torch.addcmul(x, self._param(step[1]), self._param(step[2]))
                 elif op == "child_param":
                     x = x * getattr(getattr(self, f"c{step[1]}"), step[2])
                 elif op == "relu":
                     x = torch.relu(x)
                 elif op == "mode":
-                    x = getattr(self, f"c{step[1] if mode else step[2]}")(x)
+                    x = _run_child(getattr(self, f"c{step[1] if mode else step[2]}"), x)
                 elif op == "kw_linear":
-                    x = F.linear(x, weight=getattr(self, f"p{step[1]}"))
+                    x = F.linear(x, weight=self._param(step[1]))
                 elif op == "stack_use":
-                    x = x + torch.stack([x.sum(0), getattr(self, f"p{step[1]}")]).sum(0)
+                    x = x + torch.stack([x.sum(0), self._param(step[1])]).sum(0)
+                elif op == "buf":
+                    x = x * getattr(self, f"b{step[1]}")
+                elif op == "buf_param":
+                    x = torch.addcmul(x, getattr(self, f"b{step[1]}"), self._param(step[2]))
+                elif op == "child_buf":
+                    x = x * getattr(getattr(self, f"c{step[1]}"), step[2])
+                elif op == "t_linear":
+                    x = F.linear(x, self._param(step[1]).t())
+                elif op == "slice":
+                    x = x + self._param(step[1])[: step[2]].sum()
+                elif op == "view":
+                    param = self._param(step[1])
+                    if self._param_kinds[step[1]] == "vec":
+                        x = x * param.view(1, DIM)
+                    else:
+                        x = F.linear(x, param.view(DIM * DIM).view(DIM, DIM))
                 elif op == "fail":
                     raise PlannedTraceError("planned failure half-way through the forward")
                 else:
                     raise ValueError(f"unknown step {step!r}")
             return x
+
+    def _run_child(child, x):
+        # A ModuleList is never called: its members run in turn.
+        pending = [child]
+        while pending:
+            module = pending.pop()
+            if isinstance(module, nn.ModuleList):
+                pending.extend(reversed(list(module)))
+            else:
+                x = module(x)
+        return x
 
     class ChainLink(nn.Module):
         """One link of a long chain: a non-leaf wrapper around a leaf Linear."""
@@ -240,9 +300,12 @@ def build_model(spec: ModelSpec) -> BuiltModel:
     for i in range(spec.size - 1, -1, -1):
         kind = spec.kinds[i]
         if kind == "block":
-            m = classes["Block"](spec.params_of(i), spec.program_of(i))
+            names = spec.root_names if i == 0 else ()
+            m = classes["Block"](spec.params_of(i), spec.program_of(i), spec.buffers_of(i), names)
             for slot, child in enumerate(spec.children[i]):
                 m.add_module(f"c{slot}", modules[child])
+        elif kind == "list":
+            m = nn.ModuleList([modules[child] for child in spec.children[i]])
         elif kind == "seq":
             m = nn.Sequential()
             for slot, child in enumerate(spec.children[i]):
@@ -251,9 +314,13 @@ def build_model(spec: ModelSpec) -> BuiltModel:
             m = nn.Linear(DIM, DIM)
         elif kind == "act":
             m = nn.ReLU()
+        elif kind == "norm":
+            m = nn.BatchNorm1d(DIM)
         else:
             raise ValueError(f"unknown module kind {kind!r}")
         modules[i] = m
+    for module, param, source, source_name in spec.ties:
+        setattr(modules[module], modules[module]._param_names[param], getattr(modules[source], source_name))
     return BuiltModel(spec, modules[0], modules)
 
 
@@ -312,6 +379,8 @@ def _call_cost(spec_kinds, children, programs, costs, i) -> int:
     kind = spec_kinds[i]
     if kind == "seq":
         return 1 + sum(costs[c] for c in children[i])
+    if kind == "list":  # never called itself
+        return sum(costs[c] for c in children[i])
     if kind != "block":
         return 1
     total = 1
@@ -344,29 +413,42 @@ def model_specs(
     concrete: bool = False,
     nested_uses: bool = False,
     max_steps: int = 6,
+    real_uses: bool = True,
 ) -> ModelSpec:
     """Traceable models: static control flow, repeated and shared module calls,
     direct parameter uses, unused parameters, parameter-free modules, nested
     containers; ``tracers`` picks tracer kinds (see ``TRACERS``), ``concrete``
     adds a root branch specialised by ``concrete_args``, ``nested_uses`` adds
-    parameters passed by keyword or inside a list."""
+    parameters passed by keyword or inside a list. ``real_uses`` adds what
+    real forwards do: buffers (persistent or not, read alone or next to a
+    parameter), parameters read through views and slices, tied parameters,
+    batch norms and never-called ``ModuleList`` containers."""
     pick = _picker(draw)
     n = draw(st.integers(min_modules, max_modules))
-    kinds = ["block"] + [pick(("block", "linear", "act", "seq", "block")) for _ in range(n - 1)]
+    kind_options = ("block", "linear", "act", "seq", "block") + (("norm", "list") if real_uses else ())
+    # Everything about one module is drawn in one run of choices, so the
+    # shrinker can delete a module by deleting that run.
+    kinds: list[str] = []
     kids: list[list[int]] = [[] for _ in range(n)]
-    for i in range(1, n):
-        containers = [j for j in range(i) if kinds[j] in ("block", "seq")]
-        first = pick(containers)
-        kids[first].append(i)
-        others = [j for j in containers if j != first]
-        if others and draw(st.booleans()):
-            kids[pick(others)].append(i)  # shared: registered under a second parent
-    params = [
-        tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3))))
-        if kinds[i] == "block"
-        else ()
-        for i in range(n)
-    ]
+    params: list[tuple] = []
+    buffers: list[tuple] = []
+    for i in range(n):
+        kinds.append(pick(kind_options) if i else "block")
+        if i:
+            # nn.Sequential would call a ModuleList, which has no forward
+            allowed = ("block", "list") if kinds[i] == "list" else ("block", "seq", "list")
+            containers = [j for j in range(i) if kinds[j] in allowed]
+            first = pick(containers)
+            kids[first].append(i)
+            others = [j for j in containers if j != first]
+            if others and draw(st.booleans()):
+                kids[pick(others)].append(i)  # shared: registered under a second parent
+        is_block = kinds[i] == "block"
+        params.append(tuple(pick(("vec", "mat")) for _ in range(draw(st.integers(0, 3)))) if is_block else ())
+        buffers.append(
+            tuple(pick(("pbuf", "nbuf")) for _ in range(draw(st.integers(0, 2)))) if is_block and real_uses else ()
+        )
+    ties = _draw_ties(draw, pick, kinds, params) if real_uses else ()
     concrete_mode = draw(st.booleans()) if concrete else None
 
     costs = [1] * n
@@ -374,7 +456,7 @@ def model_specs(
     for i in range(n - 1, -1, -1):
         if kinds[i] == "block":
             programs[i] = _draw_program(
-                draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps
+                draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps, buffers
             )
         costs[i] = _call_cost(kinds, kids, programs, costs, i)
 
@@ -391,19 +473,53 @@ def model_specs(
         tracer=tracer,
         leaf_blocks=leaf_blocks,
         concrete_mode=concrete_mode,
+        buffers=tuple(buffers) if any(buffers) else (),
+        ties=ties,
     )
 
 
-def _draw_program(draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps):
+def _draw_ties(draw, pick, kinds, params):
+    """Some block parameters become another module's parameter of the same
+    shape (never one that is itself tied away): two names, one Parameter."""
+    sources = {"vec": [], "mat": []}
+    for j, kind in enumerate(kinds):
+        if kind == "block":
+            for p, shape in enumerate(params[j]):
+                sources[shape].append((j, f"p{p}"))
+        elif kind == "linear":
+            sources["mat"].append((j, "weight"))
+            sources["vec"].append((j, "bias"))
+        elif kind == "norm":
+            sources["vec"].append((j, "weight"))
+    ties, taken = [], set()
+    for i, kind in enumerate(kinds):
+        for p, shape in enumerate(params[i] if kind == "block" else ()):
+            options = [s for s in sources[shape] if s[0] != i and s not in taken]
+            if (i, f"p{p}") in taken or not options or draw(st.integers(0, 3)) != 3:
+                continue
+            source = pick(options)
+            ties.append((i, p, *source))
+            taken.update({(i, f"p{p}"), source})
+    return tuple(ties)
+
+
+def _draw_program(
+    draw, pick, i, kinds, kids, params, costs, concrete_mode, nested_uses, max_steps, buffers
+):
     vecs = [p for p, k in enumerate(params[i]) if k == "vec"]
     mats = [p for p, k in enumerate(params[i]) if k == "mat"]
+    bufs = list(range(len(buffers[i])))
     slots = range(len(kids[i]))
-    child_params = []
+    child_params, child_bufs = [], []
     for slot, child in enumerate(kids[i]):
         if kinds[child] == "linear":
             child_params.append((slot, "bias"))
         elif kinds[child] == "block":
             child_params += [(slot, f"p{p}") for p, k in enumerate(params[child]) if k == "vec"]
+            child_bufs += [(slot, f"b{b}") for b in range(len(buffers[child]))]
+        elif kinds[child] == "norm":
+            child_params.append((slot, "weight"))
+            child_bufs.append((slot, "running_mean"))
     ops = ["relu"]
     if slots:
         ops += ["call", "call_n"] + (["mode"] if i == 0 and concrete_mode is not None else [])
@@ -413,6 +529,12 @@ def _draw_program(draw, pick, i, kinds, kids, params, costs, concrete_mode, nest
         ops += ["linear"] + (["kw_linear"] if nested_uses else [])
     if child_params:
         ops.append("child_param")
+    if bufs:
+        ops += ["buf"] + (["buf_param"] if vecs else [])
+    if child_bufs:
+        ops.append("child_buf")
+    if vecs or mats:
+        ops += ["slice", "view"] + (["t_linear"] if mats else [])
     steps, cost = [], 1
     # Optionally call every child once first, so shared children really are
     # called from each of their parents; then random steps.
@@ -441,6 +563,16 @@ def _draw_program(draw, pick, i, kinds, kids, params, costs, concrete_mode, nest
             step = (op, pick(mats))
         elif op == "child_param":
             step = ("child_param", *pick(child_params))
+        elif op == "buf":
+            step = ("buf", pick(bufs))
+        elif op == "buf_param":
+            step = ("buf_param", pick(bufs), pick(vecs))
+        elif op == "child_buf":
+            step = ("child_buf", *pick(child_bufs))
+        elif op in ("slice", "view"):
+            step = (op, pick(vecs + mats)) + ((draw(st.integers(1, DIM)),) if op == "slice" else ())
+        elif op == "t_linear":
+            step = ("t_linear", pick(mats))
         else:
             step = ("relu",)
         steps.append(step)

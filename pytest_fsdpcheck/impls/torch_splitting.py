@@ -3,6 +3,8 @@
 The module and class are looked up on every call, so a patched or forked
 torch is what gets checked. torch >= 2.4 consumes Dynamo-form graphs
 (parameters lifted to placeholders); the seed era (2.3) module-form graphs.
+``graph_forms`` lists every form ``compile_fn`` has code for, as read from
+its source: both on every release that kept the module-form branches.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class TorchSplitting:
         # it, the graphs it is handed are module form.
         optimizer = importlib.import_module(MODULE).DDPOptimizer
         self.graph_form = "dynamo" if hasattr(optimizer, "add_param_args") else "module"
+        self.graph_forms = _forms_handled(optimizer)
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
         import torch._dynamo.config as dynamo_config
@@ -66,6 +69,24 @@ class TorchSplitting:
             if graph_logger is not None:
                 graph_logger.setLevel(saved[2])
         return SplitResult(_buckets(optimizer.buckets), compiled, _table(handler.lines))
+
+
+def _forms_handled(optimizer) -> tuple[str, ...]:
+    """The forms ``compile_fn`` has code for: Dynamo form needs placeholder
+    arguments counted (``add_param_args``); module form needs the
+    ``call_module`` and ``get_attr`` branches, still there long after Dynamo
+    stopped producing that form by default (a fork, a direct caller, or
+    ``inline_inbuilt_nn_modules=False`` reach them)."""
+    import inspect
+
+    forms = ["dynamo"] if hasattr(optimizer, "add_param_args") else []
+    try:
+        source = inspect.getsource(optimizer.compile_fn)
+    except (OSError, TypeError):
+        source = ""
+    if '"call_module"' in source and '"get_attr"' in source or not forms:
+        forms.append("module")
+    return tuple(forms)
 
 
 def _buckets(buckets) -> list[BucketInfo]:

@@ -39,6 +39,8 @@ class KnownBug:
     predicate: Callable[[list], bool] | None = None
     #: a standalone script that imports only torch and exits 1 while the bug is there
     reproducer: str | None = None
+    #: splitting only: the graph forms ("dynamo", "module") whose code path has the bug; () = every form
+    forms: tuple[str, ...] = ()
 
     def __post_init__(self):
         unknown = [i for i in self.invariants if i not in INVARIANTS]
@@ -73,6 +75,11 @@ def known_bugs_of(impl) -> tuple[KnownBug, ...]:
     return tuple(b for b in bugs if isinstance(b, KnownBug))
 
 
-def active_bugs(impl, torch_version: str) -> tuple[KnownBug, ...]:
-    return tuple(b for b in known_bugs_of(impl) if b.applies_to_version(torch_version))
+def active_bugs(impl, torch_version: str, form: str | None = None) -> tuple[KnownBug, ...]:
+    """``form``: the graph form of the example being judged (splitting), if any."""
+    return tuple(
+        b
+        for b in known_bugs_of(impl)
+        if b.applies_to_version(torch_version) and (form is None or not b.forms or form in b.forms)
+    )
 

@@ -47,9 +47,11 @@ def _installed_torch() -> str:
     return _torch_version
 
 
-def conform(impl, body, example: str | None = None) -> None:
+def conform(impl, body, example: str | None = None, form: str | None = None) -> None:
     """Run ``body(impl)``; raise :class:`ConformanceFailure` unless it found
-    nothing or every violation is explained by one of ``impl``'s known bugs.
+    nothing or every violation is explained by one of ``impl``'s known bugs
+    (for a splitting example, ``form`` is its graph form: only bugs of that
+    form's code path can explain it).
 
     ``body`` may also be the violations themselves, for checks that cannot
     be replayed (timings): only predicate signatures can explain those."""
@@ -59,7 +61,7 @@ def conform(impl, body, example: str | None = None) -> None:
         outcome = _outcome(body, impl)
     if not outcome:
         return
-    bugs = explain(impl, outcome, body)
+    bugs = explain(impl, outcome, body, form)
     if bugs is None:
         if isinstance(outcome, Raised):
             raise outcome.exception
@@ -95,14 +97,14 @@ def _outcome(body, impl):
         return Raised(exc)
 
 
-def explain(impl, outcome, body) -> list | None:
+def explain(impl, outcome, body, form: str | None = None) -> list | None:
     """The known bugs that together explain ``outcome`` (the violations, or
     what was raised), or None."""
     from .bugs import active_bugs
 
     if not _enabled:
         return None
-    active = active_bugs(impl, _installed_torch())
+    active = active_bugs(impl, _installed_torch(), form)
     if isinstance(outcome, Raised):
         candidates = list(active)
     else:

@@ -45,6 +45,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.0.1", "2.3.1"),
         reference={"splitting": {"count_each_param": "per_node"}},
         reproducer="spl-param-counted-per-node.py",
+        forms=("module",),
     ),
     KnownBug(
         id="spl-param-counted-per-use",
@@ -64,10 +65,11 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reason="DDPOptimizer.compile_fn (from 2.4) looks up `node.args[0].target` of every call_method "
         "node as a submodule and adds that module's parameters there: in `self.lin(x).mul(p)` the "
         "Linear's bytes land in the bucket of the later `mul` node instead of the module call. The code "
-        "is still there in later releases, but only module-form graphs reach it, and Dynamo hands "
-        "DDPOptimizer module-form graphs only up to 2.4.",
-        affects=">=2.4,<2.5",
-        seen=("2.4.1", "2.4.1"),
+        "is still there in later releases, and module-form graphs (all Dynamo produced on 2.4; a fork, a "
+        "direct caller or inline_inbuilt_nn_modules=False later) reach it.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.13.0"),
+        forms=("module",),
         reference={"splitting": {"method_receiver": "module_counted"}},
         reproducer="spl-method-receiver-module-counted.py",
     ),
@@ -92,6 +94,8 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.5.1", "2.15.0"),
         reference={"splitting": {"method_args": "string_receiver_only"}},
         reproducer="spl-method-arg-receiver-not-str.py",
+        # module form reads parameters at their get_attr nodes, not as arguments
+        forms=("dynamo",),
     ),
     KnownBug(
         id="spl-ddp-ignored-lost-on-fake",
@@ -103,6 +107,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.5.1", "2.15.0"),
         reference={"splitting": {"ddp_ignored_from": "example_value"}},
         reproducer="spl-ddp-ignored-lost-on-fake.py",
+        forms=("dynamo",),
     ),
     KnownBug(
         id="exo-patch-tracer-leaves-bound-methods",
@@ -169,5 +174,18 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.3.1", "2.4.1"),
         reference={"fsdp2": {"scalar_params": "accept"}},
         reproducer="fs2-scalar-param-accepted.py",
+    ),
+    KnownBug(
+        id="exo-method-target-taken-as-param",
+        invariants=("EXO-3", "EXO-4"),
+        reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
+        "`arg.node.target in fqn_to_param`, without checking that the node is a get_attr: with a root "
+        "parameter named like a Tensor method (`t`, `view`, `sum`), the result of `w.t()` (a call_method "
+        "node with target 't') is recorded as a use of that parameter, used or not. Measured on 2.13 "
+        "only; the same condition is in the 2.0 source.",
+        affects=">=2.0",
+        seen=("2.13.0", "2.13.0"),
+        reference={"exec_order": {"param_nodes": "any_target"}},
+        reproducer="exo-method-target-taken-as-param.py",
     ),
 )

@@ -52,14 +52,22 @@ def _proxies_in(args, kwargs, proxy_type, keyword=True, nested=True):
 
 
 class ReferenceExecOrder:
-    def __init__(self, scan_keyword_args=True, scan_nested_args=True, restore="instance_dict"):
+    def __init__(
+        self, scan_keyword_args=True, scan_nested_args=True, restore="instance_dict", param_nodes="get_attr"
+    ):
         """The switches model known torch bugs (``pytest_fsdpcheck.known``):
-        not looking at keyword or nested arguments for parameter uses, and
+        not looking at keyword or nested arguments for parameter uses,
         ``restore="assign_bound"``, restoring by assigning the bound methods
-        read before patching (they stay in the instance's ``__dict__``)."""
+        read before patching (they stay in the instance's ``__dict__``), and
+        ``param_nodes="any_target"``, taking any input node whose target string
+        is a parameter's FQN for that parameter (a ``call_method`` node ``t``
+        for a root parameter named ``t``)."""
         if restore not in ("instance_dict", "assign_bound"):
             raise ValueError(f"restore must be 'instance_dict' or 'assign_bound', got {restore!r}")
+        if param_nodes not in ("get_attr", "any_target"):
+            raise ValueError(f"param_nodes must be 'get_attr' or 'any_target', got {param_nodes!r}")
         self._keyword, self._nested, self._restore = scan_keyword_args, scan_nested_args, restore
+        self._any_target = param_nodes == "any_target"
 
     @contextmanager
     def patch_tracer(self, tracer, root):
@@ -100,7 +108,9 @@ class ReferenceExecOrder:
                 named = [
                     (p.node.target, fqn_to_param[p.node.target])
                     for p in _proxies_in(args, kwargs, fx.Proxy, self._keyword, self._nested)
-                    if p.node.op == "get_attr" and p.node.target in fqn_to_param
+                    if (self._any_target or p.node.op == "get_attr")
+                    and isinstance(p.node.target, str)
+                    and p.node.target in fqn_to_param
                 ]
                 if named:
                     usage[module].append((module, named))

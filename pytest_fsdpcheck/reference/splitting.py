@@ -205,7 +205,8 @@ _SWITCHES = {
 
 
 class ReferenceSplitting:
-    graph_form = "dynamo"  # module-form graphs (call_module/get_attr) are planned the same way
+    graph_form = "dynamo"
+    graph_forms = ("dynamo", "module")  # call_module/get_attr graphs are planned the same way
 
     def __init__(self, **switches):
         for name, value in switches.items():

@@ -218,3 +218,110 @@ ALL = {
     "EXO-7": "BypassesSubclass",
     "EXO-8": "QuadraticMembership",
 }
+
+
+# ---------------------------------------------------------------- real forwards
+# Each mishandles one feature of REAL_FORWARD (conformance/test_exec_order.py).
+
+
+class _BuffersCounted(ReferenceExecOrder):
+    """EXO-3: a module call's entry and a leaf's use list the module's
+    buffers as if they were parameters (``named_parameters()`` and
+    ``named_buffers()`` chained)."""
+
+    def patch_tracer(self, tracer, root):
+        def add_buffers(info, root):
+            for module, entries in info.module_to_param_usage_infos.items():
+                for entry_module, named in entries:
+                    if len(named) != len(list(entry_module.parameters())):
+                        continue  # a direct use in an op, not a module's call
+                    buffers = list(entry_module.named_buffers())
+                    named.extend(buffers)
+                    if entry_module is module:
+                        for _, buf in buffers:
+                            if buf not in info.visited_params:
+                                info.visited_params.add(buf)
+                                info.param_forward_order.append(buf)
+
+        return _wrap_recorder(ReferenceExecOrder.patch_tracer, add_buffers)(self, tracer, root)
+
+
+class BuffersCounted(_Planted):
+    area_class = _BuffersCounted
+
+
+class _ViewsIgnored(ReferenceExecOrder):
+    """EXO-3: a parameter read through ``t()``, ``view()`` or a slice is not
+    a use (only "compute" ops are looked at)."""
+
+    @contextmanager
+    def patch_tracer(self, tracer, root):
+        import operator
+
+        unrecorded = tracer.create_proxy
+        with super().patch_tracer(tracer, root) as info:
+            recording = tracer.create_proxy
+
+            def skipping(kind, target, args, kwargs, *rest, **options):
+                if target in ("t", "view", operator.getitem):
+                    return unrecorded(kind, target, args, kwargs, *rest, **options)
+                return recording(kind, target, args, kwargs, *rest, **options)
+
+            tracer.create_proxy = skipping
+            yield info
+
+
+class ViewsIgnored(_Planted):
+    area_class = _ViewsIgnored
+
+
+class _TiedListedTwice(ReferenceExecOrder):
+    """EXO-4: a module call's entry lists a tied parameter once per name
+    (``named_parameters(remove_duplicate=False)``)."""
+
+    def patch_tracer(self, tracer, root):
+        def relist(info, root):
+            for entries in info.module_to_param_usage_infos.values():
+                for n, (module, named) in enumerate(entries):
+                    entries[n] = (module, [(name, p) for name, p in module.named_parameters(remove_duplicate=False)]
+                                  if len(named) == len(list(module.parameters())) else named)
+
+        return _wrap_recorder(ReferenceExecOrder.patch_tracer, relist)(self, tracer, root)
+
+
+class TiedListedTwice(_Planted):
+    area_class = _TiedListedTwice
+
+
+class _UsageForEveryModule(ReferenceExecOrder):
+    """EXO-4: usage infos start out with an entry list for every submodule,
+    so a container that is never called (a ModuleList) has one too."""
+
+    def patch_tracer(self, tracer, root):
+        def prefill(info, root):
+            for module in root.modules():
+                info.module_to_param_usage_infos.setdefault(module, [])
+
+        return _wrap_recorder(ReferenceExecOrder.patch_tracer, prefill)(self, tracer, root)
+
+
+class UsageForEveryModule(_Planted):
+    area_class = _UsageForEveryModule
+
+
+class MethodTargetTaken(Implementation):
+    """EXO-3: any input node whose target is a parameter's FQN counts as that
+    parameter (torch's exo-method-target-taken-as-param, undeclared here)."""
+
+    def __init__(self):
+        self.exec_order = ReferenceExecOrder(param_nodes="any_target")
+
+
+#: planted name -> (invariant, REAL_FORWARD case that must catch it)
+REAL_FORWARD_PLANTED = {
+    "BuffersCounted": ("EXO-3", "buffers"),
+    "ViewsIgnored": ("EXO-3", "views-and-slices"),
+    "TiedListedTwice": ("EXO-4", "tied"),
+    "UsageForEveryModule": ("EXO-4", "module-list"),
+    "MethodTargetTaken": ("EXO-3", "method-named-params"),
+}

@@ -33,6 +33,7 @@ TESTS = {
     "fs2-walk-recursive": "test_large_trees",
     "fs2-group-conflict-not-rejected": "test_fully_shard_conflicts",
     "fs2-scalar-param-accepted": "test_managed_states",
+    "exo-method-target-taken-as-param": "test_real_forward_features and method",
 }
 
 
@@ -132,8 +133,10 @@ MODULE_FORM = {"spl-param-counted-per-node", "spl-method-receiver-module-counted
 
 def _only(bug):
     impl = reference_with([bug])
-    if bug.id in MODULE_FORM:
-        impl.splitting.graph_form = "module"
+    forms = bug.forms or (("module",) if bug.id in MODULE_FORM else ())
+    if forms:  # the planted implementation accepts only the forms the bug is declared for
+        impl.splitting.graph_form = forms[0]
+        impl.splitting.graph_forms = forms
     # declared for every torch: the planted implementation has the bug on any
     bug = dataclasses.replace(bug, affects="")
     impl.known_bugs = (bug,)
