@@ -340,7 +340,9 @@ def _plan(config, profile: str, seed, fuzz_time):
         return None
     worker = getattr(config, "workerinput", {})
     deadline = worker.get("fsdpcheck_deadline") or (None if budget is None else time.time() + budget)
-    return fuzz.Plan(seed, machine, machines, worker.get("workercount", 1), budget, deadline)
+    # the controller counts the workers it will start (for the header and report)
+    workers = worker.get("workercount") or (config.getoption("numprocesses") if _xdist_controller(config) else 1)
+    return fuzz.Plan(seed, profile, machine, machines, workers, budget, deadline)
 
 
 def _under_hypofuzz(config) -> bool:
@@ -521,11 +523,13 @@ def _plan_header(session: Session) -> list[str]:
     plan = session.plan
     if plan is None:
         return []
-    parts = [f"machine {plan.machine + 1}/{plan.machines}"]
+    first = plan.stream(0) + 1
+    streams = f"stream {first}" if plan.workers == 1 else f"streams {first}-{first + plan.workers - 1}"
+    parts = [f"machine {plan.machine + 1}/{plan.machines} x {plan.workers} worker(s): {streams} of {plan.streams}"]
     if plan.budget_s is not None:
         parts.append(f"fuzz time {plan.budget_s:g} s, every property in rounds until its share is spent")
     parts.append(f"example database: {session.database}")
-    return ["fsdpcheck: " + "; ".join(parts) + " (under -n N every property runs as N shards)"]
+    return ["fsdpcheck: " + "; ".join(parts)]
 
 
 def _tags_from_nodeid(state: Session, nodeid: str):
