@@ -708,7 +708,7 @@ def pytest_runtest_call(item):
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
         if getattr(item.obj, "is_hypothesis_test", False):
             run = {"examples": tally.examples, "area": area_of(dict(item.user_properties)[PROP_INVARIANTS][0]),
-                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **tally.to_json()}
+                   "worker": getattr(item.config, "workerinput", {}).get("workerid", "main"), **tally.to_json()}
             if hasattr(item, "_fsdpcheck_rounds"):
                 run.update(rounds=item._fsdpcheck_rounds, ended=round(time.time(), 3))
             item.user_properties.append((PROP_RUN, run))
