@@ -91,6 +91,7 @@ class Plan:
     """What this process runs: its machine's part and its worker's shard."""
 
     seed: int
+    profile: str = "fuzz"
     machine: int = 0  # 0-based
     machines: int = 1
     workers: int = 1  # shards per property on this machine
@@ -198,7 +199,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
     stream = plan.stream(shard)
     item._fsdpcheck_replay = (
         f"seed {plan.seed}, stream {stream + 1}/{plan.streams}; replay on one process: "
-        f"pytest --fsdpcheck --fsdpcheck-profile {'fuzz' if plan.budget_s else 'dev or fuzz'} "
+        f"pytest --fsdpcheck --fsdpcheck-profile {plan.profile} "
         f"{plan.replay_args(shard)}" + (f" --fsdpcheck-fuzz-time {plan.budget_s:g}s" if plan.budget_s else "")
         + " (the example database replays the failing example first)"
     )

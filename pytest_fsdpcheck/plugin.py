@@ -348,7 +348,9 @@ def _plan(config, profile: str, seed, fuzz_time):
         return None
     worker = getattr(config, "workerinput", {})
     deadline = worker.get("fsdpcheck_deadline") or (None if budget is None else time.time() + budget)
-    return fuzz.Plan(seed, machine, machines, worker.get("workercount", 1), budget, deadline)
+    # the controller counts the workers it will start (for the header and report)
+    workers = worker.get("workercount") or (config.getoption("numprocesses") if _xdist_controller(config) else 1)
+    return fuzz.Plan(seed, profile, machine, machines, workers, budget, deadline)
 
 
 def _under_hypofuzz(config) -> bool:
@@ -566,11 +568,13 @@ def _plan_header(session: Session) -> list[str]:
     plan = session.plan
     if plan is None:
         return []
-    parts = [f"machine {plan.machine + 1}/{plan.machines}"]
+    first = plan.stream(0) + 1
+    streams = f"stream {first}" if plan.workers == 1 else f"streams {first}-{first + plan.workers - 1}"
+    parts = [f"machine {plan.machine + 1}/{plan.machines} x {plan.workers} worker(s): {streams} of {plan.streams}"]
     if plan.budget_s is not None:
         parts.append(f"fuzz time {plan.budget_s:g} s, every property in rounds until its share is spent")
     parts.append(f"example database: {session.database}")
-    return ["fsdpcheck: " + "; ".join(parts) + " (under -n N every property runs as N shards)"]
+    return ["fsdpcheck: " + "; ".join(parts)]
 
 
 def _tags_from_nodeid(state: Session, nodeid: str):
@@ -761,7 +765,7 @@ def pytest_runtest_call(item):
         item.user_properties.append((PROP_DIGEST, profiles.digest()))
         if getattr(item.obj, "is_hypothesis_test", False):
             run = {"examples": tally.examples, "area": area_of(dict(item.user_properties)[PROP_INVARIANTS][0]),
-                   "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **tally.to_json()}
+                   "worker": getattr(item.config, "workerinput", {}).get("workerid", "main"), **tally.to_json()}
             if hasattr(item, "_fsdpcheck_rounds"):
                 run.update(rounds=item._fsdpcheck_rounds, ended=round(time.time(), 3))
             item.user_properties.append((PROP_RUN, run))

@@ -26,6 +26,8 @@ def suite(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("FSDPCHECK_REPLAY_LOG", str(log))
     monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+    # under an outer -n run, its worker's id would leak into the inner run's log
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
 
     def run(*args):
         log.write_text("")
