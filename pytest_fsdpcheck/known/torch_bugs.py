@@ -157,7 +157,8 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         invariants=("FS2-8",),
         reason="fully_shard does not look for modules or parameters that an earlier fully_shard "
         "group already manages: a shared module holding that group's sharded parameter fails "
-        "inside the DTensor code (TypeError), and a parameter-free shared module or a parameter "
+        "inside the DTensor or mesh code (an AssertionError about DP/TP meshes on 2.3-2.7, a "
+        "TypeError on 2.11+), and a parameter-free shared module or a parameter "
         "tied across the groups is silently managed by both.",
         affects=">=2.3",
         seen=("2.3.1", "2.15.0"),
