@@ -328,11 +328,20 @@ def _reference_grads(base: BuiltFsdp2, inputs, rank: int) -> dict:
     return out
 
 
+def dtensor_class():
+    """``DTensor``: public in ``torch.distributed.tensor`` from 2.5, private
+    (``torch.distributed._tensor``) in 2.3 and 2.4."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        from torch.distributed._tensor import DTensor
+    return DTensor
+
+
 def _grads(model, base: BuiltFsdp2) -> dict:
     """Full gradients by the oracle's labels, each parameter once, in
     registration order (sharded ones gathered: a collective on every rank)."""
-    from torch.distributed.tensor import DTensor
-
+    DTensor = dtensor_class()
     labels = _labels_like(model, base)
     out = {}
     for module in _modules_in_order(model):
@@ -372,8 +381,8 @@ def _labels_like(model, base: BuiltFsdp2) -> dict:
 
 def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str, backend: str) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
 
+    DTensor = dtensor_class()
     fully_shard = fully_shard_function()
     model = copy.deepcopy(base.modules[0]).to(device)
     # the copy's modules and ignored parameters, by the base's indices

@@ -21,6 +21,13 @@ def missing() -> str | None:
     """Why the real-architecture corpus cannot run here, or None."""
     if importlib.util.find_spec("transformers") is None:
         return "transformers is not installed (pip install 'pytest-fsdpcheck[models]')"
+    import torch
+    import transformers
+    from transformers.utils import is_torch_available
+
+    # transformers refuses a torch older than it supports (5.x: torch >= 2.6)
+    if not is_torch_available():
+        return f"transformers {transformers.__version__} does not support torch {torch.__version__}"
     return None
 
 
