@@ -121,7 +121,11 @@ class Slicer:
         self.plan = plan
         self.positions = positions  # nodeid -> index among the budgeted items
 
-    def item_deadline(self, nodeid: str, now: float | None = None) -> float:
+    def item_deadline(self, nodeid: str, now: float | None = None, last_here: bool = False) -> float:
+        """``last_here``: nothing else is left for this worker (pytest's
+        ``nextitem`` is None), so the item keeps its core busy to the end."""
+        if last_here:
+            return self.plan.deadline
         now = time.time() if now is None else now
         left = max(0.0, self.plan.deadline - now)
         remaining = max(1, len(self.positions) - self.positions.get(nodeid, 0))
@@ -207,7 +211,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
         _seed(fn, stream_seed(plan.seed, stream, plan.streams))
         fn(**args)
         return
-    deadline = slicer.item_deadline(item.nodeid)
+    deadline = slicer.item_deadline(item.nodeid, last_here=getattr(item, "_fsdpcheck_last_here", False))
     first = getattr(fn, "_hypothesis_internal_use_settings", None) or settings()
     started = time.time()
     rounds = 0

@@ -707,6 +707,15 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Under a time budget a worker's last item runs to the deadline. xdist
+    # holds a worker's last item back until it has more or shuts down, so
+    # ``nextitem is None`` means nothing else will come to this worker.
+    if nextitem is None and _is_suite_test(item):
+        item._fsdpcheck_last_here = True
+
+
 def _impl_id(state: Session, callspec) -> str | None:
     if callspec is None or "fsdpcheck_impl" not in callspec.params:
         return None
