@@ -40,7 +40,7 @@ import traceback
 import torch
 from torch import nn
 
-from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec
+from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec, ignored_parameters
 from ..generators.trees import BuiltTree, TreeSpec
 from .fsdp2 import expected_managed, expected_states
 
@@ -154,13 +154,7 @@ def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
     for i, count in enumerate(spec.buffers):
         for k in range(count):
             modules[i].register_buffer(f"b{k}", torch.zeros(k + 1))
-    ignored = None
-    if spec.ignored is not None:
-        ignored = set()
-        for i, k in sorted(spec.ignored):
-            own = list(dict.fromkeys(p for p in modules[i]._parameters.values() if p is not None))
-            if k < len(own):
-                ignored.add(own[k])
+    ignored = ignored_parameters(spec, modules)
     built_tree = BuiltTree(tree, modules[0], modules)
     return BuiltFsdp2(spec, built_tree, tuple(modules[i] for i in spec.roots), ignored)
 

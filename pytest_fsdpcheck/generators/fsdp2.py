@@ -100,13 +100,7 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
             modules[i].register_buffer(f"b{k}", torch.zeros(k + 1))
     for i in sorted(spec.scalars):
         modules[i].register_parameter("s", nn.Parameter(torch.tensor(float(i))))
-    ignored = None
-    if spec.ignored is not None:
-        ignored = set()
-        for i, k in sorted(spec.ignored):
-            own = list(dict.fromkeys(p for p in modules[i]._parameters.values() if p is not None))
-            if k < len(own):
-                ignored.add(own[k])
+    ignored = ignored_parameters(spec, modules)
     if area is not None:
         for i in sorted(spec.tree.replicate):
             area.mark_incompatible(modules[i], "replicate")
@@ -114,6 +108,18 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
             for i in sorted(spec.groups):
                 area.mark_own_group(modules[i])
     return BuiltFsdp2(spec, tree, tuple(modules[i] for i in spec.roots), ignored)
+
+
+def ignored_parameters(spec: Fsdp2Spec, modules) -> set | None:
+    """The parameter objects ``spec.ignored`` names (a missing one skipped)."""
+    if spec.ignored is None:
+        return None
+    ignored = set()
+    for i, k in sorted(spec.ignored):
+        own = list(dict.fromkeys(p for p in modules[i]._parameters.values() if p is not None))
+        if k < len(own):
+            ignored.add(own[k])
+    return ignored
 
 
 # --- strategies ------------------------------------------------------------------
