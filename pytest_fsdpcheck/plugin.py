@@ -373,6 +373,15 @@ def _fuzz_settings(config, session: Session) -> None:
         if url is not None:
             _warn(config, "--fsdpcheck-database is not used under HypoFuzz: it keeps examples in "
                   "Hypothesis' default database (set one in a Hypothesis settings profile)")
+        if settings().database is None:
+            # HypoFuzz's workers die on a missing database and it then reports
+            # "a failing input for every test": refuse here, with the cause.
+            profile = getattr(settings, "get_current_profile_name", lambda: None)()
+            cause = (" (Hypothesis loads its 'ci' profile, which keeps none, where a CI variable is set)"
+                     if profile == "ci" else f" (profile {profile!r})" if profile else "")
+            raise pytest.UsageError(
+                f"fsdpcheck: HypoFuzz needs an example database and Hypothesis' default settings have none"
+                f"{cause}: unset CI, or load a settings profile that keeps a database")
         profiles.override(derandomize=False, database=settings().database)
         session.database = repr(settings().database)
         return

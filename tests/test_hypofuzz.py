@@ -33,6 +33,9 @@ print("RESULT" + json.dumps({"targets": [t.nodeid for t in found.fuzz_targets],
 def _env(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("FSDPCHECK_IMPL", None)
+    # Where CI is set Hypothesis loads its database-less 'ci' profile, which
+    # HypoFuzz cannot run under (see the test of that case below).
+    env.pop("CI", None)
     env["FSDPCHECK_REPLAY_LOG"] = str(tmp_path / "calls.log")
     return env
 
@@ -73,3 +76,19 @@ def test_hypofuzz_fuzzes_a_property_with_the_plugin_options(tmp_path):
     assert "fuzz 1 test" in output and "skipped" not in output, output[-3000:]
     assert "Found a failing input for every test" in output, output[-3000:]
     assert (tmp_path / "calls.log").read_text().count("\n") > 1
+
+
+def test_hypofuzz_without_a_database_is_refused_with_its_cause(tmp_path):
+    """Hypothesis' 'ci' profile (loaded where CI is set) keeps no database; HypoFuzz's
+    workers would die on it and report "a failing input for every test"."""
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "hypothesis"), "fuzz", "-n", "1", "--no-dashboard", "--",
+         "--fsdpcheck", "--fsdpcheck-impl", "tests.planted.replay:LosesAState", "-p", "no:randomly",
+         "-k", "test_states_with_modules"],
+        cwd=tmp_path, env={**_env(tmp_path), "CI": "true"}, capture_output=True, text=True, timeout=300,
+    )
+    output = out.stdout + out.stderr
+    assert out.returncode != 0, output[-3000:]
+    assert "HypoFuzz needs an example database" in output and "'ci' profile" in output, output[-3000:]
+    assert "Found a failing input" not in output and "Traceback" not in output, output[-3000:]
+    assert not (tmp_path / "calls.log").exists()
