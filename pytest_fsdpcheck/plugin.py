@@ -677,9 +677,30 @@ def pytest_collection_modifyitems(session, config, items):
             instrument(fn)
 
 
+def _group_by_corpus_model(items) -> None:
+    """The corpus tests of one model made adjacent, in place, every other item
+    left where it is. A worker builds and captures each model it meets once
+    (functools.cache), and xdist hands out consecutive items in chunks, so
+    grouped, a model is mostly built by one worker instead of by each."""
+    slots = [i for i, item in enumerate(items)
+             if _CORPUS_MODULE in item.nodeid and "model" in getattr(getattr(item, "callspec", None), "params", {})]
+    first_seen: dict[str, int] = {}
+    for i in slots:
+        first_seen.setdefault(items[i].callspec.params["model"], i)
+    grouped = sorted((items[i] for i in slots), key=lambda item: first_seen[item.callspec.params["model"]])
+    for i, item in zip(slots, grouped):
+        items[i] = item
+
+
+_CORPUS_MODULE = "test_golden.py::"
+
+
 def pytest_collection_finish(session):
     state = get_session(session.config)
-    if state is None or state.plan is None or state.plan.budget_s is None:
+    if state is None:
+        return
+    _group_by_corpus_model(session.items)
+    if state.plan is None or state.plan.budget_s is None:
         return
     from .fuzz import Slicer
 
