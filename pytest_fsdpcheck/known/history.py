@@ -30,6 +30,17 @@ PROJECT = Path(__file__).resolve().parents[2]
 TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "expecttest", "tabulate", "packaging"]
 
 
+def model_deps() -> list[str]:
+    """The ``models`` extra (the real-architecture corpus), named one by one:
+    installing the extra itself would let pip replace the pinned torch."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib
+    with open(PROJECT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]["models"]
+
+
 def build_wheel(into: Path) -> Path:
     """One wheel of this package, so every release runs the same suite."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(PROJECT), "-w", str(into)], check=True)
@@ -51,7 +62,7 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
         installed = subprocess.run([*pip, f"torch=={version}", *numpy], capture_output=True, text=True)
         if installed.returncode != 0:
             return {"version": version, "error": "torch install failed: " + installed.stderr.strip()[-300:]}
-        subprocess.run([*pip, *TEST_DEPS], check=True)
+        subprocess.run([*pip, *TEST_DEPS, *model_deps()], check=True)
         subprocess.run([*pip, "--no-deps", str(wheel)], check=True)
         installed_at = time.monotonic()
         suite = subprocess.run(
