@@ -1,26 +1,30 @@
-"""Golden corpus: canonical models whose bucket plan, traversal order and
-exec order are fixed in ``fixtures/golden/<model>.txt`` (the spec's answer,
+"""Golden corpus: canonical models whose bucket plan, traversal order, exec
+order and FSDP2 groups are fixed in ``fixtures/golden/<model>.txt`` (the spec's answer,
 shared by every implementation). ``EXPECTTEST_ACCEPT=1`` rewrites a differing
 section instead of failing; review the diff before committing it."""
 
 import pytest
 
 from pytest_fsdpcheck.checks import golden_files as golden
+from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, expected_managed
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.corpus import (
     CORPUS,
     captured,
+    fsdp2_calls,
+    fsdp2_plan,
     missing,
     render_buckets,
     render_exec_order,
+    render_fsdp2,
     render_traversal,
     untraceable,
 )
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
 
-SECTIONS = ["buckets", "traversal", "exec order"]
+SECTIONS = ["buckets", "traversal", "exec order", "fsdp2"]
 MODELS = list(CORPUS)
 
 
@@ -120,3 +124,54 @@ def test_corpus_split_invariants(fsdpcheck_impl, model):
         pytest.skip("not provided: this torch's Dynamo keeps call_module nodes in the captured graph; "
                     "the corpus split invariants are checked on inlined captures (torch >= 2.5)")
     conform(fsdpcheck_impl, body, form="dynamo")
+
+
+def _require_fsdp2_plan(impl, model):
+    _require(model)
+    if not getattr(impl.fsdp2, "several_roots", True) and any(len(call) > 1 for call in fsdp2_calls(model)):
+        pytest.skip(f"not provided: {model}'s plan shards tied modules in one fully_shard call, "
+                    "and this implementation's fully_shard takes one module per group")
+
+
+@pytest.mark.invariant("FS2-1", "FS2-2", "FS2-4", "FS2-5")
+@pytest.mark.parametrize("model", MODELS)
+def test_golden_fsdp2(fsdpcheck_impl, model):
+    """The fully_shard calls a user makes (layers first, tied modules in one
+    call, the root last): each call's managed modules and states."""
+    _require_fsdp2_plan(fsdpcheck_impl, model)
+    _compare(fsdpcheck_impl, model, "fsdp2", lambda impl: render_fsdp2(model, impl.fsdp2),
+             f"corpus.render_fsdp2({model!r}, impl.fsdp2)")
+
+
+@pytest.mark.invariant("FS2-1", "FS2-2", "FS2-4", "FS2-5")
+@pytest.mark.parametrize("model", MODELS)
+def test_corpus_fsdp2_invariants(fsdpcheck_impl, model):
+    """The FSDP2 checkers on the same calls, judged by the oracle rather
+    than by the golden text."""
+    _require_fsdp2_plan(fsdpcheck_impl, model)
+
+    def body(impl):
+        violations = []
+        for _call, built in fsdp2_plan(model, impl.fsdp2):
+            violations += check_managed(built, impl.fsdp2.managed_modules(built.roots, None))
+            managed = expected_managed(built)
+            modules = [built.modules[i] for i in managed]
+            violations += check_states(built, managed, lambda modules=modules: impl.fsdp2.managed_states(modules, None))
+        return violations
+
+    conform(
+        fsdpcheck_impl,
+        body,
+        snippet(
+            fsdpcheck_impl,
+            ["violations = []",
+             f"for call, built in corpus.fsdp2_plan({model!r}, impl.fsdp2):",
+             "    violations += check_managed(built, impl.fsdp2.managed_modules(built.roots, None))",
+             "    managed = expected_managed(built)",
+             "    modules = [built.modules[i] for i in managed]",
+             "    violations += check_states(built, managed, lambda modules=modules: impl.fsdp2.managed_states(modules, None))"],
+            ["assert not violations, violations"],
+            imports=["from pytest_fsdpcheck.generators import corpus",
+                     "from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, expected_managed"],
+        ),
+    )

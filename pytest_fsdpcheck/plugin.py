@@ -688,7 +688,7 @@ def _group_by_corpus_model(items) -> None:
     for i in slots:
         first_seen.setdefault(items[i].callspec.params["model"], i)
     grouped = sorted((items[i] for i in slots), key=lambda item: first_seen[item.callspec.params["model"]])
-    for i, item in zip(slots, grouped):
+    for i, item in zip(slots, grouped, strict=True):
         items[i] = item
 
 

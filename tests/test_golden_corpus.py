@@ -41,6 +41,9 @@ def test_checker_names_each_differing_line_kind():
     assert check_golden("traversal", expected, list(expected), "m.txt") == []
     (missing,) = check_golden("exec order", None, got, "m.txt")
     assert "EXPECTTEST_ACCEPT=1" in missing.message
+    plan = ["fully_shard(a): a.x a", "  params: a.x.w", "  buffers: -"]
+    assert [v.invariant for v in check_golden("fsdp2", plan, ["fully_shard(a): a a.x", *plan[1:]], "m.txt")] == ["FS2-1"]
+    assert [v.invariant for v in check_golden("fsdp2", plan, [*plan[:2], "  buffers: a.x.b"], "m.txt")] == ["FS2-4"]
 
 
 def test_accept_rewrites_only_its_section(tmp_path):
@@ -59,8 +62,8 @@ def test_every_corpus_model_has_a_golden_file_with_all_sections():
     for name in CORPUS:
         sections = golden.read_sections(golden.golden_dir() / f"{name}.txt")
         if missing(name) is not None:
-            assert {"buckets", "traversal"} <= set(sections), name
+            assert {"buckets", "traversal", "fsdp2"} <= set(sections), name
             continue
         # exec order is recorded during an fx trace: none for a model fx cannot trace
-        expected = {"buckets", "traversal"} | (set() if untraceable(name) else {"exec order"})
+        expected = {"buckets", "traversal", "fsdp2"} | (set() if untraceable(name) else {"exec order"})
         assert set(sections) == expected, name

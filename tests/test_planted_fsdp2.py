@@ -1,7 +1,7 @@
 """Every FSDP2 invariant can fail: each planted bug is caught by its ID."""
 
 from tests.helpers import NO_SHRINK, control_problems, planted_misses, selection
-from tests.planted.fsdp2 import PLANTED
+from tests.planted.fsdp2 import CORPUS_PLANTED, PLANTED
 
 
 def test_planted_fsdp2_bugs_are_caught(run_suite):
@@ -10,6 +10,18 @@ def test_planted_fsdp2_bugs_are_caught(run_suite):
     assert planted_misses(result, report, PLANTED) == []
     # The same tests pass on the reference each bug was planted in.
     assert control_problems(report) == []
+
+
+def test_planted_fsdp2_bugs_are_caught_on_the_corpus(run_suite):
+    """The corpus models' fully_shard plans (layers, tied modules in one call,
+    the root) catch the same mistakes, by the golden text and by the oracle."""
+    result, report = run_suite("reference", *CORPUS_PLANTED, k=selection(CORPUS_PLANTED), extra=NO_SHRINK)
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    assert planted_misses(result, report, CORPUS_PLANTED) == []
+    assert control_problems(report) == []
+    failed = {nodeid.partition("::")[2].partition("[")[0] for nodeid, test in report["tests"].items()
+              if test["outcome"] == "failed"}
+    assert {"test_golden_fsdp2", "test_corpus_fsdp2_invariants"} <= failed, failed
 
 
 def test_features_a_fully_shard_predates_are_not_provided(run_suite):

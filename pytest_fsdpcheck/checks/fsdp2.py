@@ -295,10 +295,9 @@ def _is_clear(exc) -> bool:
 def check_fully_shard(built, area, mesh) -> list[Violation]:
     """FS2-7 and FS2-8: apply the groups by ``area.annotate`` (inner first,
     then the spec's roots) and check flags, structure and conflicts."""
-    spec = built.spec
     before = structure(built)
     plan = plan_groups(built)
-    for call, managed, conflicts in plan:
+    for call, _managed, conflicts in plan:
         roots = tuple(built.modules[i] for i in call)
         try:
             area.annotate(roots, mesh, built.ignored)
@@ -307,7 +306,7 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
                 return [Violation("FS2-7", f"fully_shard{call_label(call)} raised {type(exc).__name__}: {exc}")]
             kind, i, param = conflicts[0]
             names = set()
-            for k, j, pn in conflicts:
+            for _kind, j, pn in conflicts:
                 names |= names_for(built, call, j, pn)
             if not _is_clear(exc):
                 return [Violation("FS2-8", f"fully_shard{call_label(call)} of a group sharing {kind} m{i}{'.' + param if param else ''} "

@@ -15,6 +15,7 @@ from . import Violation
 LINE_INVARIANTS = {
     "traversal": {"states:": "TRV-3", "handles:": "TRV-6", "root states:": "TRV-7"},
     "exec order": {"modules:": "EXO-2", "params:": "EXO-3"},
+    "fsdp2": {"fully_shard(": "FS2-1", "  params:": "FS2-4", "  buffers:": "FS2-4"},
 }
 _BUCKET = re.compile(r"^bucket \d+: (\d+) bytes: (.*?)(?: \| (extended .*))?$")
 
@@ -27,7 +28,7 @@ def unified_diff(expected: list[str], got: list[str], name: str) -> str:
 
 def check_golden(section: str, expected: list[str] | None, got: list[str], name: str) -> list[Violation]:
     """``expected`` is ``None`` when the golden file has no such section."""
-    fallback = {"buckets": "SPL-5", "traversal": "TRV-3", "exec order": "EXO-2"}[section]
+    fallback = {"buckets": "SPL-5", "traversal": "TRV-3", "exec order": "EXO-2", "fsdp2": "FS2-1"}[section]
     if expected is None:
         return [Violation(fallback, f"expected a golden [{section}] section in {name}, found none; create it with EXPECTTEST_ACCEPT=1")]
     if expected == got:

@@ -470,3 +470,66 @@ def render_exec_order(name: str, exec_order) -> list[str]:
         "modules: " + " ".join(names.get(id(m), "?") for m in info.module_forward_order),
         "params: " + " ".join(names.get(id(p), "?") for p in info.param_forward_order),
     ]
+
+
+# --- FSDP2: the fully_shard calls a user writes for the model ----------------------
+
+
+def fsdp2_calls(name: str) -> list[tuple[str, ...]]:
+    """``fully_shard`` calls in the order a user makes them: every unit that
+    ``replicate`` does not own, deepest first, the root last. A unit of
+    several modules (tied embeddings) is one call on all of them."""
+    spec = CORPUS[name]
+    replicated = set(spec.replicate)
+    units = [u for u in spec.units if u != ("",) and not replicated & set(u)]
+    units.sort(key=lambda unit: -max(q.count(".") + 1 for q in unit))
+    return [*units, ("",)]
+
+
+def fsdp2_oracle_input(model, replicate, roots, earlier):
+    """The model as the FSDP2 checkers see a generated tree: module indices in
+    ``named_modules`` order, children in registration order, the roots of
+    this call and the modules earlier calls gave a group of their own."""
+    from .fsdp2 import BuiltFsdp2, Fsdp2Spec
+    from .trees import BuiltTree, TreeSpec
+
+    named = dict(model.named_modules())
+    modules = list(named.values())
+    index = {id(m): i for i, m in enumerate(modules)}
+    children = tuple(tuple(index[id(c)] for c in m._modules.values() if c is not None) for m in modules)
+    tree = TreeSpec(children=children, replicate=frozenset(index[id(named[q])] for q in replicate))
+    spec = Fsdp2Spec(tree=tree, roots=tuple(index[id(named[q])] for q in roots),
+                     groups=frozenset(index[id(named[q])] for call in earlier for q in call))
+    return BuiltFsdp2(spec, BuiltTree(tree, model, modules), tuple(named[q] for q in roots), None)
+
+
+def fsdp2_plan(name: str, area):
+    """Yield ``(call, built)`` for each of the model's ``fully_shard`` calls,
+    on a fresh model marked through ``area`` as those calls would leave it:
+    ``replicate`` owners marked, each earlier call's roots holding a group."""
+    spec = CORPUS[name]
+    model, _ = build(name)
+    named = dict(model.named_modules())
+    for qualname in spec.replicate:
+        area.mark_incompatible(named[qualname], "replicate")
+    done: list[tuple[str, ...]] = []
+    for call in fsdp2_calls(name):
+        yield call, fsdp2_oracle_input(model, spec.replicate, call, done)
+        for qualname in call:
+            area.mark_own_group(named[qualname])
+        done.append(call)
+
+
+def render_fsdp2(name: str, area) -> list[str]:
+    lines = []
+    for call, built in fsdp2_plan(name, area):
+        names = qualnames(built.tree.root)
+        buffer_names = {id(b): q for q, b in built.tree.root.named_buffers(remove_duplicate=False)}
+        managed = area.managed_modules(built.roots, None)
+        params, buffers = area.managed_states(managed, None)
+        lines += [
+            f"fully_shard({', '.join(q or '<root>' for q in call)}): " + " ".join(names.get(id(m), "?") for m in managed),
+            "  params: " + (" ".join(names.get(id(p), "?") for p in params) or "-"),
+            "  buffers: " + (" ".join(buffer_names.get(id(b), "?") for b in buffers) or "-"),
+        ]
+    return lines

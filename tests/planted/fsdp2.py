@@ -50,6 +50,13 @@ class _KeepsIgnoredParams(ReferenceFsdp2):
         return super().managed_states(modules, None)
 
 
+class _ParamsOnly(ReferenceFsdp2):
+    # Only parameters are collected, as FSDP1's flat parameters did; buffers are left out.
+    def managed_states(self, modules, ignored_params):
+        params, _ = super().managed_states(modules, ignored_params)
+        return params, []
+
+
 class _NoRootReduction(ReferenceFsdp2):
     # A root below another root is walked again (torch's raw _get_managed_modules
     # without fully_shard's _get_root_modules): it is listed twice.
@@ -113,6 +120,7 @@ EntersGroups = _impl(_EntersGroups)
 IgnoresOwnParamsOnly = _impl(_IgnoresOwnParamsOnly)
 KeepsIgnoredParams = _impl(_KeepsIgnoredParams)
 NoRootReduction = _impl(_NoRootReduction)
+ParamsOnly = _impl(_ParamsOnly)
 RecursiveWalk = _impl(_Recursive)
 NoFlags = _impl(_NoFlags)
 NoConflictCheck = _impl(_NoConflictCheck)
@@ -127,4 +135,12 @@ PLANTED = {
     "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
     "tests.planted.fsdp2:NoFlags": ("FS2-7", "test_fully_shard_flags"),
     "tests.planted.fsdp2:NoConflictCheck": ("FS2-8", "test_fully_shard_conflicts"),
+}
+
+#: the same kinds of mistake on the corpus models' fully_shard plans: the
+#: golden text and the oracle both catch them
+CORPUS_PLANTED = {
+    "tests.planted.fsdp2:PreOrder": ("FS2-1", "test_golden_fsdp2 or test_corpus_fsdp2"),
+    "tests.planted.fsdp2:EntersGroups": ("FS2-2", "test_corpus_fsdp2"),
+    "tests.planted.fsdp2:ParamsOnly": ("FS2-4", "test_golden_fsdp2 or test_corpus_fsdp2"),
 }
