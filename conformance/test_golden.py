@@ -9,6 +9,7 @@ from pytest_fsdpcheck.checks import golden_files as golden
 from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, expected_managed
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.contract import accepted_forms
 from pytest_fsdpcheck.generators.corpus import (
     CORPUS,
     captured,
@@ -117,13 +118,13 @@ def test_corpus_split_invariants(fsdpcheck_impl, model):
             violations += chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
         return violations
 
-    if any(n.op == "call_module" for n in gm.graph.nodes):
-        # Dynamo kept modules as call_module nodes before it inlined them (torch < 2.5).
-        # On 2.4.1 such captures break SPL-3..7 in ways no known bug models yet: an
-        # open finding, not a pass; generated module-form graphs are checked in test_splitting.
-        pytest.skip("not provided: this torch's Dynamo keeps call_module nodes in the captured graph; "
-                    "the corpus split invariants are checked on inlined captures (torch >= 2.5)")
-    conform(fsdpcheck_impl, body, form="dynamo")
+    # Dynamo kept modules as call_module nodes before it inlined them (torch < 2.5):
+    # such a capture is a module-form graph, and only module-form bugs explain it.
+    form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
+    if form not in accepted_forms(fsdpcheck_impl.splitting):
+        pytest.skip(f"not provided: this torch's Dynamo captured {model} as a {form}-form graph, "
+                    f"which this implementation's splitting does not accept")
+    conform(fsdpcheck_impl, body, form=form)
 
 
 def _require_fsdp2_plan(impl, model):

@@ -37,3 +37,38 @@ def test_large_graph_plan_conforms_and_is_linear():
         as_infos = [BucketInfo([n.name for n in b.nodes], b.size, b.params, b.param_ids, b.extra_ops,
                                b.size - b.size_before_extension if b.extra_ops else 0) for b in buckets]
         assert not chk.check_plan(facts, as_infos, 4096, 1024)
+
+
+def test_a_misplaced_parameter_is_named_as_the_graph_names_it():
+    """SPL-3 names a bucket's parameters by the graph's own labels, so two
+    releases spelling them differently (torch 2.4's ``mod_weight``, later
+    ``mod.weight``) give the same violation; the implementation's own
+    spelling is a detail outside the violation's identity."""
+    import torch
+    from torch import nn
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    gm = torch.fx.symbolic_trace(Two())
+    example = [torch.randn(1, 2)]
+    facts = chk.graph_facts(gm, example)
+    buckets = plan(gm, 10**9, 10**9)
+    (bucket,) = buckets
+    swapped = [p for p in gm.b.parameters()] + [p for p in gm.a.parameters()]
+
+    def info(names):
+        # bucket sizes stay right; its first half of parameters is swapped for another module's
+        ids = [id(p) for p in swapped[:2]] + [id(p) for p in swapped[:2]]
+        return [BucketInfo([n.name for n in bucket.nodes], bucket.size, names, ids, 0, 0)]
+
+    dotted = chk.check_plan(facts, info(["b.weight", "b.bias", "b.weight", "b.bias"]), 10**9, 10**9)
+    joined = chk.check_plan(facts, info(["b_weight", "b_bias", "b_weight", "b_bias"]), 10**9, 10**9)
+    assert [v.invariant for v in dotted] == ["SPL-3"] and dotted == joined
+    assert "[b.weight, b.bias, b.weight, b.bias]" in dotted[0].message
+    assert "b_weight" in joined[0].detail and "b_weight" not in joined[0].message
