@@ -683,7 +683,8 @@ def _group_by_corpus_model(items) -> None:
     (functools.cache), and xdist hands out consecutive items in chunks, so
     grouped, a model is mostly built by one worker instead of by each."""
     slots = [i for i, item in enumerate(items)
-             if _CORPUS_MODULE in item.nodeid and "model" in getattr(getattr(item, "callspec", None), "params", {})]
+             if getattr(item, "path", None) is not None and item.path.name == _CORPUS_MODULE and _is_suite_test(item)
+             and "model" in getattr(getattr(item, "callspec", None), "params", {})]
     first_seen: dict[str, int] = {}
     for i in slots:
         first_seen.setdefault(items[i].callspec.params["model"], i)
@@ -692,7 +693,7 @@ def _group_by_corpus_model(items) -> None:
         items[i] = item
 
 
-_CORPUS_MODULE = "test_golden.py::"
+_CORPUS_MODULE = "test_golden.py"
 
 
 def pytest_collection_finish(session):

@@ -431,3 +431,25 @@ def test_undeclared_failure_still_fails_with_divergences_loaded(pytester, suite)
     )
     assert result.ret == 1
     assert _outcomes(_report(pytester), UNFILTERED)["TRV-7"] == "fail"
+
+
+def test_corpus_tests_of_one_model_are_made_adjacent_and_nothing_else_moves():
+    """xdist hands out consecutive items, so grouping a corpus model's tests
+    keeps its build on one worker; a user's items (even in a file of the
+    same name) keep their places."""
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.plugin import _group_by_corpus_model, conformance_dir
+
+    def item(path, fn, model):
+        return SimpleNamespace(path=path, nodeid=f"{path.name}::{fn}[{model}]", callspec=SimpleNamespace(params={"model": model}))
+
+    suite = pathlib.Path(conformance_dir()) / "test_golden.py"
+    mine = pathlib.Path("/project/tests/test_golden.py")
+    items = [item(suite, "buckets", "a"), item(suite, "buckets", "b"), item(mine, "mine", "a"),
+             item(suite, "traversal", "a"), item(suite, "traversal", "b"), item(mine, "mine", "b")]
+    _group_by_corpus_model(items)
+    assert [(i.path, i.nodeid.partition("::")[2]) for i in items] == [
+        (suite, "buckets[a]"), (suite, "traversal[a]"), (mine, "mine[a]"),
+        (suite, "buckets[b]"), (suite, "traversal[b]"), (mine, "mine[b]"),
+    ]
