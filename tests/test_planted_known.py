@@ -79,3 +79,16 @@ def test_known_bugs_off_shows_the_raw_failures(run_suite):
     result, report = run_suite(_spec("Only", bug_id), k=TESTS[bug_id], extra=("--fsdpcheck-no-known-bugs", *NO_SHRINK))
     assert report["matrix"][_spec("Only", bug_id)]["TRV-7"]["outcome"] == "fail"
     assert result.ret == 1
+
+
+def test_an_exception_is_never_explained_by_replays_that_find_nothing(run_suite):
+    """A crash next to declared bugs fails: an exception is explained only by
+    a replay that raises the same one (an empty list of violations once
+    compared equal to it, and every declared bug "explained" any crash)."""
+    spec = "tests.planted.known:CrashesNextToKnownBugs"
+    result, report = run_suite(spec, k="test_split_plan", extra=NO_SHRINK)
+    assert report is not None, result.stdout.str()
+    cells = {inv: cell["outcome"] for inv, cell in report["matrix"][spec].items()}
+    assert "fail" in cells.values() and "known" not in cells.values(), cells
+    result.stdout.fnmatch_lines(["*planted: the splitter crashed*"])
+    assert result.ret == 1

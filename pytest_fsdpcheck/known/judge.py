@@ -87,6 +87,12 @@ class Raised(list):
     def __eq__(self, other):
         return isinstance(other, Raised) and other.signature == self.signature
 
+    def __ne__(self, other):
+        # list's own __ne__ would be inherited and called for ``[] != raised``:
+        # an empty list, equal to this (empty) one, so a replay finding nothing
+        # "explained" any exception.
+        return not self == other
+
     __hash__ = None
 
 
@@ -124,7 +130,7 @@ def explain(impl, outcome, body, form: str | None = None) -> list | None:
         switched.append(bug)
         if _replay(impl, body, [bug]) == outcome:
             return [bug]
-    if len(switched) < 2 or _replay(impl, body, switched) != outcome:
+    if len(switched) < 2 or not _replay(impl, body, switched) == outcome:
         return None
     # Several bugs together explain it: keep only those it needs, so the
     # report charges the example to the bugs that made it.

@@ -167,3 +167,26 @@ def _class(name, build, bug):
 for _bug in TORCH_BUGS:
     for _prefix, _build in (("Only", _only), ("Plus", _plus), ("Claims", _claims)):
         globals()[class_name(_prefix, _bug.id)] = _class(class_name(_prefix, _bug.id), _build, _bug)
+
+
+class _SplitCrashes:
+    """An internal error on every graph: no switch of the reference raises it."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.graph_form = inner.graph_form
+
+    def split(self, gm, example_inputs, **kwargs):
+        raise RuntimeError("planted: the splitter crashed")
+
+
+class CrashesNextToKnownBugs:
+    """Declares two splitting bugs it has, and crashes as well: the crash is
+    a new failure, whatever the declared bugs' replays find (nothing here)."""
+
+    def __init__(self):
+        bugs = [BUGS["spl-param-counted-per-use"], BUGS["spl-method-arg-receiver-not-str"]]
+        impl = reference_with(bugs)
+        impl.splitting = _SplitCrashes(impl.splitting)
+        impl.known_bugs = tuple(dataclasses.replace(b, affects="") for b in bugs)
+        vars(self).update(vars(impl))
