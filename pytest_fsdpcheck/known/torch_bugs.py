@@ -68,7 +68,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "is still there in later releases, and module-form graphs (all Dynamo produced on 2.4; a fork, a "
         "direct caller or inline_inbuilt_nn_modules=False later) reach it.",
         affects=">=2.4",
-        seen=("2.4.1", "2.13.0"),
+        seen=("2.4.1", "2.15.0"),
         forms=("module",),
         reference={"splitting": {"method_receiver": "module_counted"}},
         reproducer="spl-method-receiver-module-counted.py",
@@ -182,10 +182,9 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
         "`arg.node.target in fqn_to_param`, without checking that the node is a get_attr: with a root "
         "parameter named like a Tensor method (`t`, `view`, `sum`), the result of `w.t()` (a call_method "
-        "node with target 't') is recorded as a use of that parameter, used or not. Measured on 2.13 "
-        "only; the same condition is in the 2.0 source.",
+        "node with target 't') is recorded as a use of that parameter, used or not.",
         affects=">=2.0",
-        seen=("2.13.0", "2.13.0"),
+        seen=("2.0.1", "2.15.0"),
         reference={"exec_order": {"param_nodes": "any_target"}},
         reproducer="exo-method-target-taken-as-param.py",
     ),
