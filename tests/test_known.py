@@ -41,3 +41,21 @@ def test_cli_lists_and_shows(capsys):
     assert "import torch" in shown and "pytest_fsdpcheck" not in shown.split("\n", 2)[2]
     assert main(["show", "no-such-bug"]) == 2
     assert "unknown known-bug id" in capsys.readouterr().err
+
+
+def test_an_error_the_plain_reference_also_raises_is_never_explained():
+    """A body that raises whatever the implementation (the test's own
+    machinery, or torch outside the area) is explained by no bug, even one
+    whose replay raises the same."""
+    import tests.planted.known as planted
+    from pytest_fsdpcheck.known import judge
+    from tests.planted.known import class_name
+
+    impl = getattr(planted, class_name("Only", "trv-root-states-walk-modules"))()
+
+    def body(_impl):
+        raise RuntimeError("the harness failed before any implementation ran")
+
+    outcome = judge._outcome(body, impl)
+    judge.configure(enabled=True)
+    assert judge.explain(impl, outcome, body) is None

@@ -110,6 +110,10 @@ def explain(impl, outcome, body, form: str | None = None) -> list | None:
 
     if not _enabled:
         return None
+    if body is not None and _replay(impl, body, []) == outcome:
+        # The spec's own implementation does the same (an error of the test's
+        # machinery or of torch outside the area): no bug of the area explains it.
+        return None
     active = active_bugs(impl, _installed_torch(), form)
     if isinstance(outcome, Raised):
         candidates = list(active)
