@@ -124,8 +124,13 @@ def test_unset_first_cap_defaults(fsdpcheck_impl, fsdpcheck_graph_form, cap):
 # canonical cases: the last bucket reaches its cap inside a mutation whose
 # operands have no other users (it must be extended to the next output), and
 # a parameter-free preamble that must be fused
+_W = ModuleSpec("linear")
 EXTEND_AT_END = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("accum", 0)))
 PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (OpSpec("act"), OpSpec("mutate"), OpSpec("module", 0), OpSpec("module", 1)))
+# module form: walking back, the middle bucket meets its cap at `p`'s get_attr,
+# read again later; that read is no output (split_module hoists get_attr
+# nodes), so the bucket must go on to `mul`
+ATTR_READ_LATER = GraphSpec(4, 1, (_W, _W), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("accum", 0), OpSpec("module", 1), OpSpec("accum", 0)))
 
 
 @pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-13")
@@ -133,6 +138,7 @@ PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (O
 @given(spec=single_use, caps=caps())
 @example(spec=EXTEND_AT_END, caps=(1, 1))
 @example(spec=PREAMBLE, caps=(16, 16))
+@example(spec=ATTR_READ_LATER, caps=(1, 1))
 def test_split_plan(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
     form = fsdpcheck_graph_form
     cap, first = caps
@@ -158,7 +164,6 @@ def test_sizes_with_method_arguments(fsdpcheck_impl, fsdpcheck_graph_form, spec,
 
 # --------------------------------------------------------------------------- SPL-4
 
-_W = ModuleSpec("linear")
 COUNT_ONCE_CASES = {
     "module-called-twice": GraphSpec(4, 2, (_W,), (), 0, (OpSpec("module", 0), OpSpec("act"), OpSpec("module", 0))),
     "tied-weights": GraphSpec(4, 2, (_W, ModuleSpec("linear", tied_to=0)), (), 0, (OpSpec("module", 0), OpSpec("module", 1))),

@@ -59,3 +59,15 @@ def test_an_error_the_plain_reference_also_raises_is_never_explained():
     outcome = judge._outcome(body, impl)
     judge.configure(enabled=True)
     assert judge.explain(impl, outcome, body) is None
+
+
+def test_raised_outcomes_compare_by_type_and_first_line():
+    """fx's interpreter puts the failing node on the first line of what it
+    re-raises and a traceback after it: the first line identifies the error."""
+    from pytest_fsdpcheck.known.judge import Raised
+
+    crash = Raised(AssertionError("While executing %submod_1 : [num_users=0]\nOriginal traceback:\n  File a.py"))
+    assert crash == Raised(AssertionError("While executing %submod_1 : [num_users=0]\nOriginal traceback:\nNone"))
+    assert crash != Raised(AssertionError("While executing %submod_2 : [num_users=0]\nOriginal traceback:\nNone"))
+    assert crash != Raised(IndexError("While executing %submod_1 : [num_users=0]"))
+    assert crash != []

@@ -2,6 +2,7 @@
 the checker on hand-made rank results for the parts a splitter cannot break
 (gradients, compile reasons, dead ranks)."""
 
+import pytest
 import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
@@ -135,3 +136,45 @@ def test_world_size_option_reaches_the_checks(run_suite):
     result, report = run_suite("reference", k="test_fully_shard_end_to_end", extra=("--fsdpcheck-world-size", "1", "-rs"))
     assert report["matrix"]["reference"]["FS2-9"]["outcome"] == "not provided", report["matrix"]["reference"]
     result.stdout.fnmatch_lines(["*not provided: FS2-9 needs world size >= 2, the runner gives 1 (--fsdpcheck-world-size)*"])
+
+
+def _summed(rank, factor=2.0, ignored=torch.full((2,), 2.0), group="gloo"):
+    record = _fs2_rank(rank, grads={"m0.w0": torch.ones(2) * factor, "m1.w0": ignored})
+    record["process_group"] = group
+    return record
+
+
+def test_fs2_9_gloo_grads_summed_is_explained_only_as_itself():
+    """fs2-gloo-grads-summed: every sharded gradient world_size times too big
+    on gloo is that known bug; any other gradient error next to it, a
+    different factor, or another backend is a new failure."""
+    import dataclasses
+
+    from pytest_fsdpcheck.checks import ConformanceFailure
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+    from pytest_fsdpcheck.known import judge
+    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+
+    bug = next(b for b in TORCH_BUGS if b.id == "fs2-gloo-grads-summed")
+    impl = ReferenceImplementation()
+    impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+    judge.configure(enabled=True)
+    judge.reset()
+
+    summed = check_fsdp2_end_to_end([_summed(0), _summed(1)], "impl")
+    assert {v.message.split(": ", 1)[1] for v in summed} == {
+        "every sharded gradient is 2 times the unsharded gradient of the global batch "
+        "(summed over the 2 ranks instead of averaged, on gloo)"
+    }
+    judge.conform(impl, summed)
+    assert judge.explained()["fs2-gloo-grads-summed"]["examples"] == 1
+
+    also_ignored_wrong = [_summed(0, ignored=torch.zeros(2)), _summed(1)]
+    three_times = [_summed(0, factor=3.0), _summed(1, factor=3.0)]
+    on_nccl = [_summed(0, group="nccl"), _summed(1, group="nccl")]
+    for records in (also_ignored_wrong, three_times, on_nccl):
+        violations = check_fsdp2_end_to_end(records, "impl")
+        with pytest.raises(ConformanceFailure) as failure:
+            judge.conform(impl, violations)
+        assert "FS2-9: rank 0" in str(failure.value)
+    judge.reset()

@@ -128,11 +128,12 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
             violations.append(Violation("FS2-9", f"rank {rank}: fully_shard driven by {spec} failed: {_first_line(record['error'])}"))
         elif not record.get("not_provided"):
             for mode in ("eager", "compiled"):
-                violations += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in _fsdp2_step(result, record[mode], mode, rtol, atol)]
+                step = _fsdp2_step(result, record[mode], mode, len(results), rtol, atol)
+                violations += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in step]
     return violations
 
 
-def _fsdp2_step(result: dict, step: dict, mode: str, rtol: float, atol: float) -> list[str]:
+def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: float, atol: float) -> list[str]:
     import torch
 
     oracle = result["oracle"]
@@ -157,14 +158,23 @@ def _fsdp2_step(result: dict, step: dict, mode: str, rtol: float, atol: float) -
     if mode == "compiled" and step.get("graphs", 1) < 1:
         out.append("torch.compile compiled no graph: the compiled step ran eagerly")
     ignored = set(oracle["ignored"])
+    grads: list[str] = []
+    scaled = 0  # sharded gradients that are exactly world_size times the expected one
     for label, global_grad in result["reference"]["global"].items():
         local = label in ignored
         want = result["reference"]["local"][label] if local else global_grad
         have = step["grads"].get(label)
         which = "this rank's unsharded gradient (ignored: not reduced)" if local else "the unsharded gradient of the global batch"
         if have is None:
-            out.append(f"{label} has no gradient, expected {which}")
+            grads.append(f"{label} has no gradient, expected {which}")
         elif have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
             diff = (have - want).abs().max().item() if have.shape == want.shape else f"shape {tuple(have.shape)}"
-            out.append(f"gradient of {label}: expected {which}, max abs difference {diff}")
-    return out
+            grads.append(f"gradient of {label}: expected {which}, max abs difference {diff}")
+            scaled += not local and have.shape == want.shape and torch.allclose(have, want * world_size, rtol=rtol, atol=atol)
+    if grads and scaled == len(grads) == sum(label not in ignored for label in result["reference"]["global"]):
+        # one statement for a uniform scaling: a reduction that sums instead of
+        # averaging, told apart from any gradient that is wrong another way
+        group = result.get("process_group", "?")
+        grads = [f"every sharded gradient is {world_size} times the unsharded gradient of the global batch "
+                 f"(summed over the {world_size} ranks instead of averaged, on {group})"]
+    return out + grads

@@ -293,7 +293,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     reference = _reference_grads(base, inputs, rank)
     backend = compile_backend()
     result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
-              "spec": spec.to_source(), "impls": {}}
+              "spec": spec.to_source(), "impls": {}, "process_group": torch.distributed.get_backend()}
     for spec in impl_specs:
         try:
             area = load_implementation(spec).fsdp2

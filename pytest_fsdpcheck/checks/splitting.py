@@ -212,8 +212,17 @@ def _walk(facts, bucket):
     for k in range(len(bucket.nodes) - 1, -1, -1):
         name = bucket.nodes[k]
         size += facts.attributed[name]
-        external = external or any(u == OUTPUT or facts.position[u] > end for u in facts.users[name])
+        external = external or _feeds_later(facts, name, end)
         yield k, size, external
+
+
+def _feeds_later(facts, name, end) -> bool:
+    """Whether node ``name`` is an output of a bucket ending at position
+    ``end``. A ``get_attr`` never is: split_module keeps it in the parent
+    graph and hands its value to each submodule that reads it."""
+    if name in facts.attrs:
+        return False
+    return any(u == OUTPUT or facts.position[u] > end for u in facts.users[name])
 
 
 def _cap_of(i, buckets, bucket_cap, first_cap):
@@ -253,8 +262,8 @@ def check_closing(facts, buckets, bucket_cap, first_cap) -> list[Violation]:
 def check_outputs(facts, buckets, *_caps) -> list[Violation]:
     out = []
     for i, b in enumerate(buckets):
-        inside = set(b.nodes)
-        if not any(u not in inside for n in b.nodes for u in facts.users[n]):
+        end = facts.position[b.nodes[-1]]
+        if not any(_feeds_later(facts, n, end) for n in b.nodes):
             out.append(Violation("SPL-6", f"bucket {i} ({short(b.nodes, 4)}) should have an output used outside it, but none of its nodes is"))
     return out
 

@@ -73,13 +73,15 @@ def conform(impl, body, example: str | None = None, form: str | None = None) -> 
 
 
 class Raised(list):
-    """A body that raised, compared by exception type and message: an
-    exception is explained only by a replay that raises the same one."""
+    """A body that raised, compared by exception type and the first line of
+    its message: an exception is explained only by a replay that raises the
+    same one. (Wrappers such as fx's interpreter add the failing node on the
+    first line and tracebacks after it; those differ from run to run.)"""
 
     def __init__(self, exception: Exception):
         super().__init__()
         self.exception = exception
-        self.signature = (type(exception).__name__, str(exception))
+        self.signature = (type(exception).__name__, (str(exception).splitlines() or [""])[0])
 
     def __bool__(self):
         return True

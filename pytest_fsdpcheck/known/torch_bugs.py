@@ -9,7 +9,22 @@ measured; on a newer torch the suite keeps looking for it and reports
 
 from __future__ import annotations
 
+import re
+
 from .bugs import KnownBug
+
+_SUMMED_ON_GLOO = re.compile(
+    r"rank \d+, (eager|compiled): every sharded gradient is (\d+) times the unsharded gradient of the "
+    r"global batch \(summed over the \2 ranks instead of averaged, on gloo\)"
+)
+
+
+def _sharded_gradients_summed_on_gloo(violations) -> bool:
+    """Every violation is FS2-9's statement that all sharded gradients, and
+    only they, were scaled by exactly the world size on a gloo group (a
+    partial or different error is worded otherwise, and is not explained)."""
+    return bool(violations) and all(v.invariant == "FS2-9" and _SUMMED_ON_GLOO.fullmatch(v.message) for v in violations)
+
 
 TORCH_BUGS: tuple[KnownBug, ...] = (
     KnownBug(
@@ -83,6 +98,20 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.0.1", "2.0.1"),
         reference={"splitting": {"close_at_cap": "always"}},
         reproducer="spl-bucket-closes-without-output.py",
+    ),
+    KnownBug(
+        id="spl-attr-read-taken-as-output",
+        invariants=("SPL-5", "SPL-6", "SPL-7"),
+        reason="DDPOptimizer.compile_fn (bucket_has_external_output) takes a get_attr node read by a "
+        "later bucket for the current bucket's output and closes the bucket there; but split_module "
+        "keeps get_attr nodes in the parent graph, so that bucket's submodule has no output. torch "
+        "2.0's split_module then raises IndexError, on 2.1-2.5 DDPOptimizer's fake-tensor copy of the "
+        "submodule fails an assert in fx's Graph.__deepcopy__, and later releases return a split graph "
+        "with an output-less submodule.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
+        reference={"splitting": {"attr_outputs": "counted"}},
+        reproducer="spl-attr-read-taken-as-output.py",
     ),
     KnownBug(
         id="spl-method-arg-receiver-not-str",
@@ -175,6 +204,19 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.3.1", "2.4.1"),
         reference={"fsdp2": {"scalar_params": "accept"}},
         reproducer="fs2-scalar-param-accepted.py",
+    ),
+    KnownBug(
+        id="fs2-gloo-grads-summed",
+        invariants=("FS2-9",),
+        reason="fully_shard's gradient reduce-scatter (foreach_reduce in torch.distributed.fsdp."
+        "_fully_shard._fsdp_collectives) on a gloo process group leaves sharded gradients summed over "
+        "the ranks instead of averaged: every sharded gradient is world_size times the gradient of the "
+        "mean loss (ignored parameters, which are not reduced, are right). It is torch's runtime, not "
+        "the walk: any implementation driving fully_shard meets it; the torch implementation declares it.",
+        affects=">=2.7,<2.9",
+        seen=("2.7.1", "2.8.0"),
+        predicate=_sharded_gradients_summed_on_gloo,
+        reproducer="fs2-gloo-grads-summed.py",
     ),
     KnownBug(
         id="exo-method-target-taken-as-param",

@@ -6,7 +6,10 @@ its gradient is complete in backward). A bucket closes before the next node as
 soon as it has reached its cap (the first-bucket cap for the bucket holding
 the graph's last nodes) and one of its nodes is used outside it; until it has
 such an output it keeps absorbing nodes, and records how many. A
-parameter-free earliest bucket is fused into the next one.
+``get_attr`` node is no such output: split_module keeps it in the parent
+graph and passes its value to every submodule that reads it, so a bucket
+whose only outward node is a ``get_attr`` would be a submodule with no
+output. A parameter-free earliest bucket is fused into the next one.
 
 Whether a bucket has an external output is tracked incrementally: nodes join
 a bucket in reverse graph order and a node's users all come after it, so once
@@ -107,6 +110,7 @@ def plan(
     ddp_ignored_from: str = "real_inputs",
     close_at_cap: str = "with_output",
     method_receiver: str = "ignored",
+    attr_outputs: str = "not_counted",
 ) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order.
 
@@ -158,7 +162,7 @@ def plan(
                 current.param_ids.append(id(param))
         here = len(buckets) - 1
         bucket_index[node] = here
-        if not current.has_external_output:
+        if not current.has_external_output and (node.op != "get_attr" or attr_outputs == "counted"):
             current.has_external_output = any(bucket_index.get(user) != here for user in node.users)
         current.nodes.append(node)
     if len(buckets) > 1 and buckets[-1].size == 0:
@@ -201,6 +205,7 @@ _SWITCHES = {
     "method_receiver": ("ignored", "module_counted"),
     "method_args": ("all", "string_receiver_only"),
     "ddp_ignored_from": ("real_inputs", "example_value"),
+    "attr_outputs": ("not_counted", "counted"),
 }
 
 
@@ -237,10 +242,15 @@ class ReferenceSplitting:
         table = table_lines(buckets, bucket_bytes_cap)
         if len(buckets) == 1:
             return SplitResult(infos, backend(gm, list(example_inputs)), table)
-        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend), table)
+        # torch's DDPOptimizer copies every submodule to fake tensors before
+        # compiling it, and fx's Graph copy fails on a submodule without an
+        # output on some releases: the switch that makes such submodules
+        # copies them as torch does, so it fails where torch fails.
+        copy_first = self._switches.get("attr_outputs") == "counted"
+        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend, copy_first), table)
 
 
-def _split_and_compile(gm, buckets, example_inputs, backend):
+def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False):
     import torch
     from torch.fx.passes.split_module import split_module
 
@@ -257,6 +267,8 @@ def _split_and_compile(gm, buckets, example_inputs, backend):
                 env[node] = next(placeholders)
             elif node.op == "call_module":
                 submod = split_gm.get_submodule(node.target)
+                if copy_first and not node.users:
+                    _copy_like_ddp_optimizer(submod, node)
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 compiled = backend(submod, list(args))
                 env[node] = submod(*args)
@@ -269,6 +281,19 @@ def _split_and_compile(gm, buckets, example_inputs, backend):
                 env[node] = node.target(*args, **kwargs)
     split_gm.recompile()
     return split_gm
+
+
+def _copy_like_ddp_optimizer(submod, node):
+    """Deep-copy ``submod`` as DDPOptimizer's fake-tensor pass does, failing
+    the way its fx interpreter reports a node's error (the node first)."""
+    import copy
+
+    try:
+        copy.deepcopy(submod)
+    except Exception as exc:
+        where = f"While executing {node.format_node()}"
+        exc.args = (f"{exc.args[0]}\n\n{where}" if exc.args else where, *exc.args[1:])
+        raise
 
 
 @functools.cache
