@@ -104,12 +104,13 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         invariants=("SPL-5", "SPL-6", "SPL-7"),
         reason="DDPOptimizer.compile_fn (bucket_has_external_output) takes a get_attr node read by a "
         "later bucket for the current bucket's output and closes the bucket there; but split_module "
-        "keeps get_attr nodes in the parent graph, so that bucket's submodule has no output. torch "
-        "2.0's split_module then raises IndexError, on 2.1-2.5 DDPOptimizer's fake-tensor copy of the "
-        "submodule fails an assert in fx's Graph.__deepcopy__, and later releases return a split graph "
-        "with an output-less submodule.",
-        affects=">=2.0",
-        seen=("2.0.1", "2.15.0"),
+        "keeps get_attr nodes in the parent graph, so that bucket's submodule has no output. On "
+        "2.1-2.5 DDPOptimizer's fake-tensor copy of the submodule then fails an assert in fx's "
+        "Graph.__deepcopy__, and later releases return a split graph with an output-less submodule. "
+        "(torch 2.0 closes a full bucket without looking for an output at all: "
+        "spl-bucket-closes-without-output.)",
+        affects=">=2.1",
+        seen=("2.1.2", "2.15.0"),
         reference={"splitting": {"attr_outputs": "counted"}},
         reproducer="spl-attr-read-taken-as-output.py",
     ),
