@@ -236,3 +236,46 @@ def test_a_violation_outside_the_tests_tags_fails_its_own_cell():
     failed = SimpleNamespace(skipped=False, failed=True, passed=False, longrepr="")
     cells = classify(failed, ["FS2-8"], {PROP_VIOLATED: ["FS2-7"]})
     assert cells == {"FS2-8": "pass", "FS2-7": "fail"}
+
+
+# --- the exec-order oracle ------------------------------------------------------------
+
+
+class _SlicedParam:
+    """A module whose only read of ``p`` is through a slice (``p[:1]``)."""
+
+    @staticmethod
+    def build():
+        import torch
+
+        class Sliced(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.p = torch.nn.Parameter(torch.ones(3))
+                self.unused = torch.nn.Parameter(torch.ones(3))
+
+            def forward(self, x):
+                return x + self.p[:1].sum() + self.p[1]
+
+        return Sliced()
+
+
+@pytest.mark.parametrize("watch_getitem", [False, True], ids=["torch-function-mode", "patched-getitem"])
+def test_oracle_sees_a_parameter_read_through_a_slice(monkeypatch, watch_getitem):
+    """torch before ~2.2 indexes by int/slice without consulting modes; the
+    oracle then watches Tensor.__getitem__ itself. Either way: each read
+    seen exactly once, and Tensor.__getitem__ left as it was."""
+    import torch
+
+    from pytest_fsdpcheck.checks import exec_oracle
+
+    if watch_getitem:
+        monkeypatch.setattr(exec_oracle, "_getitem_escapes_modes", lambda: True)
+    elif exec_oracle._getitem_escapes_modes():
+        pytest.skip(f"torch {torch.__version__}'s TorchFunctionMode does not see int/slice indexing")
+    before = vars(torch.Tensor).get("__getitem__")
+    root = _SlicedParam.build()
+    observed = exec_oracle.observe_eager(root, (torch.zeros(3),), torch.fx.Tracer())
+    assert [p is root.p for p in observed.param_first_use] == [True]
+    assert [[name for name, _ in named] for _, named in observed.usage[root]] == [["p"], ["p"]]
+    assert vars(torch.Tensor).get("__getitem__") is before

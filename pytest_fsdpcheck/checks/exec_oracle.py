@@ -13,6 +13,7 @@ the leaf's parameters, in ``named_parameters()`` order.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 
@@ -88,23 +89,72 @@ def observe_eager(root, inputs, tracer, kwargs=None) -> ObservedExec:
         if was_leaf:
             leaf_depth[0] -= 1
 
+    def op_reads(args, kwargs=None):
+        if not leaf_depth[0] and stack:
+            named = [(fqn_of[id(t)], t) for t in _tensors_in(args, kwargs) if id(t) in fqn_of]
+            if named:
+                use(stack[-1][0], named)
+
+    patch_getitem = _getitem_escapes_modes()
+
     class ParamUses(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if not leaf_depth[0] and stack:
-                named = [(fqn_of[id(t)], t) for t in _tensors_in(args, kwargs) if id(t) in fqn_of]
-                if named:
-                    use(stack[-1][0], named)
+            # with the patch in place, indexing is recorded by it alone (modes
+            # see some index kinds, and the patched method under its own name)
+            if not (patch_getitem and (func is getitem or getattr(func, "__name__", "") == "__getitem__")):
+                op_reads(args, kwargs)
             return func(*args, **(kwargs or {}))
+
+    original_getitem = torch.Tensor.__getitem__
+    own_getitem = "__getitem__" in vars(torch.Tensor)
+
+    indexing = [0]  # the original re-enters the patch through a mode that sees it
+
+    def getitem(self, index):
+        if not indexing[0]:
+            op_reads((self, index))
+        indexing[0] += 1
+        try:
+            return original_getitem(self, index)
+        finally:
+            indexing[0] -= 1
 
     pre = module_mod.register_module_forward_pre_hook(pre_hook)
     post = module_mod.register_module_forward_hook(post_hook)
     try:
+        if patch_getitem:
+            torch.Tensor.__getitem__ = getitem
         with torch.no_grad(), ParamUses():
             root(*inputs, **(kwargs or {}))
     finally:
+        if patch_getitem:
+            if own_getitem:
+                torch.Tensor.__getitem__ = original_getitem
+            else:
+                del torch.Tensor.__getitem__
         pre.remove()
         post.remove()
     return observed
+
+
+@functools.cache
+def _getitem_escapes_modes() -> bool:
+    """torch before 2.2 or so indexes a tensor by an int or a slice on a fast
+    path that never consults TorchFunctionMode: ``p[:k]`` would go unseen, so
+    the oracle then watches ``Tensor.__getitem__`` itself."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Probe(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", ""))
+            return func(*args, **(kwargs or {}))
+
+    with Probe():
+        torch.zeros(2)[:1]
+    return "__getitem__" not in seen
 
 
 def graph_signature(graph) -> list[tuple]:
