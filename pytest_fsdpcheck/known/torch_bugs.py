@@ -110,7 +110,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "(torch 2.0 closes a full bucket without looking for an output at all: "
         "spl-bucket-closes-without-output.)",
         affects=">=2.1",
-        seen=("2.1.2", "2.13.0"),
+        seen=("2.1.2", "2.15.0"),
         reference={"splitting": {"attr_outputs": "counted"}},
         reproducer="spl-attr-read-taken-as-output.py",
     ),
