@@ -262,7 +262,7 @@ class _SlicedParam:
 
 @pytest.mark.parametrize("watch_getitem", [False, True], ids=["torch-function-mode", "patched-getitem"])
 def test_oracle_sees_a_parameter_read_through_a_slice(monkeypatch, watch_getitem):
-    """torch before ~2.2 indexes by int/slice without consulting modes; the
+    """torch 2.0 and 2.1 index by int/slice without consulting modes; the
     oracle then watches Tensor.__getitem__ itself. Either way: each read
     seen exactly once, and Tensor.__getitem__ left as it was."""
     import torch

@@ -139,9 +139,9 @@ def observe_eager(root, inputs, tracer, kwargs=None) -> ObservedExec:
 
 @functools.cache
 def _getitem_escapes_modes() -> bool:
-    """torch before 2.2 or so indexes a tensor by an int or a slice on a fast
-    path that never consults TorchFunctionMode: ``p[:k]`` would go unseen, so
-    the oracle then watches ``Tensor.__getitem__`` itself."""
+    """torch 2.0 and 2.1 index a tensor by an int or a slice on a fast path
+    that never consults TorchFunctionMode: ``p[:k]`` would go unseen, so the
+    oracle then watches ``Tensor.__getitem__`` itself."""
     import torch
     from torch.overrides import TorchFunctionMode
 
