@@ -17,7 +17,7 @@ from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known import conform
-from pytest_fsdpcheck.plugin import get_session, world_size_for
+from pytest_fsdpcheck.session import get_session, world_size_for
 
 RANK_TIMEOUT_S = 180.0
 _runs: dict = {}

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from .checks.ddp_run import TORCHRUN_ENV
-    from .plugin import conformance_dir
+    from .collection import conformance_dir
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     device = _device(argv)

@@ -77,6 +77,62 @@ def open_database(url: str, default_folder: str | None = None):
     return DirectoryBasedExampleDatabase(url)
 
 
+def configure_database(config, session, url: str | None) -> None:
+    """The example database and engine settings of the suite's properties:
+    none under ``ci``; under HypoFuzz, Hypothesis' default one; else ``url``
+    or a folder under the pytest cache."""
+    import pytest
+    from hypothesis import settings
+
+    from . import profiles
+    from .options import warn
+
+    session.under_hypofuzz = _under_hypofuzz(config)
+    if session.under_hypofuzz:
+        # HypoFuzz fuzzes only tests whose database is Hypothesis' default
+        # one and that are not derandomized, whatever the profile.
+        if url is not None:
+            warn(config, "--fsdpcheck-database is not used under HypoFuzz: it keeps examples in "
+                 "Hypothesis' default database (set one in a Hypothesis settings profile)")
+        if settings().database is None:
+            # HypoFuzz's workers die on a missing database and it then reports
+            # "a failing input for every test": refuse here, with the cause.
+            profile = getattr(settings, "get_current_profile_name", lambda: None)()
+            cause = (" (Hypothesis loads its 'ci' profile, which keeps none, where a CI variable is set)"
+                     if profile == "ci" else f" (profile {profile!r})" if profile else "")
+            raise pytest.UsageError(
+                f"fsdpcheck: HypoFuzz needs an example database and Hypothesis' default settings have none"
+                f"{cause}: unset CI, or load a settings profile that keeps a database")
+        profiles.override(derandomize=False, database=settings().database)
+        session.database = repr(settings().database)
+        return
+    if session.plan is None:
+        return
+    if url is None:
+        url = _cache_folder(config)
+    try:
+        profiles.override(database=open_database(url))
+    except FuzzOptionError as exc:
+        raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+    session.database = url
+    if session.plan.budget_s is not None:
+        profiles.budgeted()
+
+
+def _under_hypofuzz(config) -> bool:
+    # HypoFuzz collects through pytest.main(plugins=[its collector]); the
+    # package never imports it (AGPL), it only recognises its collector.
+    return any(type(p).__module__.partition(".")[0] == "hypofuzz" for p in config.pluginmanager.get_plugins())
+
+
+def _cache_folder(config) -> str:
+    try:
+        cache_dir = config.getini("cache_dir")
+    except ValueError:  # -p no:cacheprovider: its ini key is unknown, the folder is still the usual one
+        cache_dir = ".pytest_cache"
+    return str(config.rootpath / cache_dir / "fsdpcheck" / "examples")
+
+
 def stream_seed(seed: int, stream: int, streams: int, round_: int = 0) -> int:
     """The Hypothesis seed of one round of one stream. Stream 0 of 1, round
     0, is the run's seed itself, so an unsharded run replays as before."""

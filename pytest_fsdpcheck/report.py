@@ -237,3 +237,150 @@ def render_exploration(explored: dict) -> list[str]:
         if cov["missing"]:
             lines.append(f"features no example had: {', '.join(cov['missing'])}")
     return lines
+
+
+# --- what the run prints and writes -------------------------------------------------
+
+
+def header_lines(session) -> list[str]:
+    from .contract import provided_areas
+    from .known import active_bugs
+
+    impl_lines = [
+        f"  {spec}: {', '.join(provided_areas(obj)) or 'no areas'}" for spec, obj in session.impls.items()
+    ]
+    seed = (
+        "derandomized (ci profile)"
+        if session.seed is None
+        else f"{session.seed} (replay with --fsdpcheck-seed={session.seed})"
+    )
+    known = [
+        f"  {spec}: {', '.join(b.id for b in active_bugs(obj, session.torch_version))}"
+        for spec, obj in session.impls.items()
+        if active_bugs(obj, session.torch_version)
+    ]
+    return [
+        f"fsdpcheck: torch {session.torch_version}; devices: {', '.join(session.devices)}; "
+        f"profile: {session.profile}; seed: {seed}",
+        *_plan_header(session),
+        "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
+        *(
+            ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
+            if known and session.known_bugs
+            else ["fsdpcheck: known bugs: " + ("none for these implementations" if session.known_bugs else "off")]
+        ),
+        "fsdpcheck: implementations (areas provided):",
+        *impl_lines,
+    ]
+
+
+def _plan_header(session) -> list[str]:
+    plan = session.plan
+    if plan is None:
+        return []
+    first = plan.stream(0) + 1
+    streams = f"stream {first}" if plan.workers == 1 else f"streams {first}-{first + plan.workers - 1}"
+    parts = [f"machine {plan.machine + 1}/{plan.machines} x {plan.workers} worker(s): {streams} of {plan.streams}"]
+    if plan.budget_s is not None:
+        parts.append(f"fuzz time {plan.budget_s:g} s, every property in rounds until its share is spent")
+    parts.append(f"example database: {session.database}")
+    return ["fsdpcheck: " + "; ".join(parts)]
+
+
+class MatrixRecorder:
+    """Registered as a plugin for the run: every test report goes to the matrix."""
+
+    def __init__(self, session):
+        self.session = session
+        for spec in session.impls:
+            session.matrix.add_impl(spec)
+
+    def pytest_runtest_logreport(self, report):
+        self.session.matrix.record(report)
+
+
+def terminal_summary(tr, session) -> None:
+    import time
+
+    from .verdicts import findings
+
+    stale, unexpected, unreproduced = findings(session)
+    tr.section("fsdpcheck conformance matrix")
+    for line in session.matrix.render():
+        tr.write_line(line)
+    for line in _known_lines(session, unreproduced):
+        tr.write_line(line)
+    for entry in stale:
+        tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
+    for inv, impl in unexpected:
+        tr.write_line(f"unexpected pass: {inv} is declared divergent for {impl} but all its checks passed")
+    explored = exploration(session.matrix.per_test, time.time() - session.started)
+    if session.profile != "ci" and explored["examples"]:
+        tr.section("fsdpcheck exploration")
+        for line in render_exploration(explored):
+            tr.write_line(line)
+    if not session.report_path:
+        return
+    try:
+        write_json(
+            session.report_path,
+            {
+                "torch": session.torch_version,
+                "implementations": list(session.impls),
+                "devices": session.devices,
+                "profile": session.profile,
+                "seed": session.seed,
+                "divergence_files": session.divergence_files,
+                **_plan_json(session),
+            },
+            session.matrix,
+            {
+                "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
+                "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+                "known_bugs": _known_json(session, unreproduced),
+                "exploration": explored,
+            },
+        )
+    except OSError as exc:
+        tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {session.report_path}: {exc.strerror or exc}", red=True)
+    else:
+        tr.write_line(f"fsdpcheck: JSON report written to {session.report_path}")
+
+
+def _plan_json(session) -> dict:
+    plan = session.plan
+    if plan is None:
+        return {}
+    return {"shard": f"{plan.machine + 1}/{plan.machines}", "workers": plan.workers,
+            "fuzz_time_s": plan.budget_s, "deadline": plan.deadline, "database": session.database}
+
+
+def _known_lines(session, unreproduced) -> list[str]:
+    lines = []
+    for number, (spec, bug_id) in enumerate(session.matrix.known_order, 1):
+        n = session.matrix.known_examples[(spec, bug_id)]
+        lines.append(f"[{number}] known bug {bug_id} [{spec}]: explained {n} examples; "
+                     f"reproducer: python -m pytest_fsdpcheck.known show {bug_id}")
+    for spec, bug in unreproduced:
+        lines.append(f"known bug {bug.id} [{spec}]: not reproduced on torch {session.torch_version} "
+                     f"(declared for {bug.affects or 'every version'}, seen {bug.seen_range}) — fixed?")
+    return lines
+
+
+def _known_json(session, unreproduced) -> list[dict]:
+    from .known import active_bugs
+
+    missing = {(spec, bug.id) for spec, bug in unreproduced}
+    return [
+        {
+            "id": bug.id,
+            "implementation": spec,
+            "invariants": list(bug.invariants),
+            "affects": bug.affects,
+            "seen": list(bug.seen),
+            "examples": session.matrix.known_examples.get((spec, bug.id), 0),
+            "not_reproduced": (spec, bug.id) in missing,
+        }
+        for spec, impl in session.impls.items()
+        for bug in active_bugs(impl, session.torch_version)
+    ]

@@ -1,0 +1,204 @@
+"""Which suite tests run, with which parameters, in which order.
+
+The suite ships inside the package and is collected from wherever it is
+installed. Only its own tests (those under :func:`conformance_dir`) are
+parametrized, tagged or reordered; a user's tests in the same run are left
+exactly as pytest collected them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from .catalog import area_of
+from .report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED
+
+_CORPUS_MODULE = "test_golden.py"
+
+
+@functools.cache
+def conformance_dir() -> Path:
+    from importlib.util import find_spec
+
+    spec = find_spec("pytest_fsdpcheck.conformance")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def inside(path, folder: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def is_suite_test(node) -> bool:
+    """Only the shipped suite's tests are the plugin's to parametrize."""
+    return inside(node.path, conformance_dir())
+
+
+def add_suite_paths(args: list[str]) -> None:
+    """With no suite path among ``args``, the suite is appended; a test id
+    as the summary prints it (test_traversal.py::test_root_states[torch])
+    runs just that test."""
+    suite = conformance_dir()
+    picked = False
+    for i, arg in enumerate(args):
+        path, sep, rest = arg.partition("::")
+        name = os.path.basename(path)
+        if path.endswith(".py") and not os.path.exists(path) and (suite / name).is_file():
+            args[i] = str(suite / name) + sep + rest
+            picked = True
+        elif os.path.exists(path) and inside(path, suite):
+            picked = True
+    if not picked:
+        args.append(str(suite))
+
+
+def invariants_of(item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("invariant"):
+        ids.extend(mark.args)
+    return list(dict.fromkeys(ids))
+
+
+def impl_id(session, callspec) -> str | None:
+    if callspec is None or "fsdpcheck_impl" not in callspec.params:
+        return None
+    impl = callspec.params["fsdpcheck_impl"]
+    return next((spec for spec, obj in session.impls.items() if obj is impl), None)
+
+
+def parametrize(metafunc, session) -> None:
+    """One item per implementation (and graph form, device, shard) of a suite test."""
+    if "fsdpcheck_impl" not in metafunc.fixturenames or not is_suite_test(metafunc.definition):
+        return
+    if session is None:
+        skip = pytest.mark.skip(reason="pytest-fsdpcheck suite: run with --fsdpcheck")
+        metafunc.parametrize("fsdpcheck_impl", [pytest.param(None, marks=skip)], ids=["disabled"])
+        return
+    areas = {area_of(i) for i in invariants_of(metafunc.definition)}
+    # A splitting check asking for a graph form runs once per form, the form
+    # in its id ("torch-module"), so one form's known bug hides nothing in the other.
+    forms = "fsdpcheck_graph_form" in metafunc.fixturenames
+    params = []
+    for spec, impl in session.impls.items():
+        missing = [a for a in sorted(areas) if getattr(impl, a, None) is None]
+        marks = [pytest.mark.skip(reason=f"not provided: {spec} has no {', '.join(missing)} area")] if missing else []
+        if not forms:
+            params.append(pytest.param(impl, marks=marks, id=spec))
+            continue
+        from .contract import GRAPH_FORMS, accepted_forms
+
+        accepted = accepted_forms(impl.splitting) if not missing else GRAPH_FORMS
+        for form in GRAPH_FORMS:
+            reason = f"not provided: {spec} accepts {' and '.join(accepted)}-form graphs, not {form} form"
+            form_marks = marks or ([] if form in accepted else [pytest.mark.skip(reason=reason)])
+            params.append(pytest.param(impl, form, marks=form_marks, id=f"{spec}-{form}"))
+    metafunc.parametrize(("fsdpcheck_impl", "fsdpcheck_graph_form") if forms else "fsdpcheck_impl", params)
+    if "fsdpcheck_device" in metafunc.fixturenames:
+        metafunc.parametrize("fsdpcheck_device", session.devices)
+    plan = session.plan
+    if plan is not None and plan.workers > 1 and getattr(metafunc.function, "is_hypothesis_test", False):
+        # one item per worker, each running its own part of the seed stream
+        metafunc.fixturenames.append("fsdpcheck_shard")
+        shards = range(plan.workers)
+        metafunc.parametrize("fsdpcheck_shard", shards, ids=[f"shard{k + 1}of{plan.workers}" for k in shards])
+
+
+def tag(session, items) -> None:
+    """Invariants and implementation on each suite item (they travel with its
+    reports, across xdist), and the divergence entries its id matches."""
+    from .known import divergences as div
+    from .verdicts import trim_traceback
+
+    for item in items:
+        invariants = invariants_of(item)
+        callspec = getattr(item, "callspec", None)
+        spec = impl_id(session, callspec)
+        if not invariants or spec is None or not is_suite_test(item):
+            continue
+        item.user_properties.append((PROP_INVARIANTS, invariants))
+        item.user_properties.append((PROP_IMPL, spec))
+        impl = callspec.params["fsdpcheck_impl"]
+        if any(getattr(impl, area_of(i), None) is None for i in invariants):
+            item.user_properties.append((PROP_NOT_PROVIDED, True))
+        session.matched_entries.update(div.matching(session.divergences, spec, item.nodeid, invariants))
+        item._traceback_filter = functools.partial(trim_traceback, item)
+        fn = getattr(item, "obj", None)
+        if getattr(fn, "is_hypothesis_test", False):
+            from .fuzz import instrument
+
+            instrument(fn)
+
+
+def record_deselected(session, items) -> None:
+    for item in items:
+        spec = impl_id(session, getattr(item, "callspec", None))
+        if spec is not None:
+            session.deselected.update((spec, inv) for inv in invariants_of(item))
+
+
+def is_suite_item(item) -> bool:
+    return PROP_IMPL in dict(item.user_properties)
+
+
+def order(session, items) -> None:
+    """Corpus models kept together; under a time budget, fixed cases first
+    and each property's share of the budget set."""
+    group_by_corpus_model(items)
+    if session.plan is None or session.plan.budget_s is None:
+        return
+    from .fuzz import Slicer
+
+    def is_budgeted(item):
+        props = dict(item.user_properties)
+        return getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and PROP_IMPL in props and PROP_NOT_PROVIDED not in props
+
+    def key(item):
+        # The fixed cases first: the properties then share whatever time is
+        # left. Shard-major: xdist hands out consecutive items in chunks, so
+        # a property's shards far apart land on different workers.
+        shard = getattr(item, "callspec", None) and item.callspec.params.get("fsdpcheck_shard", 0) or 0
+        return (bool(is_budgeted(item)), shard)
+
+    items.sort(key=key)
+    budgeted = [item.nodeid for item in items if is_budgeted(item)]
+    session.slicer = Slicer(session.plan, {nodeid: i for i, nodeid in enumerate(budgeted)})
+
+
+def group_by_corpus_model(items) -> None:
+    """The corpus tests of one model made adjacent, in place, every other item
+    left where it is. A worker builds and captures each model it meets once
+    (functools.cache), and xdist hands out consecutive items in chunks, so
+    grouped, a model is mostly built by one worker instead of by each."""
+    slots = [i for i, item in enumerate(items)
+             if getattr(item, "path", None) is not None and item.path.name == _CORPUS_MODULE and is_suite_test(item)
+             and "model" in getattr(getattr(item, "callspec", None), "params", {})]
+    first_seen: dict[str, int] = {}
+    for i in slots:
+        first_seen.setdefault(items[i].callspec.params["model"], i)
+    grouped = sorted((items[i] for i in slots), key=lambda item: first_seen[item.callspec.params["model"]])
+    for i, item in zip(slots, grouped, strict=True):
+        items[i] = item
+
+
+def tags_from_nodeid(session, nodeid: str):
+    """(implementation, invariant IDs) of a suite test, from its id alone
+    (the xdist controller collects nothing)."""
+    path, _, name = nodeid.partition("::")
+    function, _, params = name.partition("[")
+    module = os.path.basename(path)[:-3] if path.endswith(".py") else ""
+    try:
+        fn = getattr(importlib.import_module(f"pytest_fsdpcheck.conformance.{module}"), function)
+    except (ImportError, AttributeError):
+        return None
+    invariants = [i for mark in getattr(fn, "pytestmark", []) if mark.name == "invariant" for i in mark.args]
+    params = params.rstrip("]")
+    impl = next((s for s in session.impls if params == s or params.startswith(s + "-")), None)
+    return (impl, invariants) if impl and invariants else None

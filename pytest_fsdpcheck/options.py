@@ -1,0 +1,245 @@
+"""The suite's options: one table of flags and ini names, and the frozen
+:class:`Settings` read from them.
+
+Every value is parsed and validated here, before the first test runs; a bad
+one is a one-line ``pytest.UsageError`` (exit 4). Nothing here imports torch:
+what needs the installed torch (a CUDA device, implementations) is checked
+when the session is built from these settings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+
+PROFILES = ("ci", "dev", "fuzz")
+DEVICES = ("auto", "cpu", "cuda")
+ENV_IMPL = "FSDPCHECK_IMPL"
+MAX_TIMEOUT_S = 24 * 3600
+MAX_WORLD_SIZE = 4096
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    #: pytest's ini type ("bool", "linelist") or None for a string; None: no ini key
+    ini_type: str | None = "string"
+    kwargs: tuple = ()
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+
+OPTIONS = (
+    Option("--fsdpcheck", "run the conformance suite", "bool", (("action", "store_true"),)),
+    Option("--fsdpcheck-impl",
+           "implementation to check, repeatable: torch (default), reference, an installed "
+           f"entry point, or package.module:attr (env: {ENV_IMPL})",
+           "linelist", (("action", "append"), ("metavar", "NAME"))),
+    Option("--fsdpcheck-device", "device(s) for numeric checks: cpu, cuda or auto",
+           kwargs=(("choices", DEVICES),)),
+    Option("--fsdpcheck-profile", "ci (deterministic, no example database), dev, or fuzz (long-running)",
+           kwargs=(("choices", PROFILES),)),
+    Option("--fsdpcheck-seed", "seed for the dev/fuzz profiles (printed in the header)",
+           kwargs=(("metavar", "N"),)),
+    Option("--fsdpcheck-divergences", "declared-divergence file (TOML)", kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-no-known-bugs",
+           "explain no failure by the implementations' known bugs (see every raw finding)",
+           None, (("action", "store_true"),)),
+    Option("--fsdpcheck-report", "write a JSON report to PATH", kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-timeout",
+           "seconds one implementation call may take before it fails as hung (0: no limit)",
+           kwargs=(("metavar", "SECONDS"),)),
+    Option("--fsdpcheck-world-size",
+           "ranks for the distributed checks (SPL-16, FS2-9); default: every visible GPU on CUDA, 2 on CPU",
+           kwargs=(("metavar", "N"),)),
+    Option("--fsdpcheck-strict",
+           "fail the run on stale divergence entries, unexpected passes, known bugs not reproduced "
+           "and checks not provided that this torch provides",
+           "bool", (("action", "store_true"),)),
+    Option("--fsdpcheck-fuzz-time",
+           "fuzz every property until DURATION (90s, 10m, 1h30m) is spent, each in its share (fuzz profile)",
+           kwargs=(("metavar", "DURATION"),)),
+    Option("--fsdpcheck-shard", "this machine's part I/M of every property's seed stream (dev/fuzz profiles)",
+           kwargs=(("metavar", "I/M"),)),
+    Option("--fsdpcheck-database",
+           "example database shared by machines: a folder or redis://host:port "
+           "(dev/fuzz; default: under the pytest cache folder)",
+           kwargs=(("metavar", "URL"),)),
+)
+
+
+def add_options(parser) -> None:
+    group = parser.getgroup("fsdpcheck", "pytest-fsdpcheck conformance suite")
+    for option in OPTIONS:
+        kwargs = dict(option.kwargs)
+        help_text = option.help if option.ini_type is None else f"{option.help} (ini: {option.dest})"
+        default = False if option.ini_type is None else None
+        group.addoption(option.flag, dest=option.dest, help=help_text, default=default, **kwargs)
+        if option.ini_type is not None:
+            ini_type = None if option.ini_type == "string" else option.ini_type
+            parser.addini(option.dest, option.help, type=ini_type, default=[] if ini_type == "linelist" else None)
+
+
+def enabled(config) -> bool:
+    value = config.getoption("fsdpcheck", None)
+    return bool(value if value is not None else config.getini("fsdpcheck"))
+
+
+def warn(config, message: str) -> None:
+    # Once, from the controller: workers would repeat it.
+    if not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(f"fsdpcheck: {message}"), stacklevel=2)
+
+
+def warn_if_given_while_disabled(config) -> None:
+    given = [o.flag for o in OPTIONS[1:] if config.getoption(o.dest, None) not in (None, False, [])]
+    if given:
+        warn(config, f"{', '.join(given)} has no effect without --fsdpcheck")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option's value, parsed and validated."""
+
+    impl_specs: tuple[str, ...]  # empty: the default (torch and installed entry points)
+    device: str
+    profile: str
+    seed: int | None  # as given; the session draws one for dev/fuzz when None
+    divergences: str | None
+    known_bugs: bool
+    report: str | None
+    timeout_s: float
+    world_size: int | None
+    strict: bool
+    fuzz_time_s: float | None
+    shard: tuple[int, int]  # (machine, machines), 0-based machine
+    database: str | None  # a URL or an absolute folder
+
+
+def read_settings(config) -> Settings:
+    from . import fuzz
+
+    specs = config.getoption("fsdpcheck_impl") or config.getini("fsdpcheck_impl")
+    if not specs and os.environ.get(ENV_IMPL):
+        specs = [s.strip() for s in os.environ[ENV_IMPL].split(",") if s.strip()]
+    timeout = _timeout(_value(config, "fsdpcheck_timeout", DEFAULT_TIMEOUT_S))
+    report = _writable_report(_path(config, "fsdpcheck_report"))
+
+    fuzz_time = _value(config, "fsdpcheck_fuzz_time")
+    profile = _value(config, "fsdpcheck_profile", "ci" if fuzz_time is None else "fuzz")
+    if profile not in PROFILES:
+        raise _usage(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
+    if fuzz_time is not None and profile != "fuzz":
+        raise _usage(f"--fsdpcheck-fuzz-time runs the fuzz profile; it cannot run under --fsdpcheck-profile {profile}")
+    device = _value(config, "fsdpcheck_device", "auto")
+    if device not in DEVICES:
+        raise _usage(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+    world_size = _world_size(_value(config, "fsdpcheck_world_size"))
+    seed = _seed(_value(config, "fsdpcheck_seed"))
+    shard = _value(config, "fsdpcheck_shard")
+    try:
+        budget = None if fuzz_time is None else fuzz.parse_duration(fuzz_time)
+        machine_of = (0, 1) if shard is None else fuzz.parse_shard(shard)
+    except fuzz.FuzzOptionError as exc:
+        raise _usage(str(exc)) from None
+    database = _value(config, "fsdpcheck_database")
+    if database is not None and "://" not in database:
+        database = _path(config, "fsdpcheck_database")
+    if profile == "ci":
+        if seed is not None:
+            warn(config, "--fsdpcheck-seed has no effect under the ci profile (derandomized); "
+                 "use --fsdpcheck-profile dev or fuzz")
+        for flag, value in (("--fsdpcheck-shard", shard), ("--fsdpcheck-database", database)):
+            if value is not None:
+                warn(config, f"{flag} has no effect under the ci profile (derandomized, no example database); "
+                     "use --fsdpcheck-profile dev or fuzz")
+    return Settings(
+        impl_specs=tuple(dict.fromkeys(specs)),
+        device=device,
+        profile=profile,
+        seed=seed,
+        divergences=_path(config, "fsdpcheck_divergences"),
+        known_bugs=not config.getoption("fsdpcheck_no_known_bugs"),
+        report=report,
+        timeout_s=timeout,
+        world_size=world_size,
+        strict=bool(_value(config, "fsdpcheck_strict", False)),
+        fuzz_time_s=budget,
+        shard=machine_of,
+        database=database,
+    )
+
+
+def _usage(message: str) -> pytest.UsageError:
+    return pytest.UsageError(f"fsdpcheck: {message}")
+
+
+def _value(config, name, default=None):
+    value = config.getoption(name, None)
+    if value is None:
+        value = config.getini(name) or None
+    return default if value is None else value
+
+
+def _path(config, name: str) -> str | None:
+    """A path option; from the ini file it is relative to that file's folder."""
+    value = config.getoption(name, None)
+    if value is not None:
+        return value
+    value = config.getini(name) or None
+    if value is not None and config.inipath is not None and not os.path.isabs(value):
+        value = str(config.inipath.parent / value)
+    return value
+
+
+def _timeout(raw) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value <= MAX_TIMEOUT_S:  # also rejects nan
+        raise _usage(f"--fsdpcheck-timeout must be a number of seconds from 0 (no limit) to {MAX_TIMEOUT_S}, got {raw!r}")
+    return value
+
+
+def _world_size(raw) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_WORLD_SIZE:
+        raise _usage(f"--fsdpcheck-world-size must be a whole number of ranks from 1 to {MAX_WORLD_SIZE}, got {raw!r}")
+    return value
+
+
+def _seed(raw) -> int | None:
+    if raw is None:
+        return None
+    try:
+        seed = int(raw)
+    except ValueError:
+        raise _usage(f"--fsdpcheck-seed must be an integer, got {raw!r}") from None
+    if not 0 <= seed < 2**32:
+        raise _usage(f"--fsdpcheck-seed must be in 0 .. 2**32-1, got {raw!r}")
+    return seed
+
+
+def _writable_report(path: str | None) -> str | None:
+    if path is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise _usage(f"--fsdpcheck-report {path!r} is a directory; give a file name")
+    if not os.path.isdir(folder):
+        raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} is not writable")
+    return path

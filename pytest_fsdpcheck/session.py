@@ -1,0 +1,164 @@
+"""The run's session: implementations loaded and guarded, devices, seed,
+fuzz plan and declared divergences, built once from :class:`Settings` and
+kept in the pytest config's stash (workers build their own)."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from .options import Settings
+from .report import Matrix
+
+
+@dataclass
+class Session:
+    impls: dict  # spec -> implementation object
+    devices: list[str]
+    profile: str
+    seed: int | None
+    divergences: list = field(default_factory=list)
+    divergence_files: list[str] = field(default_factory=list)
+    strict: bool = False
+    report_path: str | None = None
+    matrix: Matrix = field(default_factory=Matrix)
+    matched_entries: set = field(default_factory=set)
+    torch_version: str = ""
+    known_bugs: bool = True
+    #: (implementation, invariant) pairs with a test deselected (-k, node ids):
+    #: no stale, unexpected-pass or not-reproduced verdict is drawn for them
+    deselected: set = field(default_factory=set)
+    #: interrupted or stopped early (-x): nothing is judged stale or fixed
+    incomplete: bool = False
+    #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
+    world_size: int | None = None
+    #: seed streams, shards and time budget (dev/fuzz profiles)
+    plan: object = None
+    database: str | None = None  # where failing examples are kept, as the header says it
+    #: HypoFuzz is collecting: its engine needs the default database and no derandomize
+    under_hypofuzz: bool = False
+    started: float = 0.0
+    slicer: object = None  # each property item's share of a time budget
+
+
+SESSION_KEY = pytest.StashKey[Session]()
+
+
+def get_session(config) -> Session | None:
+    return config.stash.get(SESSION_KEY, None)
+
+
+def start(config, settings: Settings) -> Session:
+    """Build the session and select the suite's Hypothesis settings."""
+    from . import fuzz, profiles
+
+    session = _build(config, settings)
+    config.stash[SESSION_KEY] = session
+    profiles.activate(session.profile)
+    fuzz.configure_database(config, session, settings.database)
+    return session
+
+
+def _build(config, settings: Settings) -> Session:
+    from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
+    from .isolation import Guarded
+    from .known import divergences as div
+
+    specs = settings.impl_specs or ("torch", *sorted(set(installed_entry_points()) - set(BUILTIN)))
+    impls = {}
+    for spec in specs:
+        try:
+            impls[spec] = Guarded(load_implementation(spec), spec, settings.timeout_s)
+        except ImplementationError as exc:
+            raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+    devices = _devices(settings.device)
+    if settings.profile == "ci":
+        seed = None
+    else:
+        worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
+        seed = next(s for s in (worker_seed, settings.seed, random.randrange(2**32)) if s is not None)
+
+    import torch
+
+    from .known import judge
+
+    entries, files = [], []
+    if settings.divergences:
+        try:
+            entries = div.for_torch(div.load(settings.divergences), torch.__version__)
+        except div.DivergenceFileError as exc:
+            raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+        files.append(settings.divergences)
+    judge.configure(enabled=settings.known_bugs)
+    return Session(
+        impls=impls,
+        devices=devices,
+        profile=settings.profile,
+        seed=seed,
+        divergences=entries,
+        divergence_files=files,
+        strict=settings.strict,
+        report_path=settings.report,
+        torch_version=torch.__version__,
+        known_bugs=settings.known_bugs,
+        world_size=settings.world_size,
+        plan=_fuzz_plan(config, settings, seed),
+        started=time.time(),
+    )
+
+
+def _fuzz_plan(config, settings: Settings, seed):
+    if settings.profile == "ci":
+        return None
+    from .fuzz import Plan
+
+    worker = getattr(config, "workerinput", {})
+    budget = settings.fuzz_time_s
+    deadline = worker.get("fsdpcheck_deadline") or (None if budget is None else time.time() + budget)
+    # the controller counts the workers it will start (for the header and report)
+    workers = worker.get("workercount") or (config.getoption("numprocesses") if xdist_controller(config) else 1)
+    machine, machines = settings.shard
+    return Plan(seed, settings.profile, machine, machines, workers, budget, deadline)
+
+
+def _devices(choice: str) -> list[str]:
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if choice == "cuda" and not has_cuda:
+        raise pytest.UsageError("fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device")
+    if choice == "auto":
+        return ["cpu", "cuda"] if has_cuda else ["cpu"]
+    return [choice]
+
+
+def xdist_controller(config) -> bool:
+    return (
+        not hasattr(config, "workerinput")
+        and bool(config.getoption("numprocesses", None))
+        and config.getoption("dist", "no") != "no"
+    )
+
+
+def world_size_for(config, device: str) -> int:
+    """Ranks for the distributed checks on ``device``: torchrun's world when
+    launched by ``python -m pytest_fsdpcheck.distributed``, else
+    --fsdpcheck-world-size, else every visible GPU (CUDA) or 2 (CPU)."""
+    from .checks.ddp_run import launched_by_torchrun
+
+    if launched_by_torchrun():
+        import torch.distributed as dist
+
+        return dist.get_world_size()
+    session = get_session(config)
+    if session is not None and session.world_size is not None:
+        return session.world_size
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.device_count()
+    return 2
+

@@ -1,0 +1,252 @@
+"""From one suite test's outcome to its verdict: pass, FAIL, known (every
+failing example explained by a known bug), declared (a divergence file says
+so) or n/p; and, at the end of the run, the verdicts on the declarations
+themselves (stale entries, unexpected passes, known bugs not reproduced).
+
+Only suite items (tagged by :mod:`.collection`) are ever touched here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+import time
+
+from .catalog import AREAS, area_of
+from .report import (
+    PROP_CALLS,
+    PROP_DIGEST,
+    PROP_EXAMPLES,
+    PROP_IMPL,
+    PROP_INVARIANTS,
+    PROP_KNOWN,
+    PROP_RUN,
+    PROP_VIOLATED,
+)
+
+
+@contextlib.contextmanager
+def observed_call(item, session):
+    """Around a suite test's call: counts, the known-bug judge's record, and
+    process-wide state an implementation must not leave changed."""
+    from . import profiles
+    from .fuzz import start_tally
+    from .isolation import LeakedGlobalState, global_state, leaks, restore
+    from .known import judge
+
+    threads = _suite_threads()
+    before = global_state()
+    impl = item.callspec.params["fsdpcheck_impl"]
+    impl.start_test()
+    profiles.reset_digest()
+    tally = start_tally()
+    judge.reset()
+    # The cyclic collector rescans torch's and Dynamo's ~1M long-lived
+    # objects again and again while a test allocates: a quarter of the
+    # suite's time went there, half of a 100,000-module tree test. One
+    # collection after the test instead; ci and dev budgets keep the
+    # garbage of one test small, fuzz runs long and keeps the collector.
+    pause_gc = session.profile != "fuzz" and gc.isenabled()
+    if pause_gc:
+        gc.disable()
+    raised = True
+    try:
+        yield
+        raised = False
+    finally:
+        if pause_gc:
+            gc.enable()
+        _record(item, impl, tally)
+        found = leaks(before, global_state())
+        if found:
+            restore(before)
+        _user_threads(threads)
+        if found:
+            if not raised:
+                raise LeakedGlobalState(
+                    f"{dict(item.user_properties)[PROP_IMPL]} left process-wide state changed: "
+                    f"{'; '.join(found)} (restored for the next tests)"
+                )
+
+
+def _suite_threads() -> int:
+    """One intra-op thread for the suite's test, and Dynamo imported: the
+    user's value is returned, to be given back after the test."""
+    import torch
+
+    # Every tensor the suite makes has a few dozen elements: intra-op threads
+    # only add hand-offs, and on a loaded 2-core CI runner (or under -n 2)
+    # they made the numeric checks 6x slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    # Dynamo's config is compared before and after every test; imported
+    # before the first snapshot, an implementation that is the first to
+    # import Dynamo and changes its config is still caught.
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001 - a torch without a usable Dynamo: nothing to compare
+        pass
+    return threads
+
+
+def _user_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _record(item, impl, tally) -> None:
+    from . import profiles
+    from .known import judge
+
+    item.user_properties.append((PROP_CALLS, impl.calls))
+    item.user_properties.append((PROP_DIGEST, profiles.digest()))
+    if getattr(item.obj, "is_hypothesis_test", False):
+        run = {"examples": tally.examples, "area": area_of(dict(item.user_properties)[PROP_INVARIANTS][0]),
+               "worker": getattr(item.config, "workerinput", {}).get("workerid", "main"), **tally.to_json()}
+        if hasattr(item, "_fsdpcheck_rounds"):
+            run.update(rounds=item._fsdpcheck_rounds, ended=round(time.time(), 3))
+        item.user_properties.append((PROP_RUN, run))
+    if judge.explained():
+        item.user_properties.append((PROP_KNOWN, judge.explained()))
+        tagged = dict(item.user_properties)[PROP_INVARIANTS]
+        hit = {i for e in judge.explained().values() for i in e["invariants"]} & set(tagged)
+        # an explained exception stopped every check of the test
+        item.user_properties.append((PROP_VIOLATED, sorted(hit or tagged)))
+
+
+def prepare_failure(item, call):
+    """The conformance failure of a suite test's call, set to print its
+    reproducer as a report section of its own (pasteable as is)."""
+    from .checks import ConformanceFailure
+
+    failure = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(failure, ConformanceFailure) and failure.example:
+        failure.example_in_section = True
+        return failure
+    return None
+
+
+def judge_report(item, call, report, session, failure) -> None:
+    """Turn a suite test's report into its verdict, in place."""
+    from .checks import ConformanceFailure
+
+    if failure is not None:
+        report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
+    if report.failed and call.when == "call" and hasattr(item, "_fsdpcheck_replay"):
+        at_round = getattr(item, "_fsdpcheck_round", None)
+        report.sections.append(
+            ("fsdpcheck replay", item._fsdpcheck_replay + ("" if at_round is None else f"; failed in round {at_round + 1}") + "\n")
+        )
+    hung = item.callspec.params.get("fsdpcheck_impl")
+    if report.failed and getattr(hung, "hung", None):
+        # Hypothesis replays a hang as "flaky" (the replay fails fast): say what happened.
+        report.longrepr = f"ImplementationTimeout: {hung.hung}"
+    if call.when == "teardown" and hasattr(item, "hypothesis_statistics"):
+        report.user_properties = [*report.user_properties, (PROP_EXAMPLES, count_examples(item.hypothesis_statistics))]
+    if call.when != "call":
+        return
+    props = dict(item.user_properties)
+    impl_id = props[PROP_IMPL]
+    violated = None
+    if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, ConformanceFailure):
+        violated = call.excinfo.value.invariants
+        report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated)]
+    known = props.get(PROP_KNOWN)
+    if report.passed and known:
+        # Every failing example met was explained: the property is "known", not "pass".
+        report.outcome = "skipped"
+        report.wasxfail = "known: " + ", ".join(f"{bug} ({e['examples']} examples)" for bug, e in known.items()) + (
+            " — python -m pytest_fsdpcheck.known show ID"
+        )
+        return
+    if not report.failed:
+        return
+    from .known.divergences import declared_reason
+
+    reason = declared_reason(session.divergences, impl_id, item.nodeid, violated)
+    if reason is not None:
+        report.outcome = "skipped"
+        report.wasxfail = f"declared divergence: {reason}"
+
+
+def count_examples(statistics: str) -> int:
+    # Hypothesis only exposes per-test statistics as text; count every case
+    # it ran (passing, failing, invalid) over all phases.
+    return sum(sum(map(int, m)) for m in re.findall(r"(\d+) passing, (\d+) failing, and (\d+) invalid", statistics))
+
+
+def trim_traceback(item, excinfo):
+    # Show the conformance test's line and the implementation's frames; the
+    # suite's own machinery (checkers, generators, plugin) is noise to a user.
+    from .isolation import is_machinery
+
+    default = type(item)._traceback_filter(item, excinfo)
+    trimmed = default.filter(lambda entry: not is_machinery(entry))
+    return trimmed if len(trimmed) else default
+
+
+def findings(session):
+    """(stale entries, unexpected passes, known bugs not reproduced); all
+    empty after an interrupted run or one that stopped early (-x)."""
+    cached = getattr(session, "_findings", None)
+    if cached is None:
+        if session.incomplete:
+            cached = session._findings = ([], [], [])
+            return cached
+        # An entry for an implementation not under test cannot be judged stale.
+        stale = [
+            e
+            for e in session.divergences
+            if e not in session.matched_entries and (e.implementation == "*" or e.implementation in session.impls)
+        ]
+        declared: dict[str, set[str]] = {}
+        for e in session.divergences:
+            if e.is_invariant and e in session.matched_entries:
+                for impl in session.impls if e.implementation == "*" else [e.implementation]:
+                    if (impl, e.match) not in session.deselected:
+                        declared.setdefault(impl, set()).add(e.match)
+        unexpected = session.matrix.mark_unexpected_passes(declared)
+        cached = session._findings = (stale, unexpected, _unreproduced(session))
+    return cached
+
+
+def _unreproduced(session) -> list[tuple[str, object]]:
+    """Known bugs whose range covers this torch, whose tests all ran, and that
+    no example showed."""
+    if not session.known_bugs:
+        return []
+    from .known import active_bugs
+
+    found = []
+    for spec, impl in session.impls.items():
+        for bug in active_bugs(impl, session.torch_version):
+            cells = [(inv, spec) for inv in bug.invariants]
+            if any((spec, inv) in session.deselected for inv in bug.invariants):
+                continue
+            ran = any(session.matrix.outcome(*cell) not in (None, "not provided", "skipped") for cell in cells)
+            if ran and not session.matrix.known_examples.get((spec, bug.id)):
+                found.append((spec, bug))
+    return found
+
+
+def finish(session, pytest_session, exitstatus):
+    """The run's exit status, given the declarations' verdicts."""
+    import pytest
+
+    # Interrupted, stopped early (-x), or nothing ran: no entry can be judged stale or fixed.
+    session.incomplete = (
+        exitstatus == pytest.ExitCode.INTERRUPTED
+        or bool(pytest_session.shouldstop or pytest_session.shouldfail)
+        or not any(session.matrix.cells)
+    )
+    stale, unexpected, unreproduced = findings(session)
+    if session.strict and (stale or unexpected or unreproduced) and pytest_session.exitstatus == 0:
+        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not any(session.matrix.cells) and pytest_session.testscollected and not _areas_provided(session):
+        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _areas_provided(session) -> bool:
+    return any(getattr(impl, area, None) is not None for impl in session.impls.values() for area in AREAS)
