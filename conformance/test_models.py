@@ -1,0 +1,53 @@
+"""Users' own models and plans: every area that applies, on each model
+named with ``--fsdpcheck-model`` (the plugin parametrizes
+``fsdpcheck_model_case`` with those names). The same checks as
+:func:`pytest_fsdpcheck.cases.parametrize_with_checks`; a factory with
+declared strategies is drawn and shrunk."""
+
+import pytest
+
+from pytest_fsdpcheck.cases import checks
+
+
+def _run(name, case, impl):
+    checks.run_check(checks.CHECKS[name][0], case, impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_plan_rules"][1])
+def test_model_plan_rules(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_plan_rules", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_fsdp2_walk"][1])
+def test_model_fsdp2_walk(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_fsdp2_walk", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_fsdp2_recorded"][1])
+def test_model_fsdp2_recorded(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_fsdp2_recorded", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_fully_shard_calls"][1])
+def test_model_fully_shard_calls(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_fully_shard_calls", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_buckets"][1])
+def test_model_buckets(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_buckets", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_traversal"][1])
+def test_model_traversal(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_traversal", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_annotation"][1])
+def test_model_annotation(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_annotation", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_exec_order"][1])
+def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_exec_order", fsdpcheck_model_case, fsdpcheck_impl)

@@ -1,0 +1,283 @@
+"""A user's model as a check's input: :class:`ModelCase`, the factories that
+make one, and how a factory is named, loaded, validated and drawn.
+
+Nothing here imports torch at import time (the plugin imports this module
+to validate its options; torch comes with the first model built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+ENTRY_POINT_GROUP = "pytest_fsdpcheck.models"
+#: where :func:`model_factory` keeps a factory's keyword strategies
+STRATEGIES_ATTR = "fsdpcheck_strategies"
+
+
+class CaseError(Exception):
+    """A model factory cannot be used; the message is one line naming what is wrong."""
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """One model and how a framework shards it.
+
+    - ``name``: shown in test ids and reports.
+    - ``model``: the ``nn.Module``; checks that change it get their own copy
+      (a fresh one from the factory where there is one).
+    - ``example_inputs``: a tuple of positional arguments for ``model(*inputs)``.
+    - ``plan``: ``plan(model, mesh)`` calls ``fully_shard`` exactly as the
+      framework does (any import path of it), inner groups first, the root
+      last; ``None``: no FSDP2 checks.
+    - ``fsdp1_units``: qualified module names ("" is the root) that FSDP1
+      wraps, each an FSDP unit of its own (the root is always one), or a
+      tuple of names sharing one unit; or ``auto_wrap_policy``: a set of
+      module classes, or FSDP1's ``policy(module, recurse, nonwrapped_numel)``.
+    - ``replicate``: qualified names of modules owned by ``replicate``
+      (FSDP1's traversal and FSDP2's walk never enter them).
+    - ``bucket_cap_mb`` / ``first_bucket_cap_mb``: DDP's bucket caps for the
+      DDPOptimizer checks; unset, a cap giving about four buckets is chosen
+      so the split is exercised (DDP's 25 MiB default is one bucket for most
+      test-sized models).
+    """
+
+    name: str
+    model: Any
+    example_inputs: tuple = ()
+    plan: Callable | None = None
+    fsdp1_units: tuple = ()
+    auto_wrap_policy: Any = None
+    replicate: tuple = ()
+    bucket_cap_mb: float | None = None
+    first_bucket_cap_mb: float | None = None
+    #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
+    #: (filled in by :func:`build_case`; shown in reproducers)
+    factory_ref: str | None = field(default=None, compare=False)
+    factory_kwargs: tuple = field(default=(), compare=False)
+    factory: Callable | None = field(default=None, compare=False, repr=False)
+
+    def rebuild(self) -> ModelCase:
+        """A fresh case (a new model) from the factory, or ``self`` without one."""
+        if self.factory is None:
+            return self
+        return build_case(self.factory, **dict(self.factory_kwargs))
+
+    def reproducer_lines(self) -> list[str]:
+        """Python lines that rebuild this case into ``case``, importing the
+        user's factory (never the plugin's internals)."""
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in self.factory_kwargs)
+        if self.factory_ref and ":" in self.factory_ref:
+            module, _, attr = self.factory_ref.partition(":")
+            head = attr.split(".")[0]
+            return [
+                "from pytest_fsdpcheck.cases import build_case",
+                f"from {module} import {head}",
+                f"case = build_case({attr}{', ' + kwargs if kwargs else ''})",
+            ]
+        return [f"case = ...  # the ModelCase {self.name!r} your test builds"]
+
+
+def model_factory(**strategies) -> Callable:
+    """Declare a factory's keyword arguments and the Hypothesis strategy each
+    is drawn from, so the suite draws configurations and shrinks a failure
+    to the smallest one::
+
+        @model_factory(depth=st.integers(1, 4), tied=st.booleans())
+        def make(depth=2, tied=True):
+            ...
+            return model, (x,)
+    """
+
+    def mark(factory):
+        params = inspect.signature(factory).parameters
+        unknown = [k for k in strategies if k not in params and not any(
+            p.kind is p.VAR_KEYWORD for p in params.values())]
+        if unknown:
+            raise CaseError(f"model_factory: {factory.__qualname__} takes no argument {unknown[0]!r}")
+        setattr(factory, STRATEGIES_ATTR, dict(strategies))
+        return factory
+
+    return mark
+
+
+def strategies_of(factory) -> dict:
+    return dict(getattr(factory, STRATEGIES_ATTR, None) or {})
+
+
+def installed_models() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def resolve(spec: str) -> str:
+    """The ``module:attr`` behind an entry-point name, or the spec itself."""
+    eps = installed_models()
+    if spec in eps:
+        return eps[spec]
+    if ":" in spec:
+        return spec
+    known = ", ".join(sorted(eps)) or "none installed"
+    raise CaseError(f"model {spec!r}: not an installed model (entry points: {known}) nor package.module:factory")
+
+
+def load_factory(spec: str) -> Callable:
+    """The factory named ``pkg.module:factory`` or by an entry point of group
+    ``pytest_fsdpcheck.models``; a one-line :class:`CaseError` otherwise."""
+    target = resolve(spec)
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise CaseError(f"model {spec!r}: expected package.module:factory")
+    try:
+        obj = importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a training script's sys.exit() too
+        raise CaseError(f"model {spec!r}: cannot import {module_name!r}: {_one_line(exc)}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CaseError(f"model {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise CaseError(f"model {spec!r}: {attr!r} is a {type(obj).__name__}, not a factory")
+    obj_ref = getattr(obj, "__fsdpcheck_ref__", None)
+    if obj_ref is None:
+        try:
+            obj.__fsdpcheck_ref__ = target
+        except (AttributeError, TypeError):
+            pass
+    return obj
+
+
+def _factory_ref(factory) -> str | None:
+    ref = getattr(factory, "__fsdpcheck_ref__", None)
+    if ref:
+        return ref
+    module, qualname = getattr(factory, "__module__", None), getattr(factory, "__qualname__", "")
+    if module and qualname and "<" not in qualname and module != "__main__":
+        return f"{module}:{qualname}"
+    return None
+
+
+def build_case(factory, **kwargs) -> ModelCase:
+    """Call ``factory(**kwargs)``: ``(model, example_inputs)`` or a
+    :class:`ModelCase`; anything else is a one-line :class:`CaseError`."""
+    from torch import nn
+
+    label = getattr(factory, "__qualname__", repr(factory))
+    try:
+        made = factory(**kwargs)
+    except CaseError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's factory, reported in one line
+        raise CaseError(f"model factory {label}({_kwargs(kwargs)}) raised {_one_line(exc)}") from exc
+    if isinstance(made, ModelCase):
+        case = made
+    elif isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+        inputs = made[1] if isinstance(made[1], tuple) else (made[1],)
+        case = ModelCase(name=getattr(factory, "__name__", "model"), model=made[0], example_inputs=inputs)
+    else:
+        raise CaseError(
+            f"model factory {label} returned {_describe(made)}; expected (model, example_inputs) or a ModelCase"
+        )
+    if not isinstance(case.model, nn.Module):
+        raise CaseError(f"model factory {label}: the case's model is {_describe(case.model)}, not an nn.Module")
+    if not isinstance(case.example_inputs, tuple):
+        case = dataclasses.replace(case, example_inputs=(case.example_inputs,))
+    name = case.name
+    if kwargs:
+        name = f"{name}[{_kwargs(kwargs)}]"
+    return dataclasses.replace(
+        case, name=name, factory=factory, factory_ref=_factory_ref(factory),
+        factory_kwargs=tuple(sorted(kwargs.items())),
+    )
+
+
+def _kwargs(kwargs) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items()))
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, tuple):
+        return f"a tuple of {len(obj)} ({', '.join(type(o).__name__ for o in obj[:4])})"
+    return f"a {type(obj).__name__}"
+
+
+def case_strategy(factory):
+    """A Hypothesis strategy of :class:`ModelCase`: the factory's declared
+    keyword strategies drawn (shrinking towards their simplest values), the
+    case built from them. A factory without strategies gives one case."""
+    from hypothesis import strategies as st
+
+    drawn = strategies_of(factory)
+    return st.fixed_dictionaries(drawn).map(lambda kwargs: build_case(factory, **kwargs))
+
+
+def unit_names(case: ModelCase) -> list[tuple[str, ...]]:
+    """FSDP1 units as tuples of qualified names (the root's unit first),
+    from ``fsdp1_units`` or ``auto_wrap_policy``."""
+    units: list[tuple[str, ...]] = []
+    for unit in case.fsdp1_units:
+        units.append((unit,) if isinstance(unit, str) else tuple(unit))
+    policy = case.auto_wrap_policy
+    if policy is not None:
+        for name, module in case.model.named_modules():
+            if not name:
+                continue
+            if isinstance(policy, (set, frozenset, tuple, list)):
+                wrap = isinstance(module, tuple(policy))
+            else:
+                numel = sum(p.numel() for p in module.parameters())
+                wrap = bool(policy(module=module, recurse=False, nonwrapped_numel=numel))
+            if wrap and (name,) not in units:
+                units.append((name,))
+    if ("",) not in units:
+        units.insert(0, ("",))
+    return units
+
+
+def case_problems(case: ModelCase) -> list[str]:
+    """One line per module name the case gives that its model does not have."""
+    names = {name for name, _ in case.model.named_modules()}
+    out = []
+    for unit in case.fsdp1_units:
+        for name in (unit,) if isinstance(unit, str) else unit:
+            if name not in names:
+                out.append(f"case {case.name!r}: FSDP1 unit {name!r} is not a module of the model")
+    for name in case.replicate:
+        if name not in names:
+            out.append(f"case {case.name!r}: replicate module {name!r} is not a module of the model")
+    if case.plan is not None and not callable(case.plan):
+        out.append(f"case {case.name!r}: plan is a {type(case.plan).__name__}, not a callable plan(model, mesh)")
+    for what in ("bucket_cap_mb", "first_bucket_cap_mb"):
+        value = getattr(case, what)
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            out.append(f"case {case.name!r}: {what} must be a positive number, got {value!r}")
+    return out
+
+
+def validate_case_spec(spec: str) -> list[str]:
+    """Load ``spec`` and build its case once (with each strategy's simplest
+    value where the factory declares strategies). Raises :class:`CaseError`
+    for a factory that cannot be loaded or called or returns the wrong
+    type; returns one-line problems of the case (module names the model
+    does not have), empty when it is usable."""
+    factory = load_factory(spec)
+    kwargs = {}
+    for name, strategy in strategies_of(factory).items():
+        try:
+            from hypothesis import find
+
+            kwargs[name] = find(strategy, lambda _value: True)
+        except Exception as exc:  # noqa: BLE001 - a strategy that cannot draw
+            raise CaseError(f"model {spec!r}: the strategy for {name!r} cannot draw: {_one_line(exc)}") from None
+    case = build_case(factory, **kwargs)
+    return [f"model {spec!r}: {p}" for p in case_problems(case)]
