@@ -58,14 +58,24 @@ INVARIANTS: dict[str, str] = {
     "FS2-7": "after a real fully_shard, exactly the managed modules carry the Dynamo flags; nothing else changes",
     "FS2-8": "a module or parameter shared with another group's subtree is rejected with a clear error naming it",
     "FS2-9": "world size >= 2: fully_shard driven by the walk shards what it should; one step's gradients equal the unsharded model's, eager and compiled",
+    # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own mistakes
+    "PLN-1": "tied parameters (one Parameter registered by several modules) are managed by one group",
+    "PLN-2": "no module or parameter is reachable from two groups (managed twice)",
+    "PLN-3": "every trainable parameter is in a group or ignored (or owned by replicate)",
+    "PLN-4": "groups are applied inner first: no call after one whose subtree contains it; the model's root last",
 }
 
 AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO", "fsdp2": "FS2"}
 AREAS = tuple(AREA_PREFIX)
+#: invariant families checked within an area above: a plan's own mistakes
+#: (PLN) are judged wherever an implementation provides fully_shard
+SUB_PREFIX = {"PLN": "fsdp2"}
 
 
 def area_of(invariant_id: str) -> str:
     prefix = invariant_id.split("-", 1)[0]
+    if prefix in SUB_PREFIX:
+        return SUB_PREFIX[prefix]
     for area, p in AREA_PREFIX.items():
         if p == prefix:
             return area
@@ -74,4 +84,4 @@ def area_of(invariant_id: str) -> str:
 
 def sort_key(invariant_id: str) -> tuple[int, int]:
     prefix, _, number = invariant_id.partition("-")
-    return (list(AREA_PREFIX.values()).index(prefix), int(number))
+    return ([*AREA_PREFIX.values(), *SUB_PREFIX].index(prefix), int(number))
