@@ -9,6 +9,7 @@ case's files.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 
@@ -153,6 +154,8 @@ USAGE_CASES = [
     ("database-unknown-scheme", ["--fsdpcheck-profile=dev", "--fsdpcheck-database=ftp://host/db"], {}, None, "must be a folder or a redis:// URL, got 'ftp://host/db'"),
     ("database-a-file", ["--fsdpcheck-profile=dev", "--fsdpcheck-database=db.txt"], {"db.txt": "x"}, None, "'db.txt' is a file"),
     ("database-redis-unreachable", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-database=redis://127.0.0.1:1"], {}, None, "cannot reach the Redis server"),
+    ("database-redis-no-client", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-database=redis://127.0.0.1:1"], {}, None,
+     "needs the redis client: pip install 'pytest-fsdpcheck[redis]'"),
     ("ini-database-a-file", [], {"db.txt": "x"}, "fsdpcheck_database = db.txt\nfsdpcheck_profile = dev", "db.txt' is a file"),
 ]
 
@@ -207,7 +210,20 @@ def _no_traceback(result) -> str:
     return output
 
 
-@pytest.mark.parametrize("args, files, ini, says", [c[1:] for c in USAGE_CASES], ids=[c[0] for c in USAGE_CASES])
+# The redis client comes with the optional `redis` extra: which of the two
+# Redis cases can run depends on whether it is installed.
+HAS_REDIS = importlib.util.find_spec("redis") is not None
+NEEDS = {
+    "database-redis-unreachable": pytest.mark.skipif(
+        not HAS_REDIS, reason="the redis client is not installed (pip install 'pytest-fsdpcheck[redis]')"),
+    "database-redis-no-client": pytest.mark.skipif(
+        HAS_REDIS, reason="the redis client is installed: this case is its absence"),
+}
+
+
+@pytest.mark.parametrize(
+    "args, files, ini, says", [pytest.param(*c[1:], id=c[0], marks=NEEDS.get(c[0], ())) for c in USAGE_CASES]
+)
 def test_bad_input_is_one_line_and_exit_4(run, args, files, ini, says):
     result = run(["--fsdpcheck", *args], files, ini)
     output = _no_traceback(result)

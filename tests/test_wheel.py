@@ -79,3 +79,62 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path):
     assert "1 passed" in proc.stdout, proc.stdout
     assert "test_traversal.py ." in proc.stdout, proc.stdout
     assert list(empty.iterdir()) == []
+
+
+def _history_releases() -> list[str]:
+    """The releases of the README's conformance-history table (its header row)."""
+    readme = (REPO / "README.md").read_text()
+    (header,) = [line for line in readme.splitlines() if line.startswith("invariant ") and "2.0.1" in line]
+    return header.split()[1:]
+
+
+def test_declared_torch_range_admits_every_release_the_readme_shows_green(wheel):
+    from packaging.requirements import Requirement
+
+    metadata = zipfile.ZipFile(wheel).read("pytest_fsdpcheck-0.1.0.dist-info/METADATA").decode()
+    requires = [Requirement(line.split(":", 1)[1]) for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    (torch,) = [r for r in requires if r.name == "torch" and r.marker is None]
+    releases = _history_releases()
+    assert len(releases) >= 16 and releases[0] == "2.0.1", releases
+    refused = [v for v in releases if not torch.specifier.contains(v)]
+    assert not refused, f"`pip install pytest-fsdpcheck` refuses torch {refused} ({torch})"
+    # torch warns "Failed to initialize NumPy" at every import without it
+    assert any(r.name == "numpy" and r.marker is None for r in requires), requires
+
+
+def test_history_installs_the_package_as_a_user_would(tmp_path):
+    from pytest_fsdpcheck.known import history
+
+    wheel = tmp_path / "pytest_fsdpcheck-0.1.0-py3-none-any.whl"
+    constraints = tmp_path / "constraints.txt"
+    for version, numpy in [("2.0.1", ["numpy<2"]), ("2.3.1", ["numpy<2"]), ("2.4.1", []), ("2.13.0", [])]:
+        assert history.pinned(version) == [f"torch=={version}", *numpy]
+        torch_step, package_step = history.install_commands(tmp_path / "python", version, wheel, constraints)
+        assert torch_step[-1 - len(numpy):] == [f"torch=={version}", *numpy], torch_step
+        # dependencies resolved by pip, the models extra with them, the pinned
+        # release held by the constraints file rather than by --no-deps
+        assert "--no-deps" not in package_step and package_step[-1] == f"{wheel}[models]", package_step
+        assert package_step[package_step.index("--constraint") + 1] == str(constraints), package_step
+
+
+def test_history_package_step_resolves_without_replacing_torch(wheel, tmp_path):
+    """The package step as history runs it, resolved by pip against this
+    environment (dry run, no index): the constraints hold the installed torch
+    and nothing but the package itself would be installed."""
+    import torch
+
+    from pytest_fsdpcheck.known import history
+
+    version = torch.__version__.split("+")[0]
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\n".join(history.pinned(version)) + "\n")
+    pytest.importorskip("transformers", reason="the models extra (transformers) is not installed")
+    _, step = history.install_commands(pathlib.Path(sys.executable), version, wheel, constraints)
+    report = tmp_path / "report.json"
+    proc = subprocess.run([*step[:4], "--dry-run", "--no-index", "--report", str(report), *step[4:]],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    names = [entry["metadata"]["name"] for entry in json.loads(report.read_text())["install"]]
+    assert names == ["pytest-fsdpcheck"], names

@@ -3,7 +3,9 @@
     python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json]
 
 For each release: a fresh virtual environment in a temporary directory, torch
-pinned and installed first (then this package and its test dependencies),
+pinned and installed first, then this package's wheel with its ``models``
+extra as a user installs it (pip resolves its dependencies; a constraints
+file keeps it from replacing the pinned torch),
 ``pytest --fsdpcheck --fsdpcheck-strict`` against ``torch``, its JSON report
 read back, and the environment deleted (each is a 3-5 GB CUDA build). The
 table is invariant x release: ``pass``, ``known <id>``, ``FAIL``, ``n/p``;
@@ -27,18 +29,24 @@ from pathlib import Path
 from ..catalog import sort_key
 
 PROJECT = Path(__file__).resolve().parents[2]
-TEST_DEPS = ["pytest", "pytest-xdist", "hypothesis", "expecttest", "tabulate", "packaging"]
 
 
-def model_deps() -> list[str]:
-    """The ``models`` extra (the real-architecture corpus), named one by one:
-    installing the extra itself would let pip replace the pinned torch."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        import tomli as tomllib
-    with open(PROJECT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)["project"]["optional-dependencies"]["models"]
+def pinned(version: str) -> list[str]:
+    """What a release's environment gets first and keeps: the release itself
+    and, for releases built against numpy 1 (before 2.4), ``numpy<2``."""
+    numpy = ["numpy<2"] if tuple(int(p) for p in version.split(".")[:2]) < (2, 4) else []
+    return [f"torch=={version}", *numpy]
+
+
+def install_commands(python: Path, version: str, wheel: Path, constraints: Path) -> list[list[str]]:
+    """The pip commands that set up a release's environment, in order. The
+    second is what a user types after pinning torch: the package with its
+    dependencies resolved by pip, the ``models`` extra included. pip may pick
+    any torch that the package's declared range admits; the constraints file
+    (holding ``pinned(version)``) is what keeps the release in place, so a
+    declared range that excludes it fails the install instead of replacing it."""
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    return [[*pip, *pinned(version)], [*pip, "--constraint", str(constraints), f"{wheel}[models]"]]
 
 
 def build_wheel(into: Path) -> Path:
@@ -56,14 +64,15 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
         python = venv / "bin" / "python"
         report = work / "report.json"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        # releases before 2.4 were built against numpy 1
-        numpy = ["numpy<2"] if tuple(int(p) for p in version.split(".")[:2]) < (2, 4) else []
-        installed = subprocess.run([*pip, f"torch=={version}", *numpy], capture_output=True, text=True)
+        constraints = work / "constraints.txt"
+        constraints.write_text("\n".join(pinned(version)) + "\n")
+        torch_step, package_step = install_commands(python, version, wheel, constraints)
+        installed = subprocess.run(torch_step, capture_output=True, text=True)
         if installed.returncode != 0:
             return {"version": version, "error": "torch install failed: " + installed.stderr.strip()[-300:]}
-        subprocess.run([*pip, *TEST_DEPS, *model_deps()], check=True)
-        subprocess.run([*pip, "--no-deps", str(wheel)], check=True)
+        installed = subprocess.run(package_step, capture_output=True, text=True)
+        if installed.returncode != 0:
+            return {"version": version, "error": "package install failed: " + installed.stderr.strip()[-300:]}
         installed_at = time.monotonic()
         suite = subprocess.run(
             [str(python), "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", "torch", "--fsdpcheck-strict",
