@@ -5,8 +5,15 @@ import sys
 
 import pytest
 
-from pytest_fsdpcheck.cases import CaseError, ModelCase, build_case, case_strategy, load_factory, validate_case_spec
-from pytest_fsdpcheck.cases import checks
+from pytest_fsdpcheck.cases import (
+    CaseError,
+    ModelCase,
+    build_case,
+    case_strategy,
+    checks,
+    load_factory,
+    validate_case_spec,
+)
 from pytest_fsdpcheck.checks import ConformanceFailure
 
 

@@ -404,7 +404,13 @@ def _tree_named(violations, tree) -> list[Violation]:
 
 def check_traversal(case, impl=None):
     """TRV-1..7, 9 with the case's FSDP1 units as states."""
-    from ..checks.traversal import check_handles, check_root_states, check_states_with_modules, check_unmutated, snapshot
+    from ..checks.traversal import (
+        check_handles,
+        check_root_states,
+        check_states_with_modules,
+        check_unmutated,
+        snapshot,
+    )
 
     case, impl = _resolve(case, impl)
     if getattr(impl, "traversal", None) is None:
