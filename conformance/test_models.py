@@ -9,6 +9,13 @@ import pytest
 from pytest_fsdpcheck.cases import checks
 
 
+@pytest.fixture
+def fsdpcheck_model_case():
+    """Replaced by the plugin's parametrization over ``--fsdpcheck-model``;
+    without any model named, these checks have no input."""
+    pytest.skip("no model named: give --fsdpcheck-model pkg.module:factory")
+
+
 def _run(name, case, impl):
     checks.run_check(checks.CHECKS[name][0], case, impl)
 
