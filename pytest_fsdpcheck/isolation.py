@@ -3,10 +3,14 @@
 * :class:`Guarded` wraps an implementation's areas so every call runs under a
   time limit (SIGALRM, main thread only): a Python-level hang becomes a
   failing check with a clear message instead of a stuck CI job.
+  The same call cannot end the process (``os._exit``, ``os.abort``,
+  ``sys.exit``: the call fails instead) nor leave a global random generator
+  reseeded (undone, and the call fails).
 * :func:`global_state` / :func:`restore` snapshot the process-wide state an
   implementation could leak (FX tracer patches, Dynamo config, logger
-  levels, process groups, global module hooks) so a leak is reported and
-  undone before the next test.
+  levels, process groups, global module hooks, environment, import path,
+  working directory, global random state, threads and child processes left
+  running) so a leak is reported and undone before the next test.
 * :func:`implementation_frames` trims a traceback to the implementation's
   own frames.
 """
@@ -17,6 +21,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 from .catalog import AREAS
@@ -54,6 +59,128 @@ def time_limit(seconds: float, what: str):
             signal.setitimer(signal.ITIMER_REAL, remaining)
 
 
+class ImplementationExit(Exception):
+    """An implementation tried to end the process during a call."""
+
+
+# The pid the run belongs to: a child forked by an implementation inherits the
+# interception and must still be able to exit (multiprocessing's fork start
+# method ends every child with os._exit).
+_RUN_PID = os.getpid()
+
+
+def _seeds():
+    """The global random generators' fingerprints that cost next to nothing
+    to read: torch's seed changes only when it is reseeded (drawing numbers
+    leaves it), unlike the state itself."""
+    import torch
+
+    cuda = torch.cuda.is_initialized() and torch.cuda.initial_seed()
+    return torch.initial_seed(), cuda
+
+
+class _Contained:
+    """One implementation call: time-limited, unable to end the process, and
+    unable to leave a global random generator reseeded.
+
+    ``random`` and ``numpy.random`` are reseeded through their module
+    functions, intercepted for the call (reading their state costs 20-80 us,
+    too much for every call); torch's generators are compared by seed, and
+    the CPU one's state kept to put back."""
+
+    __slots__ = ("what", "timeout", "exits", "saved", "patched", "seeds", "torch_state", "limit")
+
+    def __init__(self, what: str, timeout: float):
+        self.what, self.timeout = what, timeout
+
+    def __enter__(self):
+        import random
+        import sys
+
+        import torch
+
+        self.exits: list[str] = []
+        self.saved: dict = {}  # generator name -> (state before its first reseed, how to put it back)
+        self.patched = [(os, "_exit", os._exit), (os, "abort", os.abort)]
+        rngs = [("random", random, "getstate", "setstate", "seed")]
+        numpy = sys.modules.get("numpy.random")
+        if numpy is not None:
+            rngs.append(("numpy.random", numpy, "get_state", "set_state", "seed"))
+        for name, module, get, put, seed in rngs:
+            for attr in (put, seed):
+                self.patched.append((module, attr, getattr(module, attr)))
+                setattr(module, attr, self._reseeding(name, getattr(module, get), getattr(module, put), getattr(module, attr)))
+        os._exit = self._exiting(self.patched[0][2])
+        os.abort = self._exiting(self.patched[1][2])
+        self.seeds = _seeds()
+        self.torch_state = torch.get_rng_state()
+        self.limit = time_limit(self.timeout, self.what)
+        self.limit.__enter__()
+        return self
+
+    def _exiting(self, real):
+        def stop(*args):
+            if os.getpid() != _RUN_PID:
+                return real(*args)
+            self.exits.append(f"{self.what} tried to exit the process " + (f"with status {args[0]}" if args else "(os.abort)"))
+            raise ImplementationExit(self.exits[-1])
+
+        return stop
+
+    def _reseeding(self, name, getstate, setstate, real):
+        def reseed(*args, **kwargs):
+            # The state before the first reseed: one that saves the state and
+            # puts it back when done has left nothing changed.
+            if name not in self.saved:
+                self.saved[name] = (getstate(), getstate, setstate)
+            return real(*args, **kwargs)
+
+        return reseed
+
+    def __exit__(self, kind, exc, tb):
+        import torch
+
+        try:
+            self.limit.__exit__(kind, exc, tb)
+        finally:
+            for owner, attr, real in self.patched:
+                setattr(owner, attr, real)
+        if os.getpid() != _RUN_PID:
+            # A child the implementation forked came back into the suite: it
+            # must end here, not go on to run the rest of the session again.
+            code = exc.code if isinstance(exc, SystemExit) else int(kind is not None)
+            os._exit(code if isinstance(code, int) else 1)
+        leaked = []
+        for name, (state, getstate, setstate) in self.saved.items():
+            if not _same_state(getstate(), state):
+                setstate(state)
+                leaked.append(f"{name} (reseeded)")
+        seeds = _seeds()
+        if seeds != self.seeds:
+            torch.set_rng_state(self.torch_state)
+            if seeds[0] != self.seeds[0]:
+                leaked.append(f"torch random seed ({self.seeds[0]} -> {seeds[0]})")
+            if seeds[1] != self.seeds[1] and self.seeds[1] is not False:
+                torch.cuda.manual_seed_all(self.seeds[1])
+                leaked.append(f"torch.cuda random seed ({self.seeds[1]} -> {seeds[1]})")
+        if isinstance(exc, SystemExit):
+            raise ImplementationExit(f"{self.what} tried to exit the process with status {exc.code}") from None
+        if self.exits and not isinstance(exc, ImplementationExit):
+            raise ImplementationExit(self.exits[0] + " (and went on after it was stopped)")
+        if leaked and kind is None:
+            raise LeakedGlobalState(f"{self.what} left process-wide state changed: {'; '.join(leaked)} (restored)")
+        return False
+
+
+def _same_state(a, b) -> bool:
+    # numpy's legacy state holds an array, which == compares elementwise
+    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+        return all(_same_state(x, y) for x, y in zip(a, b))
+    if hasattr(a, "tobytes") and hasattr(b, "tobytes"):
+        return a.shape == b.shape and a.tobytes() == b.tobytes()
+    return a == b
+
+
 class _GuardedArea:
     def __init__(self, area, name: str, impl_name: str, timeout: float, guard: Guarded):
         self._area, self._name, self._impl, self._timeout = area, name, impl_name, timeout
@@ -73,7 +200,7 @@ class _GuardedArea:
                 # hang per test is enough to know, not one per attempt.
                 raise ImplementationTimeout(guard.hung + " (an earlier call hung; not called again in this test)")
             try:
-                with time_limit(self._timeout, what):
+                with _Contained(what, self._timeout):
                     result = value(*args, **kwargs)
             except ImplementationTimeout as exc:
                 guard.hung = str(exc)
@@ -93,11 +220,11 @@ class _GuardedContext:
         self._cm, self._what, self._timeout = cm, what, timeout
 
     def __enter__(self):
-        with time_limit(self._timeout, self._what + " (enter)"):
+        with _Contained(self._what + " (enter)", self._timeout):
             return self._cm.__enter__()
 
     def __exit__(self, *exc):
-        with time_limit(self._timeout, self._what + " (exit)"):
+        with _Contained(self._what + " (exit)", self._timeout):
             return self._cm.__exit__(*exc)
 
 
@@ -152,7 +279,74 @@ def global_state() -> dict:
         state["dynamo.config"] = _config_copy(dynamo)
     dist = torch.distributed
     state["process_group"] = dist.is_available() and dist.is_initialized()
+    state.update(_process_state())
     return state
+
+
+def _process_state() -> dict:
+    """The interpreter's and the process's own state, beyond torch's."""
+    import random
+    import sys
+
+    state = {
+        # pytest names the running test there, phase by phase
+        "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
+        "cwd": _cwd(),
+        "sys.path": list(sys.path),
+        "sys.meta_path": list(sys.meta_path),
+        "sys.path_hooks": list(sys.path_hooks),
+        "recursion_limit": sys.getrecursionlimit(),
+        # Hypothesis seeds and restores these around each example; what
+        # shows here is a change outside one (a test without Hypothesis).
+        "random": random.getstate(),
+        "threads": {t for t in threading.enumerate() if t.is_alive()},
+        "children": _children(),
+    }
+    numpy = sys.modules.get("numpy.random")
+    if numpy is not None:
+        state["numpy.random"] = numpy.get_state()
+    return state
+
+
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:  # removed under our feet
+        return None
+
+
+def _children() -> dict:
+    """Live child processes: pid -> how to stop it.
+
+    Linux lists each thread's children in /proc (one small read per
+    thread); elsewhere only multiprocessing's children are known."""
+    import multiprocessing
+
+    # active_children() also reaps the ones that ended
+    found = {p.pid: p for p in multiprocessing.active_children()}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in map(int, pids):
+            if pid not in found and _running(pid):
+                found[pid] = None
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # state is the field after "(comm)", and comm may hold spaces
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _dynamo_config():
@@ -192,10 +386,38 @@ def _load_config(config, saved: dict) -> None:
             setattr(config, key, value)
 
 
+def _started(before: dict, after: dict):
+    """Threads and child processes the test left running."""
+    threads = after.get("threads", set()) - before.get("threads", set())
+    if threads:
+        # one that is on its way out gets a moment to end
+        deadline = time.monotonic() + 0.2
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    threads = sorted(t.name for t in threads if t.is_alive())
+    children = sorted(pid for pid in after.get("children", {}) if pid not in before.get("children", {}) and _running(pid))
+    return threads, children
+
+
 def leaks(before: dict, after: dict) -> list[str]:
     found = []
+    threads, children = _started(before, after)
+    if threads:
+        found.append(f"threads left running ({', '.join(threads)})")
+    if children:
+        found.append(f"child processes left running (pid {', '.join(map(str, children))})")
     for key in before.keys() | after.keys():
         b, a = before.get(key), after.get(key)
+        if key in ("threads", "children"):
+            continue
+        if key == "numpy.random":
+            if b is not None and a is not None and not _same_state(a, b):
+                found.append("numpy.random (global state reseeded or drawn from)")
+            continue  # otherwise numpy was first imported during the test
+        if key == "random":
+            if a != b:
+                found.append("random (global state reseeded or drawn from)")
+            continue
         if key == "dynamo.config" and (b is None or a is None):
             continue  # Dynamo was first imported during the test
         if key == "loggers":
@@ -206,6 +428,11 @@ def leaks(before: dict, after: dict) -> list[str]:
             if isinstance(a, dict) and isinstance(b, dict):
                 changed = sorted(k for k in a.keys() | b.keys() if a.get(k) is not b.get(k) and a.get(k) != b.get(k))
                 found.append(f"{key} ({', '.join(map(str, changed[:5]))}{', ...' if len(changed) > 5 else ''})")
+            elif isinstance(a, list) and isinstance(b, list):
+                added = [repr(x) for x in a if x not in b]
+                removed = [repr(x) for x in b if x not in a]
+                what = [f"added {', '.join(added)}"] * bool(added) + [f"removed {', '.join(removed)}"] * bool(removed)
+                found.append(f"{key} ({'; '.join(what) or 'reordered'})")
             else:
                 found.append(f"{key} ({b!r} -> {a!r})")
     return sorted(found)
@@ -255,13 +482,82 @@ def restore(before: dict) -> None:
     dist = torch.distributed
     if not before["process_group"] and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _restore_process(before)
+
+
+def _restore_process(before: dict) -> None:
+    import random
+    import sys
+
+    after = _process_state()
+    _stop_threads_and_children(before, after)
+    environ = before["environ"]
+    for key in [k for k in os.environ if k not in environ and k != "PYTEST_CURRENT_TEST"]:
+        del os.environ[key]
+    for key, value in environ.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+    if before["cwd"] is not None and after["cwd"] != before["cwd"]:
+        os.chdir(before["cwd"])
+    for name in ("path", "meta_path", "path_hooks"):
+        getattr(sys, name)[:] = before["sys." + name]
+    if after["sys.path"] != before["sys.path"] or after["sys.path_hooks"] != before["sys.path_hooks"]:
+        sys.path_importer_cache.clear()
+    sys.setrecursionlimit(before["recursion_limit"])
+    if after["random"] != before["random"]:
+        random.setstate(before["random"])
+    numpy = sys.modules.get("numpy.random")
+    if numpy is not None and "numpy.random" in before:
+        numpy.set_state(before["numpy.random"])
+
+
+def _stop_threads_and_children(before: dict, after: dict) -> None:
+    import signal
+
+    threads, children = _started(before, after)
+    for thread in after["threads"]:
+        if thread.name in threads and not thread.daemon:
+            _let_exit_without(thread)
+    for pid in children:
+        process = after["children"][pid]
+        if process is not None:  # multiprocessing's: it knows how, and reaps
+            process.terminate()
+            process.join(1)
+            if process.is_alive():
+                process.kill()
+                process.join(1)
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 1
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+            # reap it; its Popen, if any, reads a child it cannot wait for as ended
+            os.waitpid(pid, 0)
+
+
+def _let_exit_without(thread) -> None:
+    """A thread cannot be stopped from outside; a non-daemon one left running
+    would hold the run open at its end forever. Take it off the list the
+    interpreter joins at exit (CPython 3.8-3.12 keep that list in Python;
+    3.13 keeps it in C, where a leaked thread still holds the exit)."""
+    locks = getattr(threading, "_shutdown_locks", None)
+    lock = getattr(thread, "_tstate_lock", None)
+    if locks is None or lock is None:
+        return
+    with threading._shutdown_locks_lock:
+        locks.discard(lock)
+    thread._daemonic = True
 
 
 # --- tracebacks ------------------------------------------------------------------
 
 _OWN = Path(__file__).resolve().parent
 # The suite's machinery; reference/ and impls/ are implementations, so theirs stay.
-_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "report.py", "profiles.py", "contract.py"))
+_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "options.py", "session.py", "collection.py", "verdicts.py", "report.py", "profiles.py", "contract.py"))
 _NOISE = ("_pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin")
 
 

@@ -79,3 +79,97 @@ def test_implementation_without_areas_is_a_usage_error(run_suite):
     assert result.ret == 4
     assert "provides none of the areas" in result.stderr.str()
     assert report is None
+
+
+# --- exiting, threads, processes, environment, import path, directory, seeds ----
+
+# Loaded into the suite's run with -p: writes what each test finds when it
+# starts, so a test can see that the one after a leak found the state as the
+# run began.
+OBSERVER = """
+import json, os, random, sys, threading, hashlib
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    import torch
+    seen = {
+        "test": item.nodeid,
+        "env": os.environ.get("FSDPCHECK_PLANTED"),
+        "sys.path": sys.path[-3:],
+        "cwd": os.getcwd(),
+        "random": hashlib.sha1(repr(random.getstate()).encode()).hexdigest(),
+        "torch seed": torch.initial_seed(),
+    }
+    with open(%r, "a") as f:
+        f.write(json.dumps(seen) + "\\n")
+"""
+
+
+def _misbehaves(run_suite, pytester, planted, what):
+    import json
+
+    seen = pytester.path / "seen.jsonl"
+    pytester.makepyfile(fsdpcheck_observer=OBSERVER % str(seen))
+    impl = "tests.planted.misbehaving:" + planted
+    result, report = run_suite(impl, "reference", k=K, extra=["-p", "no:xdist", "-p", "fsdpcheck_observer"])
+    out = result.stdout.str()
+    assert what in out, out[-3000:]
+    assert report["matrix"][impl]["TRV-1"]["outcome"] == "fail"
+    assert report["matrix"]["reference"]["TRV-1"]["outcome"] == "pass"
+    assert result.ret == 1
+    assert "short test summary" in out
+    first, after = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert impl in first["test"] and "reference" in after["test"]
+    # the test after the leak starts where the leaking one did
+    assert {**after, "test": None} == {**first, "test": None}
+    return out
+
+
+def test_os_exit_fails_the_check_and_the_run_goes_on(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "ExitsProcess",
+                "tests.planted.misbehaving:ExitsProcess: traversal.states_with_modules tried to exit the process with status 0")
+
+
+def test_sys_exit_fails_the_check(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "CallsSysExit",
+                "tests.planted.misbehaving:CallsSysExit: traversal.states_with_modules tried to exit the process with status 0")
+
+
+def test_thread_left_running_is_named_and_does_not_hold_the_run(run_suite, pytester):
+    # The thread waits forever and is not a daemon: the run ending at all
+    # (pytester's timeout) shows it no longer holds the interpreter's exit.
+    _misbehaves(run_suite, pytester, "LeavesThread", "threads left running (planted-prefetcher)")
+
+
+def test_child_process_left_running_is_stopped(run_suite, pytester):
+    out = _misbehaves(run_suite, pytester, "LeavesChildProcess", "child processes left running (pid ")
+    import re
+
+    pid = int(re.search(r"child processes left running \(pid (\d+)\)", out).group(1))
+    with open(f"/proc/{pid}/stat") if __import__("os").path.exists(f"/proc/{pid}") else open("/dev/null") as f:
+        assert f.read().rpartition(")")[2].split()[:1] in ([], ["Z"], ["X"])
+
+
+def test_environment_variable_is_named_and_removed(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "SetsEnvironment", "environ (FSDPCHECK_PLANTED)")
+
+
+def test_import_path_entry_is_named_and_removed(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "ExtendsImportPath", "sys.path (added '/planted/nowhere')")
+
+
+def test_working_directory_is_named_and_restored(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "ChangesDirectory", "cwd (")
+
+
+def test_reseeded_random_is_named_and_restored(run_suite, pytester):
+    # Hypothesis seeds and restores ``random`` around each example, so only
+    # the call itself can see this one.
+    _misbehaves(run_suite, pytester, "ReseedsRandom",
+                "traversal.states_with_modules left process-wide state changed: random (reseeded)")
+
+
+def test_reseeded_torch_is_named_and_restored(run_suite, pytester):
+    _misbehaves(run_suite, pytester, "ReseedsTorch",
+                "traversal.states_with_modules left process-wide state changed: torch random seed (")

@@ -79,3 +79,126 @@ class _ThreadingTraversal(ReferenceTraversal):
 
 class LeaksThreadCount(Implementation):
     traversal = _ThreadingTraversal()
+
+
+# --- ending the process, or leaving it changed beyond torch ------------------------
+# Each does its harm inside a correct traversal, so the only failure a run can
+# show is the harm itself.
+
+
+class _ExitingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import os
+
+        os._exit(0)
+
+
+class ExitsProcess(Implementation):
+    traversal = _ExitingTraversal()
+
+
+class _SysExitingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import sys
+
+        sys.exit(0)
+
+
+class CallsSysExit(Implementation):
+    traversal = _SysExitingTraversal()
+
+
+_STARTED = []
+
+
+class _ThreadLeavingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import threading
+
+        if not _STARTED:
+            # non-daemon and never told to stop: it would hold the run open at exit
+            stop = threading.Event()
+            thread = threading.Thread(target=stop.wait, name="planted-prefetcher")
+            thread.start()
+            _STARTED.append(thread)
+        return super().states_with_modules(root)
+
+
+class LeavesThread(Implementation):
+    traversal = _ThreadLeavingTraversal()
+
+
+class _ChildLeavingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import subprocess
+        import sys
+
+        if not _STARTED:
+            _STARTED.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+        return super().states_with_modules(root)
+
+
+class LeavesChildProcess(Implementation):
+    traversal = _ChildLeavingTraversal()
+
+
+class _EnvSettingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import os
+
+        os.environ["FSDPCHECK_PLANTED"] = "1"
+        return super().states_with_modules(root)
+
+
+class SetsEnvironment(Implementation):
+    traversal = _EnvSettingTraversal()
+
+
+class _PathExtendingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import sys
+
+        if "/planted/nowhere" not in sys.path:
+            sys.path.append("/planted/nowhere")
+        return super().states_with_modules(root)
+
+
+class ExtendsImportPath(Implementation):
+    traversal = _PathExtendingTraversal()
+
+
+class _DirChangingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import os
+        import tempfile
+
+        os.chdir(tempfile.gettempdir())
+        return super().states_with_modules(root)
+
+
+class ChangesDirectory(Implementation):
+    traversal = _DirChangingTraversal()
+
+
+class _RandomReseedingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import random
+
+        random.seed(1234)
+        return super().states_with_modules(root)
+
+
+class ReseedsRandom(Implementation):
+    traversal = _RandomReseedingTraversal()
+
+
+class _TorchReseedingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import torch
+
+        torch.manual_seed(1234)
+        return super().states_with_modules(root)
+
+
+class ReseedsTorch(Implementation):
+    traversal = _TorchReseedingTraversal()
