@@ -14,7 +14,7 @@ from pytest_fsdpcheck.checks.annotation import (
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
 from pytest_fsdpcheck.impls.torch_support import require_compile
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
 trees = module_trees(states=False, replicate=False)

@@ -16,7 +16,7 @@ import pytest
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp2_end_to_end
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.impls.torch_support import require_compile
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.session import get_session, world_size_for
 
 RANK_TIMEOUT_S = 180.0

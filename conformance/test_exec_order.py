@@ -33,7 +33,7 @@ from pytest_fsdpcheck.generators.models import (
     wide_leaf_model,
     with_failure,
 )
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
 IMPORTS = [

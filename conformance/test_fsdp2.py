@@ -22,7 +22,7 @@ from pytest_fsdpcheck.generators.fsdp2 import (
     fsdp2_wide_tree,
     fully_shard_specs,
 )
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
 CALLS = {

@@ -23,7 +23,7 @@ from pytest_fsdpcheck.generators.corpus import (
     untraceable,
 )
 from pytest_fsdpcheck.impls.torch_support import require_compile
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 
 SECTIONS = ["buckets", "traversal", "exec order", "fsdp2"]
 MODELS = list(CORPUS)

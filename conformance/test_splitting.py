@@ -16,7 +16,7 @@ from pytest_fsdpcheck.generators.graphs import (
     build_graph,
     graph_specs,
 )
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
 # every parameter read by exactly one node: counting-once rules (SPL-4) and

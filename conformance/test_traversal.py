@@ -21,7 +21,7 @@ from pytest_fsdpcheck.generators.trees import (
     module_trees,
     wide_tree,
 )
-from pytest_fsdpcheck.known import conform
+from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
 CALLS = {

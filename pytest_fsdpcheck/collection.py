@@ -42,22 +42,27 @@ def is_suite_test(node) -> bool:
     return inside(node.path, conformance_dir())
 
 
-def add_suite_paths(args: list[str]) -> None:
-    """With no suite path among ``args``, the suite is appended; a test id
-    as the summary prints it (test_traversal.py::test_root_states[torch])
-    runs just that test."""
+def add_suite_paths(config) -> None:
+    """The suite's path among the run's paths (``config.args``: the
+    positional arguments, never an option's value). With no paths given the
+    suite is all that runs; with paths, the suite runs beside them unless one
+    is inside it. A suite file named bare, as the summary prints a test id
+    (``test_traversal.py::test_root_states[torch]``), and missing here, is
+    the suite's; any other missing path stays missing, for pytest to say so."""
     suite = conformance_dir()
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args[:] = [str(suite)]
+        return
     picked = False
-    for i, arg in enumerate(args):
+    for i, arg in enumerate(config.args):
         path, sep, rest = arg.partition("::")
-        name = os.path.basename(path)
-        if path.endswith(".py") and not os.path.exists(path) and (suite / name).is_file():
-            args[i] = str(suite / name) + sep + rest
-            picked = True
-        elif os.path.exists(path) and inside(path, suite):
+        if os.path.exists(path):
+            picked = picked or inside(path, suite)
+        elif path == os.path.basename(path) and path.endswith(".py") and (suite / path).is_file():
+            config.args[i] = str(suite / path) + sep + rest
             picked = True
     if not picked:
-        args.append(str(suite))
+        config.args.append(str(suite))
 
 
 def invariants_of(item) -> list[str]:

@@ -156,7 +156,8 @@ class Tally:
     """Examples and features of one test (one item)."""
 
     def __init__(self):
-        self.examples = 0
+        self.examples = 0  # valid examples: the test ran to a verdict on them
+        self.rejected = 0  # examples the test rejected (``assume``) before any verdict
         self.kinds: Counter = Counter()
         self.features: Counter = Counter()
 
@@ -165,8 +166,15 @@ class Tally:
         self.kinds.update(kinds)
         self.features.update(present)
 
+    def reject(self) -> None:
+        self.rejected += 1
+
+    def valid_share(self) -> float:
+        seen = self.examples + self.rejected
+        return self.examples / seen if seen else 1.0
+
     def to_json(self) -> dict:
-        return {"kinds": dict(self.kinds), "features": dict(self.features)}
+        return {"rejected": self.rejected, "kinds": dict(self.kinds), "features": dict(self.features)}
 
 
 def coverage(tallies) -> dict:

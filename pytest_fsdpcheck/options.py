@@ -10,6 +10,7 @@ when the session is built from these settings.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -123,8 +124,6 @@ class Settings:
 
 
 def read_settings(config) -> Settings:
-    from . import fuzz
-
     specs = config.getoption("fsdpcheck_impl") or config.getini("fsdpcheck_impl")
     if not specs and os.environ.get(ENV_IMPL):
         specs = [s.strip() for s in os.environ[ENV_IMPL].split(",") if s.strip()]
@@ -143,11 +142,8 @@ def read_settings(config) -> Settings:
     world_size = _world_size(_value(config, "fsdpcheck_world_size"))
     seed = _seed(_value(config, "fsdpcheck_seed"))
     shard = _value(config, "fsdpcheck_shard")
-    try:
-        budget = None if fuzz_time is None else fuzz.parse_duration(fuzz_time)
-        machine_of = (0, 1) if shard is None else fuzz.parse_shard(shard)
-    except fuzz.FuzzOptionError as exc:
-        raise _usage(str(exc)) from None
+    budget = None if fuzz_time is None else _duration(fuzz_time)
+    machine_of = (0, 1) if shard is None else _shard(shard)
     database = _value(config, "fsdpcheck_database")
     if database is not None and "://" not in database:
         database = _path(config, "fsdpcheck_database")
@@ -230,6 +226,36 @@ def _seed(raw) -> int | None:
     if not 0 <= seed < 2**32:
         raise _usage(f"--fsdpcheck-seed must be in 0 .. 2**32-1, got {raw!r}")
     return seed
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+_UNIT_S = {"h": 3600, "m": 60, "s": 1}
+MAX_FUZZ_TIME_S = 7 * 24 * 3600
+
+
+def _duration(raw: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h30m``, ``0.5h`` -> seconds."""
+    text = str(raw).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise _usage(
+                f"--fsdpcheck-fuzz-time must be a duration such as 90s, 10m or 1h30m, got {raw!r}"
+            )
+        seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not 0 < seconds <= MAX_FUZZ_TIME_S:
+        raise _usage(f"--fsdpcheck-fuzz-time must be more than 0 and at most 7 days, got {raw!r}")
+    return seconds
+
+
+def _shard(raw: str) -> tuple[int, int]:
+    """``I/M`` (1-based) -> (I - 1, M)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(raw))
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= 1_000_000:
+        raise _usage(f"--fsdpcheck-shard must be I/M with 1 <= I <= M, e.g. 2/4, got {raw!r}")
+    return int(match.group(1)) - 1, int(match.group(2))
 
 
 def _writable_report(path: str | None) -> str | None:

@@ -22,14 +22,6 @@ def pytest_addoption(parser):
     options.add_options(parser)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config, parser, args):
-    ns = early_config.known_args_namespace
-    enabled = ns.fsdpcheck if ns.fsdpcheck is not None else early_config.getini("fsdpcheck")
-    if enabled and not getattr(ns, "help", False):
-        collection.add_suite_paths(args)
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "invariant(*ids): the pytest-fsdpcheck invariant IDs a test checks")
     if not options.enabled(config):
@@ -37,6 +29,7 @@ def pytest_configure(config):
         return
     from . import session
 
+    collection.add_suite_paths(config)
     session.start(config, options.read_settings(config))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
@@ -57,6 +50,7 @@ def pytest_sessionstart(session):
     if state is not None:
         from .report import MatrixRecorder
 
+        state.pytest_session = session
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
 
 
@@ -132,7 +126,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if state is not None and not hasattr(config, "workerinput"):
         from .report import terminal_summary
 
-        terminal_summary(terminalreporter, state)
+        # pytest prints the summary inside sessionfinish and exits with the
+        # session's status as it stands after it
+        if not terminal_summary(terminalreporter, state, verdicts.findings(state)) and state.pytest_session:
+            state.pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(trylast=True)

@@ -14,7 +14,11 @@ _active = "ci"
 
 
 def _register() -> None:
+    # Built on Hypothesis' own defaults, not on whatever profile is loaded:
+    # a user's profile (phases=[Phase.explicit], max_examples=1 ...) must
+    # not reach the suite's properties.
     common = dict(
+        parent=settings.get_profile("default"),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
         print_blob=True,

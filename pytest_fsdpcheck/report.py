@@ -7,6 +7,7 @@ IDs it actually violated, so a failure is charged to exactly those cells.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 
@@ -173,9 +174,27 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
 
 def write_json(path: str, header: dict, matrix: Matrix, extra: dict) -> None:
     payload = {"header": header, "matrix": matrix.to_json(), "tests": matrix.per_test, **extra}
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    write_atomically(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """``path`` holds either its old content or all of ``text``, never a part:
+    a full disk or a killed run leaves the previous report in place."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=".fsdpcheck-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def exploration(per_test: dict, wall_s: float) -> dict:
@@ -299,12 +318,12 @@ class MatrixRecorder:
         self.session.matrix.record(report)
 
 
-def terminal_summary(tr, session) -> None:
+def terminal_summary(tr, session, findings) -> bool:
+    """``findings``: (stale entries, unexpected passes, known bugs not reproduced).
+    False when the JSON report was asked for and could not be written."""
     import time
 
-    from .verdicts import findings
-
-    stale, unexpected, unreproduced = findings(session)
+    stale, unexpected, unreproduced = findings
     tr.section("fsdpcheck conformance matrix")
     for line in session.matrix.render():
         tr.write_line(line)
@@ -320,7 +339,7 @@ def terminal_summary(tr, session) -> None:
         for line in render_exploration(explored):
             tr.write_line(line)
     if not session.report_path:
-        return
+        return True
     try:
         write_json(
             session.report_path,
@@ -331,6 +350,9 @@ def terminal_summary(tr, session) -> None:
                 "profile": session.profile,
                 "seed": session.seed,
                 "divergence_files": session.divergence_files,
+                # False: interrupted, stopped early (-x, --maxfail) or nothing ran;
+                # stale entries and unreproduced bugs are then not judged
+                "complete": not session.incomplete,
                 **_plan_json(session),
             },
             session.matrix,
@@ -342,9 +364,11 @@ def terminal_summary(tr, session) -> None:
             },
         )
     except OSError as exc:
-        tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {session.report_path}: {exc.strerror or exc}", red=True)
-    else:
-        tr.write_line(f"fsdpcheck: JSON report written to {session.report_path}")
+        tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {session.report_path}: {exc.strerror or exc}"
+                      " (the run fails; the previous report, if any, is left as it was)", red=True)
+        return False
+    tr.write_line(f"fsdpcheck: JSON report written to {session.report_path}")
+    return True
 
 
 def _plan_json(session) -> dict:

@@ -42,6 +42,7 @@ class Session:
     under_hypofuzz: bool = False
     started: float = 0.0
     slicer: object = None  # each property item's share of a time budget
+    pytest_session: object = None  # pytest's Session, whose exit status the summary may still set
 
 
 SESSION_KEY = pytest.StashKey[Session]()

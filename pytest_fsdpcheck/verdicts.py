@@ -25,6 +25,22 @@ from .report import (
     PROP_VIOLATED,
 )
 
+#: a property that rejects more of its examples than this passes on too few
+VALID_SHARE_FLOOR = 0.5
+
+
+class TooFewValidExamples(AssertionError):
+    """A property rejected most of the examples it drew: its pass says little."""
+
+
+def _too_few_valid(item, tally) -> str | None:
+    if not getattr(item.obj, "is_hypothesis_test", False) or tally.valid_share() >= VALID_SHARE_FLOOR:
+        return None
+    seen = tally.examples + tally.rejected
+    return (f"fsdpcheck health check: the test rejected {tally.rejected} of the {seen} examples it drew, "
+            f"leaving {tally.examples} valid ({tally.valid_share():.0%}, floor {VALID_SHARE_FLOOR:.0%}): "
+            "a pass on so few says little; the generator no longer fits this check")
+
 
 @contextlib.contextmanager
 def observed_call(item, session):
@@ -58,6 +74,7 @@ def observed_call(item, session):
         if pause_gc:
             gc.enable()
         _record(item, impl, tally)
+        unhealthy = None if raised else _too_few_valid(item, tally)
         found = leaks(before, global_state())
         if found:
             restore(before)
@@ -68,6 +85,8 @@ def observed_call(item, session):
                     f"{dict(item.user_properties)[PROP_IMPL]} left process-wide state changed: "
                     f"{'; '.join(found)} (restored for the next tests)"
                 )
+        if unhealthy:
+            raise TooFewValidExamples(unhealthy)
 
 
 def _suite_threads() -> int:
@@ -172,9 +191,10 @@ def judge_report(item, call, report, session, failure) -> None:
 
 
 def count_examples(statistics: str) -> int:
-    # Hypothesis only exposes per-test statistics as text; count every case
-    # it ran (passing, failing, invalid) over all phases.
-    return sum(sum(map(int, m)) for m in re.findall(r"(\d+) passing, (\d+) failing, and (\d+) invalid", statistics))
+    # Hypothesis only exposes per-test statistics as text; count the valid
+    # cases it ran (passing and failing) over all phases: an invalid one
+    # checked nothing.
+    return sum(int(p) + int(f) for p, f, _ in re.findall(r"(\d+) passing, (\d+) failing, and (\d+) invalid", statistics))
 
 
 def trim_traceback(item, excinfo):

@@ -102,7 +102,7 @@ class TorchFsdp2:
         self._states[module] = state
 
     def mark_incompatible(self, module, api):
-        from .torch_impl import mark_composable_api
+        from .composable import mark_composable_api
 
         mark_composable_api(module, api)
 

@@ -11,6 +11,7 @@ import sys
 
 from ..contract import Implementation
 from ..known.torch_bugs import TORCH_BUGS
+from .composable import mark_composable_api
 
 
 def torch_version() -> tuple[int, int]:
@@ -94,18 +95,6 @@ class TorchImplementation(Implementation):
         self.splitting = _optional("TorchSplitting")
         self.exec_order = _optional("TorchExecOrder")
         self.fsdp2 = _optional_fsdp2()
-
-
-def mark_composable_api(module, api: str) -> None:
-    """Register ``api`` in ``module``'s composable registry, as applying that
-    composable API (e.g. ``replicate``) would."""
-    import collections
-
-    key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
-    registry = module.__dict__.get(key)
-    if registry is None:
-        registry = module.__dict__[key] = collections.OrderedDict()
-    registry[api] = object()
 
 
 def _optional_fsdp2():

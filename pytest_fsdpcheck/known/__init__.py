@@ -2,7 +2,7 @@
 
 An implementation declares its known bugs in a ``known_bugs`` attribute (a
 sequence of :class:`KnownBug`); the ``torch`` implementation declares the
-ones in :mod:`.torch_bugs`. During a run, :func:`conform` decides for each
+ones in :mod:`.torch_bugs`. During a run, :func:`.judge.conform` decides for each
 failing example whether those bugs explain it: explained examples are
 counted and the search goes on, anything unexplained fails. ``python -m
 pytest_fsdpcheck.known`` lists the bugs and prints or runs their torch-only
@@ -10,6 +10,5 @@ reproducers.
 """
 
 from .bugs import KnownBug, active_bugs, known_bugs_of
-from .judge import conform
 
-__all__ = ["KnownBug", "active_bugs", "conform", "known_bugs_of"]
+__all__ = ["KnownBug", "active_bugs", "known_bugs_of"]
