@@ -108,12 +108,29 @@ def parametrize(metafunc, session) -> None:
     metafunc.parametrize(("fsdpcheck_impl", "fsdpcheck_graph_form") if forms else "fsdpcheck_impl", params)
     if "fsdpcheck_device" in metafunc.fixturenames:
         metafunc.parametrize("fsdpcheck_device", session.devices)
+    if "fsdpcheck_model_case" in metafunc.fixturenames:
+        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[_model_id(m) for m in session.models])
     plan = session.plan
     if plan is not None and plan.workers > 1 and getattr(metafunc.function, "is_hypothesis_test", False):
         # one item per worker, each running its own part of the seed stream
         metafunc.fixturenames.append("fsdpcheck_shard")
         shards = range(plan.workers)
         metafunc.parametrize("fsdpcheck_shard", shards, ids=[f"shard{k + 1}of{plan.workers}" for k in shards])
+
+
+def _model_id(spec: str) -> str:
+    # "pkg.models:make" reads better in a test id without the dots' package path
+    return spec.replace(":", ".")
+
+
+#: the suite module that runs users' models; it has no input without one
+_MODELS_MODULE = "test_models.py"
+
+
+def ignore(collection_path, session) -> bool:
+    """The users'-models module is not collected when no model is named."""
+    return (session is not None and not session.models and collection_path.name == _MODELS_MODULE
+            and inside(collection_path, conformance_dir()))
 
 
 def tag(session, items) -> None:

@@ -42,6 +42,11 @@ OPTIONS = (
            "implementation to check, repeatable: torch (default), reference, an installed "
            f"entry point, or package.module:attr (env: {ENV_IMPL})",
            "linelist", (("action", "append"), ("metavar", "NAME"))),
+    Option("--fsdpcheck-model",
+           "your model factory, repeatable: package.module:factory or an installed entry point "
+           "(group pytest_fsdpcheck.models; default: every installed one); each model runs through "
+           "every area that applies, its FSDP2 plan's fully_shard calls recorded and judged",
+           "linelist", (("action", "append"), ("metavar", "FACTORY"))),
     Option("--fsdpcheck-device", "device(s) for numeric checks: cpu, cuda or auto",
            kwargs=(("choices", DEVICES),)),
     Option("--fsdpcheck-profile", "ci (deterministic, no example database), dev, or fuzz (long-running)",
@@ -109,6 +114,7 @@ class Settings:
     """Every option's value, parsed and validated."""
 
     impl_specs: tuple[str, ...]  # empty: the default (torch and installed entry points)
+    model_specs: tuple[str, ...]  # empty: every installed model entry point
     device: str
     profile: str
     seed: int | None  # as given; the session draws one for dev/fuzz when None
@@ -157,6 +163,7 @@ def read_settings(config) -> Settings:
                      "use --fsdpcheck-profile dev or fuzz")
     return Settings(
         impl_specs=tuple(dict.fromkeys(specs)),
+        model_specs=tuple(dict.fromkeys(config.getoption("fsdpcheck_model") or config.getini("fsdpcheck_model"))),
         device=device,
         profile=profile,
         seed=seed,

@@ -54,6 +54,10 @@ def pytest_sessionstart(session):
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
 
 
+def pytest_ignore_collect(collection_path, config):
+    return True if collection.ignore(collection_path, get_session(config)) else None
+
+
 def pytest_generate_tests(metafunc):
     collection.parametrize(metafunc, get_session(metafunc.config))
 

@@ -283,6 +283,7 @@ def header_lines(session) -> list[str]:
         f"profile: {session.profile}; seed: {seed}",
         *_plan_header(session),
         "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
+        *(["fsdpcheck: your models: " + ", ".join(session.models)] if session.models else []),
         *(
             ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
             if known and session.known_bugs

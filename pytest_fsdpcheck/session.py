@@ -43,6 +43,8 @@ class Session:
     started: float = 0.0
     slicer: object = None  # each property item's share of a time budget
     pytest_session: object = None  # pytest's Session, whose exit status the summary may still set
+    #: users' model factories (--fsdpcheck-model, entry points), each checked loadable at start
+    models: tuple = ()
 
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -94,7 +96,9 @@ def _build(config, settings: Settings) -> Session:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
         files.append(settings.divergences)
     judge.configure(enabled=settings.known_bugs)
+    models = _models(settings.model_specs)
     return Session(
+        models=models,
         impls=impls,
         devices=devices,
         profile=settings.profile,
@@ -109,6 +113,23 @@ def _build(config, settings: Settings) -> Session:
         plan=_fuzz_plan(config, settings, seed),
         started=time.time(),
     )
+
+
+def _models(specs: tuple[str, ...]) -> tuple[str, ...]:
+    """The model factories to run, each loaded and built once here so that a
+    missing factory, a wrong return type or a module name the model lacks
+    stops the run before any test, in one line."""
+    from .cases import CaseError, installed_models, validate_case_spec
+
+    specs = specs or tuple(sorted(installed_models()))
+    for spec in specs:
+        try:
+            problems = validate_case_spec(spec)
+        except CaseError as exc:
+            raise pytest.UsageError(f"fsdpcheck: {exc}") from None
+        if problems:
+            raise pytest.UsageError(f"fsdpcheck: {problems[0]}")
+    return specs
 
 
 def _fuzz_plan(config, settings: Settings, seed):

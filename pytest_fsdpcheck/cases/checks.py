@@ -245,8 +245,9 @@ def check_fully_shard_calls(case, impl=None):
                 oracle.at(roots, earlier, ignored)
                 managed = expected_managed(oracle)
                 params, _, _ = expected_states(oracle, managed)
-                conflicts = [oracle.label(oracle.modules[i]) for i in managed if i in managed_by]
-                conflicts += [oracle.label(p) for p in params if id(p) in sharded]
+                shared = [oracle.modules[i] for i in managed if i in managed_by]
+                shared += [p for p in params if id(p) in sharded]
+                conflicts = [oracle.label(x) for x in shared]
                 where = call.label()
                 try:
                     area.annotate(roots, mesh, ignored)
@@ -257,7 +258,7 @@ def check_fully_shard_calls(case, impl=None):
                     if not isinstance(exc, (ValueError, RuntimeError)) or isinstance(exc, NotImplementedError):
                         return [Violation("FS2-8", f"{where} shares {conflicts[0]} with an earlier group and failed with "
                                                    "an internal error, not a clear one naming it", detail=err)]
-                    if not any(_names_it(str(exc), c) for c in conflicts):
+                    if not any(_names_it(str(exc), _aliases(model, roots, x)) for x in shared):
                         return [Violation("FS2-8", f"{where}: the error for {conflicts[0]}, shared with an earlier "
                                                    "group, does not name it", detail=err)]
                     return []
@@ -281,9 +282,33 @@ def check_fully_shard_calls(case, impl=None):
     _judge(impl, case, "check_fully_shard_calls", body)
 
 
-def _names_it(message: str, name: str) -> bool:
-    parts = name.split(".")
-    return any(".".join(parts[k:]) in message for k in range(max(1, len(parts) - 1)))
+def _aliases(model, roots, obj) -> set[str]:
+    """Every name ``obj`` (a module or parameter) goes by: its qualified names
+    in the model (a tied parameter has several), and its paths below the
+    call's roots (``roots[0].weight`` and ``weight``)."""
+    import torch
+
+    def names_below(top):
+        found = set()
+        members = (top.named_parameters(remove_duplicate=False) if isinstance(obj, torch.nn.Parameter)
+                   else top.named_modules(remove_duplicate=False))
+        for name, member in members:
+            if member is obj and name:
+                found.add(name)
+        return found
+
+    names = names_below(model)
+    for k, root in enumerate(roots):
+        for name in names_below(root):
+            # a bare one-part name ("weight") would be found in any message
+            names |= {f"roots[{k}].{name}", *([name] if "." in name else [])}
+    return names
+
+
+def _names_it(message: str, names) -> bool:
+    # whole names only: a two-letter module name must not match inside an
+    # address such as "object at 0x7f1c4e2a9d10"
+    return any(re.search(rf"(?<![\w.\]]){re.escape(n)}(?!\w)", message) for n in names)
 
 
 # --- DDPOptimizer -------------------------------------------------------------------
@@ -567,8 +592,11 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=max_examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    from .. import profiles
+
+    # the suite's own settings (ci: derandomized, no database), never the
+    # profile a user's conftest happens to load
+    @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck))
     @given(kwargs=st.fixed_dictionaries(strategies))
     def drawn(kwargs):
         check(build_case(source, **kwargs), impl)
