@@ -48,7 +48,10 @@ from hypothesis import strategies as st
 
 DIM = 4
 KINDS = ("block", "linear", "act", "seq", "norm", "list")
-TRACERS = ("default", "leaf_rules", "into_nn", "wrapping")
+#: ``buffer_proxies``: buffers read in a forward become ``get_attr`` proxies,
+#: as parameters always are (``proxy_buffer_attributes``, which transformers'
+#: fx tracer sets), so a recorder meets buffer nodes among an op's inputs
+TRACERS = ("default", "leaf_rules", "into_nn", "wrapping", "buffer_proxies")
 #: upper bound on module calls per generated forward, so shared, repeatedly
 #: called modules cannot blow a small spec up exponentially
 CALL_BUDGET = 60
@@ -217,12 +220,15 @@ def _classes():
 
     class LeafRuleTracer(fx.Tracer):
         """Own leaf rules: given modules become leaves, and optionally
-        ``nn.Linear``/``nn.ReLU`` are traced into instead of being leaves."""
+        ``nn.Linear``/``nn.ReLU`` are traced into instead of being leaves;
+        ``proxy_buffers`` turns on ``proxy_buffer_attributes``."""
 
-        def __init__(self, extra_leaves=(), trace_into_nn=False):
+        def __init__(self, extra_leaves=(), trace_into_nn=False, proxy_buffers=False):
             super().__init__()
             self.extra_leaf_ids = frozenset(id(m) for m in extra_leaves)
             self.trace_into_nn = trace_into_nn
+            if proxy_buffers:
+                self.proxy_buffer_attributes = True
 
         def is_leaf_module(self, m, module_qualified_name):
             if id(m) in self.extra_leaf_ids:
@@ -338,6 +344,8 @@ def make_tracer(spec: ModelSpec, built: BuiltModel):
         return classes["LeafRuleTracer"](leaves, trace_into_nn=True)
     if spec.tracer == "wrapping":
         return classes["WrappingTracer"](leaves, trace_into_nn=bool(len(leaves) % 2))
+    if spec.tracer == "buffer_proxies":
+        return classes["LeafRuleTracer"](leaves, proxy_buffers=True)
     raise ValueError(f"unknown tracer kind {spec.tracer!r}")
 
 
@@ -581,6 +589,6 @@ def _draw_program(
 
 def exotic_tracer_specs(**kwargs):
     """Specs traced by tracer subclasses and/or with ``concrete_args`` (EXO-7)."""
-    kwargs.setdefault("tracers", ("leaf_rules", "into_nn", "wrapping"))
+    kwargs.setdefault("tracers", ("leaf_rules", "into_nn", "wrapping", "buffer_proxies"))
     kwargs.setdefault("concrete", True)
     return model_specs(**kwargs)

@@ -309,6 +309,56 @@ class UsageForEveryModule(_Planted):
     area_class = _UsageForEveryModule
 
 
+class _BufferProxiesAsParams(ReferenceExecOrder):
+    """EXO-3: takes every ``get_attr`` input of an op for a parameter, so a
+    buffer read directly is recorded as one. Unseen unless the tracer proxies
+    buffer attributes: otherwise a buffer reaches an op as a plain tensor."""
+
+    @contextmanager
+    def patch_tracer(self, tracer, root):
+        from torch import fx
+
+        buffers = dict(root.named_buffers())
+        with super().patch_tracer(tracer, root) as info:
+            usage = info.module_to_param_usage_infos
+            recording_call_module, recording_create_proxy = tracer.call_module, tracer.create_proxy
+            current = [root]
+
+            def call_module(module, forward, args, kwargs):
+                current.append(module)
+                try:
+                    return recording_call_module(module, forward, args, kwargs)
+                finally:
+                    current.pop()
+
+            def create_proxy(kind, target, args, kwargs, *rest, **options):
+                entries = usage.get(current[-1], [])
+                before = len(entries)
+                proxy = recording_create_proxy(kind, target, args, kwargs, *rest, **options)
+                if kind not in ("call_function", "call_method"):
+                    return proxy
+                inputs = [*args, *kwargs.values()] if kwargs else list(args)
+                named = [(a.node.target, buffers[a.node.target]) for a in inputs
+                         if isinstance(a, fx.Proxy) and a.node.op == "get_attr" and a.node.target in buffers]
+                if named:
+                    if len(entries) > before:
+                        entries[-1][1].extend(named)
+                    else:
+                        entries.append((current[-1], named))
+                    for _, buf in named:
+                        if buf not in info.visited_params:
+                            info.visited_params.add(buf)
+                            info.param_forward_order.append(buf)
+                return proxy
+
+            tracer.call_module, tracer.create_proxy = call_module, create_proxy
+            yield info
+
+
+class BufferProxiesAsParams(_Planted):
+    area_class = _BufferProxiesAsParams
+
+
 class MethodTargetTaken(Implementation):
     """EXO-3: any input node whose target is a parameter's FQN counts as that
     parameter (torch's exo-method-target-taken-as-param, undeclared here)."""
