@@ -170,10 +170,43 @@ def is_suite_item(item) -> bool:
     return PROP_IMPL in dict(item.user_properties)
 
 
+#: What a suite test costs, cheapest first: a developer running ``-x`` after
+#: each change hears of a broken implementation from the cheapest check that
+#: can see it. Keyed by module, then by test function where one differs.
+COST_CLASSES = ("single call", "large inputs", "corpus", "compile", "processes")
+_MODULE_COST = {"test_golden.py": "corpus", "test_models.py": "corpus", "test_distributed.py": "processes"}
+_TEST_COST = {
+    "test_large_trees": "large inputs",
+    "test_linear_growth": "large inputs",
+    "test_dynamo_effect": "compile",
+    "test_compiled_split": "compile",
+    "test_model_buckets": "compile",
+}
+
+
+def cost_class(item) -> int:
+    name = getattr(item, "originalname", None) or item.name.partition("[")[0]
+    cost = _TEST_COST.get(name) or _MODULE_COST.get(item.path.name, "single call")
+    return COST_CLASSES.index(cost)
+
+
 def order(session, items) -> None:
-    """Corpus models kept together; under a time budget, fixed cases first
-    and each property's share of the budget set."""
+    """Suite items cheapest first (a property with a failing example in the
+    example database before everything), user items where they were; corpus
+    models kept together. Before deselection, which keeps the order, and
+    before xdist's workers report what they collected, so every worker's
+    share follows it."""
+    slots = [i for i, item in enumerate(items) if is_suite_item(item)]
+    saved = _with_saved_failures(session, [items[i] for i in slots])
+    ranked = sorted((items[i] for i in slots), key=lambda item: (item.nodeid not in saved, cost_class(item)))
+    for i, item in zip(slots, ranked, strict=True):
+        items[i] = item
     group_by_corpus_model(items)
+
+
+def share_budget(session, items) -> None:
+    """Under a time budget, fixed cases first and each property's share of
+    the budget set."""
     if session.plan is None or session.plan.budget_s is None:
         return
     from .fuzz import Slicer
@@ -192,6 +225,37 @@ def order(session, items) -> None:
     items.sort(key=key)
     budgeted = [item.nodeid for item in items if is_budgeted(item)]
     session.slicer = Slicer(session.plan, {nodeid: i for i, nodeid in enumerate(budgeted)})
+
+
+def _with_saved_failures(session, items) -> set[str]:
+    """Node ids of properties the example database holds an example for
+    (dev/fuzz: a failure found before, replayed first by Hypothesis too)."""
+    if session.plan is None or session.under_hypofuzz:
+        return set()
+    from hypothesis.internal.reflection import function_digest
+
+    from . import profiles
+    from .fuzz import database_key
+
+    database = profiles.current().database
+    found = set()
+    for item in items:
+        inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
+        if database is None or inner is None:
+            continue
+        previous = getattr(inner, "_hypothesis_internal_add_digest", None)
+        inner._hypothesis_internal_add_digest = database_key(item)
+        try:
+            if next(iter(database.fetch(function_digest(inner))), None) is not None:
+                found.add(item.nodeid)
+        except Exception:  # noqa: BLE001 - an unreachable database only loses the head start
+            pass
+        finally:
+            if previous is None:
+                del inner._hypothesis_internal_add_digest
+            else:
+                inner._hypothesis_internal_add_digest = previous
+    return found
 
 
 def group_by_corpus_model(items) -> None:

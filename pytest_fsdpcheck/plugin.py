@@ -69,6 +69,7 @@ def pytest_collection_modifyitems(session, config, items):
     state = get_session(config)
     if state is not None:
         collection.tag(state, items)
+        collection.order(state, items)
 
 
 @pytest.hookimpl(trylast=True)
@@ -81,7 +82,7 @@ def pytest_deselected(items):
 def pytest_collection_finish(session):
     state = get_session(session.config)
     if state is not None:
-        collection.order(state, session.items)
+        collection.share_budget(state, session.items)
 
 
 @pytest.hookimpl(tryfirst=True)
