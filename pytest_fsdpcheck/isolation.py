@@ -295,11 +295,17 @@ def _process_state() -> dict:
         "sys.path": list(sys.path),
         "sys.meta_path": list(sys.meta_path),
         "sys.path_hooks": list(sys.path_hooks),
+        # what a module installs in those as it is first imported is not a leak
+        "modules": set(sys.modules),
         "recursion_limit": sys.getrecursionlimit(),
         # Hypothesis seeds and restores these around each example; what
         # shows here is a change outside one (a test without Hypothesis).
         "random": random.getstate(),
-        "threads": {t for t in threading.enumerate() if t.is_alive()},
+        # Non-daemon threads only: those hold the run open at its end. A
+        # daemon declares itself fit to be dropped, and libraries' process-
+        # wide helpers started on first use are daemons (tqdm's monitor,
+        # started by the torch implementation's first Hugging Face model).
+        "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon},
         "children": _children(),
     }
     numpy = sys.modules.get("numpy.random")
@@ -328,6 +334,7 @@ def _children() -> dict:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return found
+    own = _multiprocessing_helpers()
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/children") as f:
@@ -335,9 +342,33 @@ def _children() -> dict:
         except OSError:
             continue
         for pid in map(int, pids):
-            if pid not in found and _running(pid):
+            if pid not in found and pid not in own and _running(pid):
                 found[pid] = None
     return found
+
+
+def _multiprocessing_helpers() -> set:
+    """The resource tracker and fork server: Python's own, one per process,
+    started by multiprocessing on first need and kept for the process's
+    life (the suite's distributed runs start the tracker)."""
+    import sys
+
+    pids = set()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    pids.add(getattr(getattr(tracker, "_resource_tracker", None), "_pid", None))
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    pids.add(getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None))
+    return pids
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(w.decode(errors="replace") for w in words if w)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _running(pid: int) -> bool:
@@ -386,6 +417,11 @@ def _load_config(config, saved: dict) -> None:
             setattr(config, key, value)
 
 
+def _imported_during(hook, before: dict, after: dict) -> bool:
+    module = getattr(hook, "__module__", None) or type(hook).__module__
+    return module in after.get("modules", ()) and module not in before.get("modules", ())
+
+
 def _started(before: dict, after: dict):
     """Threads and child processes the test left running."""
     threads = after.get("threads", set()) - before.get("threads", set())
@@ -405,11 +441,13 @@ def leaks(before: dict, after: dict) -> list[str]:
     if threads:
         found.append(f"threads left running ({', '.join(threads)})")
     if children:
-        found.append(f"child processes left running (pid {', '.join(map(str, children))})")
+        found.append(f"child processes left running ({', '.join(f'pid {pid} {_command(pid)}' for pid in children)})")
     for key in before.keys() | after.keys():
         b, a = before.get(key), after.get(key)
-        if key in ("threads", "children"):
+        if key in ("threads", "children", "modules"):
             continue
+        if key in ("sys.meta_path", "sys.path_hooks"):
+            a = [x for x in a if x in b or not _imported_during(x, before, after)]
         if key == "numpy.random":
             if b is not None and a is not None and not _same_state(a, b):
                 found.append("numpy.random (global state reseeded or drawn from)")
@@ -499,8 +537,13 @@ def _restore_process(before: dict) -> None:
             os.environ[key] = value
     if before["cwd"] is not None and after["cwd"] != before["cwd"]:
         os.chdir(before["cwd"])
-    for name in ("path", "meta_path", "path_hooks"):
-        getattr(sys, name)[:] = before["sys." + name]
+    sys.path[:] = before["sys.path"]
+    for name in ("meta_path", "path_hooks"):
+        hooks = getattr(sys, name)
+        hooks[:] = [x for x in hooks if x in before["sys." + name] or _imported_during(x, before, after)]
+        for i, hook in enumerate(before["sys." + name]):  # put back what was removed, where it was
+            if hook not in hooks:
+                hooks.insert(i, hook)
     if after["sys.path"] != before["sys.path"] or after["sys.path_hooks"] != before["sys.path_hooks"]:
         sys.path_importer_cache.clear()
     sys.setrecursionlimit(before["recursion_limit"])
@@ -516,7 +559,7 @@ def _stop_threads_and_children(before: dict, after: dict) -> None:
 
     threads, children = _started(before, after)
     for thread in after["threads"]:
-        if thread.name in threads and not thread.daemon:
+        if thread.name in threads:
             _let_exit_without(thread)
     for pid in children:
         process = after["children"][pid]

@@ -146,7 +146,7 @@ def test_child_process_left_running_is_stopped(run_suite, pytester):
     out = _misbehaves(run_suite, pytester, "LeavesChildProcess", "child processes left running (pid ")
     import re
 
-    pid = int(re.search(r"child processes left running \(pid (\d+)\)", out).group(1))
+    pid = int(re.search(r"child processes left running \(pid (\d+) ", out).group(1))
     with open(f"/proc/{pid}/stat") if __import__("os").path.exists(f"/proc/{pid}") else open("/dev/null") as f:
         assert f.read().rpartition(")")[2].split()[:1] in ([], ["Z"], ["X"])
 

@@ -1,0 +1,110 @@
+"""The containment of one implementation call, in-process: what it stops,
+what it puts back, and what it must leave alone (a forked child's exit, an
+implementation that saves and restores a generator itself)."""
+
+import multiprocessing
+import os
+import random
+
+import pytest
+import torch
+
+from pytest_fsdpcheck.isolation import Guarded, ImplementationExit, LeakedGlobalState
+
+
+class _Traversal:
+    def __init__(self, body):
+        self.body = body
+
+    def states_with_modules(self, root):
+        self.result = self.body()
+        return [], []
+
+
+def _guarded(body):
+    class Impl:
+        traversal = _Traversal(body)
+
+    return Guarded(Impl(), "planted", timeout=0).traversal
+
+
+def _result(body):
+    traversal = _Traversal(body)
+
+    class Impl:
+        pass
+
+    Impl.traversal = traversal
+    Guarded(Impl(), "planted", timeout=0).traversal.states_with_modules(None)
+    return traversal.result
+
+
+def test_os_exit_fails_the_call_and_is_put_back():
+    real = os._exit
+    with pytest.raises(ImplementationExit, match=r"planted: traversal.states_with_modules tried to exit the process with status 3"):
+        _guarded(lambda: os._exit(3)).states_with_modules(None)
+    assert os._exit is real
+
+
+def test_exit_caught_by_the_implementation_still_fails_the_call():
+    def swallows():
+        try:
+            os._exit(0)
+        except Exception:  # noqa: BLE001 - what a careless implementation does
+            pass
+
+    with pytest.raises(ImplementationExit, match="went on after it was stopped"):
+        _guarded(swallows).states_with_modules(None)
+
+
+def _child_work(queue):
+    queue.put(os.getpid())
+
+
+def test_a_forked_child_still_exits():
+    # multiprocessing's fork start method ends each child with os._exit: a
+    # child that raised instead would go on to run the rest of the session.
+    context = multiprocessing.get_context("fork")
+
+    def spawn():
+        queue = context.Queue()
+        process = context.Process(target=_child_work, args=(queue,))
+        process.start()
+        pid = queue.get(timeout=30)
+        process.join(30)
+        return pid, process.exitcode
+
+    pid, code = _result(spawn)
+    assert pid != os.getpid() and code == 0
+
+
+def test_a_generator_saved_and_put_back_is_no_leak():
+    def careful():
+        state = random.getstate()
+        random.seed(5)
+        random.random()
+        random.setstate(state)
+        with torch.random.fork_rng():
+            torch.manual_seed(5)
+
+    before = random.getstate(), torch.initial_seed()
+    _guarded(careful).states_with_modules(None)
+    assert (random.getstate(), torch.initial_seed()) == before
+
+
+def test_drawing_from_torch_is_no_leak():
+    # parameter initialisation and dropout draw from torch's generator
+    _guarded(lambda: torch.randn(3)).states_with_modules(None)
+
+
+def test_reseeding_is_undone_and_fails_the_call():
+    before = random.getstate(), torch.initial_seed(), torch.get_rng_state()
+
+    def reseeds():
+        random.seed(99)
+        torch.manual_seed(before[1] + 1)
+
+    with pytest.raises(LeakedGlobalState, match=r"random \(reseeded\); torch random seed"):
+        _guarded(reseeds).states_with_modules(None)
+    assert random.getstate() == before[0] and torch.initial_seed() == before[1]
+    assert torch.equal(torch.get_rng_state(), before[2])
