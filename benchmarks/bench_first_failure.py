@@ -1,0 +1,124 @@
+"""Time to first failure: how soon ``pytest --fsdpcheck -x`` reports a broken
+implementation (a measurement, not a test: nothing here asserts a time).
+
+For every planted implementation in ``tests/planted`` (each breaks one
+invariant), run the suite against it with ``-x`` and take the seconds from
+start to the first ``FAILED`` line pytest prints; serially and with ``-n 2``.
+``--before REV`` measures the same planted implementations against the
+package as it was at ``REV`` (built into a throwaway folder), so the table
+compares orders on the same machine in the same run::
+
+    python benchmarks/bench_first_failure.py --before 1c81147~1 --modes serial -n2 --limit 40
+
+Output: one row per planted implementation and mode, then median and worst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLANTED_MODULES = ("traversal", "annotation", "splitting", "exec_order", "fsdp2", "fsdp2_plans")
+
+
+def planted_specs(limit: int | None) -> list[str]:
+    """Every planted implementation the project's tests name, areas interleaved."""
+    sys.path.insert(0, str(REPO))
+    per_area = []
+    for name in PLANTED_MODULES:
+        try:
+            module = importlib.import_module(f"tests.planted.{name}")
+        except ImportError:
+            continue
+        # tables differ by area: "module:Class" keys, or class names as keys or values
+        table = getattr(module, "PLANTED", None) or getattr(module, "TARGETS", None) or getattr(module, "ALL", None) or {}
+        names = list(table) if all(":" in k or (k[:1].isupper() and "-" not in k) for k in table) else list(table.values())
+        specs = [n if ":" in n else f"tests.planted.{name}:{n}" for n in names if isinstance(n, str)]
+        per_area.append(specs)
+    ordered = [spec for group in _interleave(per_area) for spec in group]
+    return ordered[:limit] if limit else ordered
+
+
+def _interleave(groups):
+    for i in range(max(map(len, groups), default=0)):
+        yield [g[i] for g in groups if i < len(g)]
+
+
+def install_revision(rev: str, into: Path) -> Path:
+    """The package at ``rev``, installed (not editable) into ``into``."""
+    src = into / "src"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(src), rev], check=True,
+                   capture_output=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--target", str(into / "site"), str(src)], check=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(src)], check=False)
+    return into / "site"
+
+
+def first_failure(spec: str, mode: str, site: Path | None, timeout: float) -> tuple[float | None, float]:
+    """(seconds to the first FAILED line or None, seconds the run took)."""
+    args = [sys.executable, "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", spec, "-x", "-rf",
+            "-p", "no:cacheprovider", "-p", "no:randomly"]
+    args += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site else "", str(REPO)) if p))
+    env.pop("FSDPCHECK_IMPL", None)
+    with tempfile.TemporaryDirectory() as cwd:
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        seen = None
+        for line in proc.stdout:
+            # xdist prints "[gw0] FAILED ..." as it happens; serial -x prints the summary's line
+            if seen is None and ("FAILED" in line or line.startswith("E  ")):
+                seen = time.perf_counter() - start
+        proc.wait()
+        timer.cancel()
+        return seen, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", metavar="REV", help="also measure the package at this git revision")
+    parser.add_argument("--modes", nargs="+", default=["serial", "-n2"], choices=["serial", "-n2"])
+    parser.add_argument("--limit", type=int, default=None, help="at most this many planted implementations")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    specs = planted_specs(args.limit)
+    variants = [("after", None)]
+    tmp = tempfile.TemporaryDirectory()
+    if args.before:
+        variants.insert(0, (f"before ({args.before})", install_revision(args.before, Path(tmp.name))))
+    results: dict[tuple[str, str], list[float | None]] = {}
+    print(f"{'planted implementation':<58} {'mode':<6} " + " ".join(f"{v:>18}" for v, _ in variants))
+    for spec in specs:
+        for mode in args.modes:
+            row = []
+            for variant, site in variants:
+                seen, _ = first_failure(spec, mode, site, args.timeout)
+                results.setdefault((variant, mode), []).append(seen)
+                row.append("no failure" if seen is None else f"{seen:.1f} s")
+            print(f"{spec:<58} {mode:<6} " + " ".join(f"{c:>18}" for c in row), flush=True)
+    print()
+    for (variant, mode), times in results.items():
+        found = [t for t in times if t is not None]
+        missed = len(times) - len(found)
+        summary = f"median {statistics.median(found):.1f} s, worst {max(found):.1f} s" if found else "none failed"
+        print(f"{variant:<24} {mode:<6} {summary}; {len(found)} of {len(times)} failed" + (f", {missed} never" if missed else ""))
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
