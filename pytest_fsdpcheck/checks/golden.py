@@ -11,6 +11,7 @@ import difflib
 import re
 
 from . import Violation
+from .golden_files import REGENERATE
 
 LINE_INVARIANTS = {
     "traversal": {"states:": "TRV-3", "handles:": "TRV-6", "root states:": "TRV-7"},
@@ -30,7 +31,8 @@ def check_golden(section: str, expected: list[str] | None, got: list[str], name:
     """``expected`` is ``None`` when the golden file has no such section."""
     fallback = {"buckets": "SPL-5", "traversal": "TRV-3", "exec order": "EXO-2", "fsdp2": "FS2-1"}[section]
     if expected is None:
-        return [Violation(fallback, f"expected a golden [{section}] section in {name}, found none; create it with EXPECTTEST_ACCEPT=1")]
+        return [Violation(fallback, f"expected a golden [{section}] section in {name}, found none; "
+                          f"a maintainer renders it from the reference with `{REGENERATE}`")]
     if expected == got:
         return []
     ids = _bucket_invariants(expected, got) if section == "buckets" else _line_invariants(section, expected, got)
@@ -39,7 +41,8 @@ def check_golden(section: str, expected: list[str] | None, got: list[str], name:
     for i, invariant in enumerate(ids or [fallback]):
         message = f"expected the golden [{section}] of {name} (the spec's answer), got a different rendering"
         if i == 0:
-            message += " (diff: - expected, + got; accept a deliberate change with EXPECTTEST_ACCEPT=1):\n" + diff
+            message += (" (diff: - expected, + got; a deliberate change to the spec's answer is rendered from the "
+                        f"reference with `{REGENERATE}`):\n" + diff)
         violations.append(Violation(invariant, message))
     return violations
 

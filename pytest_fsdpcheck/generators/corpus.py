@@ -227,6 +227,9 @@ class CorpusModel:
     extra_roots: tuple = field(default=())  # units whose state is also a root
     #: why this model cannot be built here (an optional package), or None
     missing: object = None
+    #: why this torch's Dynamo cannot capture the model, known before any
+    #: implementation runs (a documented limitation, probed), or None
+    capture_missing: object = None
 
 
 def _lin(n):
@@ -303,6 +306,7 @@ def _hf(name, make, cap, units, replicate, description):
     return CorpusModel(
         name, make, hf_corpus.TOKENS, cap, cap // 2, units=units, replicate=replicate,
         extra_roots=replicate, integer_input=hf_corpus.VOCAB, missing=hf_corpus.missing,
+        capture_missing=hf_corpus.capture_missing,
         description=f"{description} (transformers {hf_corpus.PINNED}, built from a config)",
     )
 
@@ -338,6 +342,18 @@ def missing(name: str) -> str | None:
     """Why corpus model ``name`` cannot be built here, or None."""
     check = CORPUS[name].missing
     return check() if check is not None else None
+
+
+def capture_unavailable(name: str) -> str | None:
+    """Why Dynamo cannot capture model ``name`` on this torch, decided by a
+    probe before anything is captured, or None. Any other failure of the
+    capture is the suite's own error, not a reason to judge nothing."""
+    from ..impls.torch_support import compile_unsupported
+
+    reason = compile_unsupported()
+    if reason is None and CORPUS[name].capture_missing is not None:
+        reason = CORPUS[name].capture_missing()
+    return reason
 
 
 def build(name: str):

@@ -31,6 +31,20 @@ def missing() -> str | None:
     return None
 
 
+def capture_missing() -> str | None:
+    """Why Dynamo cannot capture these models on this torch, or None.
+
+    transformers 5.x asks ``torch.compiler.is_exporting()`` in its forward;
+    torch 2.6 lacks the function, and its Dynamo cannot trace the
+    ``AttributeError`` that transformers catches there."""
+    import torch
+
+    if not hasattr(torch.compiler, "is_exporting"):
+        return (f"transformers calls torch.compiler.is_exporting, which torch {torch.__version__} lacks, "
+                "so this Dynamo cannot capture its models")
+    return None
+
+
 def _finish(model):
     model.config.use_cache = False
     return model.eval()
