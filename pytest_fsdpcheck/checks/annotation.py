@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from . import Violation, short
 from .traversal import _unique_children, dfs_preorder
 
@@ -183,39 +185,116 @@ def _models():
     }
 
 
+def _guard_source(node):
+    """The guard source Dynamo gave a placeholder's graph input, or None.
+    (A property on recent torch, a method on older releases.)"""
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    if source is None:
+        return None
+    guard_source = source.guard_source
+    return guard_source() if callable(guard_source) else guard_source
+
+
+def _compile_once(module, x):
+    """Compile and run ``module`` once; ``(compiled, output, graphs)`` where
+    each graph is a list of ``(guard source, example input)`` per placeholder
+    (read in the backend: Dynamo drops the metadata once it returns)."""
+    import torch
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        placeholders = [_guard_source(n) for n in gm.graph.nodes if n.op == "placeholder"]
+        graphs.append(list(zip(placeholders, example_inputs, strict=False)))
+        return gm.forward
+
+    compiled = torch.compile(module, backend=backend)
+    return compiled, compiled(x), graphs
+
+
+@functools.cache
+def dynamo_unsupported() -> str | None:
+    """Why this torch's Dynamo cannot show ANN-7, or None: a probe of torch
+    alone, on a module the suite marks by hand, before any implementation runs.
+
+    torch 2.1's Dynamo keeps the parameters of FSDP-managed modules as
+    attributes instead of graph inputs; the FSDP guard source that tells
+    managed parameters apart exists from the release that added
+    ``skip_fsdp_guards``."""
+    import torch
+    from torch import nn
+
+    from ..impls.torch_support import compile_unsupported
+
+    reason = compile_unsupported()
+    if reason is not None:
+        return reason
+    module = nn.Linear(2, 2)
+    module._is_fsdp_managed_module = True
+    module._fsdp_use_orig_params = True
+    torch._dynamo.reset()
+    try:
+        _, _, graphs = _compile_once(module, torch.randn(1, 2))
+    finally:
+        torch._dynamo.reset()
+    lifted = {id(value): source for graph in graphs for source, value in graph}
+    params = list(module.parameters())
+    if len(graphs) != 1 or any(id(p) not in lifted for p in params):
+        return (f"torch {torch.__version__}'s Dynamo does not lift the parameters of a module marked "
+                "FSDP-managed as graph inputs")
+    if not all(getattr(lifted[id(p)], "is_fsdp_module", lambda: False)() for p in params):
+        return (f"torch {torch.__version__}'s Dynamo gives the parameters of a module marked FSDP-managed "
+                "no FSDP guard source")
+    return None
+
+
 def check_dynamo_effect(annotation, model: str) -> list[Violation]:
     """ANN-7: after ``annotate(m, set(), True)``, ``torch.compile`` traces ``m``
-    with its parameters as graph inputs, and swapping a parameter between calls
-    gives eager-equal results without a recompile."""
+    in one graph with its parameters as graph inputs that Dynamo sources from
+    FSDP-managed modules (the guard source that drops the guards FSDP makes
+    unnecessary), and swapping a parameter between calls gives eager-equal
+    results without a recompile.
+
+    Since Dynamo inlines nn modules it lifts every module's parameters, so
+    lifting alone says nothing: the source is what an annotation changes."""
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     module = _models()[model]()
     annotation.annotate(module, set(), True)
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(sum(1 for n in gm.graph.nodes if n.op == "placeholder"))
-        return gm.forward
 
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(module, backend=backend)
         x = torch.randn(3, 4)
-        first = compiled(x)
+        compiled, first, graphs = _compile_once(module, x)
         if not torch.allclose(first, module(x)):
             return [Violation("ANN-7", f"{model}: compiled output differs from eager")]
-        n_params = len(list(module.parameters()))
-        if len(graphs) != 1 or graphs[0] < 1 + n_params:
+        named = list(module.named_parameters())
+        counts = [len(graph) for graph in graphs]
+        if len(graphs) != 1 or counts[0] < 1 + len(named):
             return [
                 Violation(
                     "ANN-7",
-                    f"{model}: expected one graph taking the input and {n_params} parameters as placeholders, "
-                    f"got graphs with placeholder counts {graphs}",
+                    f"{model}: expected one graph taking the input and {len(named)} parameters as placeholders, "
+                    f"got graphs with placeholder counts {counts}",
                 )
             ]
-        name, old = next(iter(module.named_parameters()))
+        lifted = {id(value): source for source, value in graphs[0]}
+        unmanaged = []
+        for name, param in named:
+            source = lifted.get(id(param), "not a graph input")
+            if not getattr(source, "is_fsdp_module", lambda: False)():
+                unmanaged.append(f"{name} ({getattr(source, 'name', source)})")
+        if unmanaged:
+            return [
+                Violation(
+                    "ANN-7",
+                    f"{model}: expected every parameter to reach the graph from an FSDP-managed module "
+                    f"(Dynamo guard source *_FSDP_MODULE); got {short(unmanaged, 6)}",
+                )
+            ]
+        name, old = named[0]
         owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
         setattr(owner, name.rpartition(".")[2], nn.Parameter(torch.randn_like(old)))
         second = compiled(x)

@@ -112,6 +112,14 @@ class _NeverOrigParams(_Walk):
         super()._mark(module, ignored, False)
 
 
+class _DoesNothing(_Walk):
+    # An annotate that returns without marking anything: since Dynamo inlines
+    # nn modules it lifts every parameter anyway, so only where Dynamo sources
+    # them from tells this apart from a real annotation.
+    def annotate(self, root, ignored_modules, use_orig_params):
+        return None
+
+
 def _impl(annotation_cls):
     class Planted(Implementation):
         name = annotation_cls.__name__.lstrip("_")
@@ -131,6 +139,7 @@ EvalMode = _impl(_EvalMode)
 TogglesFlag = _impl(_TogglesFlag)
 LastPathWins = _impl(_LastPathWins)
 NeverOrigParams = _impl(_NeverOrigParams)
+DoesNothing = _impl(_DoesNothing)
 
 #: spec -> (invariant it must fail, -k expression selecting the tests that show it)
 PLANTED = {
@@ -142,4 +151,5 @@ PLANTED = {
     "tests.planted.annotation:TogglesFlag": ("ANN-5", "test_idempotent"),
     "tests.planted.annotation:LastPathWins": ("ANN-6", "test_shared_submodules"),
     "tests.planted.annotation:NeverOrigParams": ("ANN-7", "test_dynamo_effect"),
+    "tests.planted.annotation:DoesNothing": ("ANN-7", "test_dynamo_effect"),
 }
