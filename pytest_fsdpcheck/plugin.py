@@ -133,7 +133,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
         # pytest prints the summary inside sessionfinish and exits with the
         # session's status as it stands after it
-        if not terminal_summary(terminalreporter, state, verdicts.findings(state)) and state.pytest_session:
+        if (not terminal_summary(terminalreporter, state, verdicts.findings(state), verdicts.exposures(state))
+                and state.pytest_session):
             state.pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -319,12 +319,14 @@ class MatrixRecorder:
         self.session.matrix.record(report)
 
 
-def terminal_summary(tr, session, findings) -> bool:
-    """``findings``: (stale entries, unexpected passes, known bugs not reproduced).
-    False when the JSON report was asked for and could not be written."""
+def terminal_summary(tr, session, findings, exposures=None) -> bool:
+    """``findings``: (stale entries, unexpected passes, known bugs not reproduced);
+    ``exposures``: per user model, its known-bug exposure (or why none was
+    worked out). False when the JSON report was asked for and could not be written."""
     import time
 
     stale, unexpected, unreproduced = findings
+    exposures = exposures or {}
     tr.section("fsdpcheck conformance matrix")
     for line in session.matrix.render():
         tr.write_line(line)
@@ -334,6 +336,14 @@ def terminal_summary(tr, session, findings) -> bool:
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
     for inv, impl in unexpected:
         tr.write_line(f"unexpected pass: {inv} is declared divergent for {impl} but all its checks passed")
+    if exposures:
+        from .known.exposure import render
+
+        tr.section("fsdpcheck known-bug exposure of your models")
+        for spec, found in exposures.items():
+            lines = render(found, spec) if isinstance(found, list) else [f"known-bug exposure of {spec}: not worked out ({found})"]
+            for line in lines:
+                tr.write_line(line)
     explored = exploration(session.matrix.per_test, time.time() - session.started)
     if session.profile != "ci" and explored["examples"]:
         tr.section("fsdpcheck exploration")
@@ -361,6 +371,7 @@ def terminal_summary(tr, session, findings) -> bool:
                 "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
                 "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
                 "known_bugs": _known_json(session, unreproduced),
+                **({"exposure": _exposure_json(exposures)} if exposures else {}),
                 "exploration": explored,
             },
         )
@@ -370,6 +381,12 @@ def terminal_summary(tr, session, findings) -> bool:
         return False
     tr.write_line(f"fsdpcheck: JSON report written to {session.report_path}")
     return True
+
+
+def _exposure_json(exposures) -> dict:
+    from .known.exposure import to_json
+
+    return {spec: to_json(found) if isinstance(found, list) else {"error": found} for spec, found in exposures.items()}
 
 
 def _plan_json(session) -> dict:

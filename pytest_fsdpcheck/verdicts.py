@@ -251,6 +251,24 @@ def _unreproduced(session) -> list[tuple[str, object]]:
     return found
 
 
+def exposures(session) -> dict:
+    """For each user model: the modelled torch bugs it meets (replayed
+    through the reference with each bug's switch), or why that could not be
+    worked out. Only with known bugs on, and only for the installed torch's
+    bugs: a user's own implementation declares its own."""
+    if not session.models or not session.known_bugs:
+        return {}
+    from .known import exposure as ex
+
+    found = {}
+    for spec in session.models:
+        try:
+            found[spec] = ex.exposure(ex.case_of(spec))
+        except Exception as exc:  # noqa: BLE001 - one model's replay failing must not hide the others'
+            found[spec] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return found
+
+
 def finish(session, pytest_session, exitstatus):
     """The run's exit status, given the declarations' verdicts."""
     import pytest
