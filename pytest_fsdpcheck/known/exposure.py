@@ -598,3 +598,60 @@ def main(specs: list[str], json_path: str | None = None) -> int:
 
         Path(json_path).write_text(json.dumps(report, indent=2) + "\n")
     return 0
+
+
+# --- a model's outcome on the installed torch (for the history per model) ---------
+
+
+def model_outcome(case) -> dict:
+    """What the installed torch does with the model: its DDPOptimizer bucket
+    plan on the graph its Dynamo captures (bytes and parameters per bucket,
+    graph order) and its FSDP2 groups (managed modules and parameters inside
+    each of the plan's real ``fully_shard`` calls). JSON-ready."""
+    import torch
+
+    from ..impls import load_implementation
+
+    out: dict = {"torch": torch.__version__}
+    impl = load_implementation("torch")
+    from ..cases import checks
+
+    try:
+        graph = _not_provided(checks.captured, case)
+    except NotChecked as exc:
+        graph = None
+        out["buckets"] = f"not provided: {exc}"
+    if graph is not None and getattr(impl, "splitting", None) is None:
+        out["buckets"] = "not provided: the torch implementation has no splitting area"
+    elif graph is not None:
+        form = "module" if any(n.op == "call_module" for n in graph[0].graph.nodes) else "dynamo"
+        plan = bucket_plan(case, impl, graph)
+        if "raised" in plan:
+            out["buckets"] = plan["raised"]
+        else:
+            _sizes, names, real = graph_tensors(graph)
+            out["form"] = form
+            out["buckets"] = [{"bytes": b["bytes"], "params": [names.get(real.get(p, p), n) for p, n in zip(b["ids"], b["params"], strict=True)]}
+                              for b in plan["buckets"]]
+    if case.plan is None:
+        out["groups"] = None
+    else:
+        from ..cases.checks import recorded
+
+        try:
+            record = recorded(case)
+        except Exception as exc:  # noqa: BLE001 - a torch without fully_shard, say
+            out["groups"] = _raised(exc)
+        else:
+            out["groups"] = [{"call": c.label(), "modules": c.walk, "params": c.params,
+                              **({"error": _raised(c.error)} if c.error is not None else {})} for c in record.calls]
+    return out
+
+
+def holding(exposures: list[Exposure], version: str) -> list[str]:
+    """The exposed bugs the model meets on ``version`` (by range and form)."""
+    from .torch_bugs import TORCH_BUGS as known
+
+    by_id = {b.id: b for b in known}
+    return list(dict.fromkeys(e.bug for e in exposures if e.exposed and e.bug in by_id
+                              and _holds(by_id[e.bug], e.form, version)))

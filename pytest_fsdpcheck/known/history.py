@@ -1,6 +1,7 @@
 """Conformance history: the suite over a list of torch releases, one table.
 
     python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json]
+    python -m pytest_fsdpcheck.known.history --model pkg.module:factory 2.3.1 2.4.1
 
 For each release: a fresh virtual environment in a temporary directory, torch
 pinned and installed first, then this package's wheel with its ``models``
@@ -147,6 +148,115 @@ def from_report(path: Path) -> dict:
     }
 
 
+# --- one model over the releases (--model) -------------------------------------------
+
+
+def run_model_release(version: str, spec: str, wheel: Path, model_path: str) -> dict:
+    """One release for one model: a fresh environment installed as above,
+    the model's outcome on that torch (``--describe-model``: its bucket plan
+    and FSDP2 groups) and the suite's model checks with their judged known
+    bugs. ``model_path`` is put on PYTHONPATH so the factory imports."""
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"fsdpcheck-torch-{version}-"))
+    try:
+        python = work / "venv" / "bin" / "python"
+        subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
+        constraints = work / "constraints.txt"
+        constraints.write_text("\n".join(pinned(version)) + "\n")
+        for step, what in zip(install_commands(python, version, wheel, constraints), ("torch", "package"), strict=True):
+            installed = subprocess.run(step, capture_output=True, text=True)
+            if installed.returncode != 0:
+                return {"version": version, "error": f"{what} install failed: " + installed.stderr.strip()[-300:]}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (model_path, os.environ.get("PYTHONPATH")) if p)}
+        described = subprocess.run([str(python), "-m", "pytest_fsdpcheck.known.history", "--describe-model", spec],
+                                   cwd=work, env=env, capture_output=True, text=True)
+        if described.returncode != 0:
+            return {"version": version, "error": "describing the model failed: " + described.stderr.strip()[-300:]}
+        report = work / "report.json"
+        suite = subprocess.run(
+            [str(python), "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", "torch", "--fsdpcheck-model", spec,
+             "-k", "test_model_", "-p", "no:cacheprovider", "-q", "--fsdpcheck-report", str(report)],
+            cwd=work, env=env, capture_output=True, text=True,
+        )
+        data = json.loads(report.read_text()) if report.exists() else {}
+        return {
+            "version": version, "outcome": json.loads(described.stdout), "exit": suite.returncode,
+            "summary": (suite.stdout.strip().splitlines()[-1:] or [""])[0],
+            "known_bugs": [b["id"] for b in data.get("known_bugs", []) if b.get("examples")],
+            "seconds": round(time.monotonic() - start, 1),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _plan_words(buckets) -> str:
+    if isinstance(buckets, str):
+        return buckets
+    return f"{len(buckets)} buckets, bytes " + ", ".join(f"{b['bytes']:,}" for b in buckets)
+
+
+def model_lines(results: list[dict], exposures) -> list[str]:
+    """Per release: the model's bucket plan and FSDP2 groups where they
+    differ from the previous release run, the known bugs the model's
+    exposure predicts there (and those starting or ending since the previous
+    release), and the bugs the suite judged on that release."""
+    from .exposure import bugs_between, holding
+
+    lines, previous = [], None
+    for r in results:
+        if "outcome" not in r:
+            lines.append(f"torch {r['version']}: {r['error']}")
+            continue
+        out = r["outcome"]
+        lines.append(f"torch {r['version']} ({out.get('torch')}): exit {r['exit']}, {r['seconds']} s — {r['summary']}")
+        before = previous["outcome"] if previous else None
+        if before is None or out.get("buckets") != before.get("buckets"):
+            lines.append(f"  bucket plan ({out.get('form', '-')} form): {_plan_words(out.get('buckets'))}")
+            if isinstance(out.get("buckets"), list):
+                lines += [f"    bucket {i}: {', '.join(b['params'])}" for i, b in enumerate(out["buckets"])]
+        else:
+            lines.append("  bucket plan: as on the previous release")
+        groups = out.get("groups")
+        if before is None or groups != before.get("groups"):
+            if groups is None or isinstance(groups, str):
+                lines.append(f"  FSDP2 groups: {groups or 'no plan'}")
+            else:
+                for g in groups:
+                    what = g.get("error") or f"{len(g['modules'] or [])} modules, params {', '.join(g['params'] or [])}"
+                    lines.append(f"  FSDP2 group {g['call']}: {what}")
+        else:
+            lines.append("  FSDP2 groups: as on the previous release")
+        predicted = holding(exposures, r["version"])
+        lines.append(f"  known bugs the exposure predicts here: {', '.join(predicted) or 'none'}")
+        if previous is not None:
+            changed = bugs_between(exposures, previous["version"], r["version"])
+            lines.append(f"  since torch {previous['version']}: {', '.join(changed) or 'no predicted bug starts or ends'}")
+        lines.append(f"  known bugs the suite judged: {', '.join(r['known_bugs']) or 'none'}")
+        previous = r
+    return lines
+
+
+def _model_main(spec: str, versions: list[str], model_path: str, json_out: str | None) -> int:
+    from .exposure import case_of, exposure, render
+
+    case = case_of(spec)
+    exposures = exposure(case)
+    print("\n".join(render(exposures, f"{case.name} (torch installed here)")))
+    wheel_dir = Path(tempfile.mkdtemp(prefix="fsdpcheck-wheel-"))
+    results = []
+    try:
+        wheel = build_wheel(wheel_dir)
+        for version in versions:
+            print(f"torch {version} ...", file=sys.stderr, flush=True)
+            results.append(run_model_release(version, spec, wheel, model_path))
+            if json_out:
+                Path(json_out).write_text(json.dumps(results, indent=2) + "\n")
+    finally:
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+    print("\n".join(model_lines(results, exposures)))
+    return 0 if all(r.get("exit") == 0 for r in results) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
@@ -154,7 +264,20 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
+    parser.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                        help="run only this model's checks on each release and print its bucket plan and FSDP2 groups")
+    parser.add_argument("--model-path", default=os.getcwd(), help="where the model's package imports from (default: .)")
+    parser.add_argument("--describe-model", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.describe_model:
+        from .exposure import case_of, model_outcome
+
+        print(json.dumps(model_outcome(case_of(args.describe_model))))
+        return 0
+    if args.model:
+        if not args.versions:
+            parser.error("give torch versions")
+        return _model_main(args.model, args.versions, args.model_path, args.json)
     if args.table_from:
         reports = sorted(Path(args.table_from).glob("torch-*.json"), key=lambda p: [int(x) for x in p.stem[6:].split(".")])
         results = [from_report(p) for p in reports]
