@@ -41,11 +41,24 @@ from pytest_fsdpcheck.profiles import examples
 IMPORTS = [
     "from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_tracer",
     "from pytest_fsdpcheck.checks.exec_order import (check_module_order, check_param_order,",
-    "    check_usage_infos, check_visited, check_same_graph, observe_eager)",
+    "    check_usage_infos, check_visited, check_same_graph, observe_eager, check_subclass_overrides, as_exo7)",
 ]
 
 
-def reproducer(impl, spec):
+def reproducer(impl, spec, subclass=False):
+    """The script a failure prints. ``subclass``: EXO-7's, which also asks
+    that a tracer subclass's own overrides ran, and names EXO-7."""
+    checks = [
+        "violations = (check_module_order(built, info, observed) + check_param_order(built, info, observed)",
+        "    + check_usage_infos(built, info, observed) + check_visited(built, info) + check_same_graph(plain, graph)",
+    ]
+    if subclass:
+        checks += [
+            "    + check_subclass_overrides(getattr(plain_tracer, 'counts', None), getattr(tracer, 'counts', None)))",
+            f"violations = as_exo7(violations, {_exo7_config(spec)!r})",
+        ]
+    else:
+        checks[-1] += ")"
     return snippet(
         impl,
         [
@@ -54,17 +67,18 @@ def reproducer(impl, spec):
             "tracer = make_tracer(spec, built)",
             "with impl.exec_order.patch_tracer(tracer, built.root) as info:",
             "    graph = tracer.trace(built.root, concrete_args=spec.concrete_args())",
-            "plain = make_tracer(spec, built).trace(built.root, concrete_args=spec.concrete_args())",
+            "plain_tracer = make_tracer(spec, built)",
+            "plain = plain_tracer.trace(built.root, concrete_args=spec.concrete_args())",
             "mode = {} if spec.concrete_mode is None else {'mode': spec.concrete_mode}",
             "observed = observe_eager(built.root, built.inputs(), make_tracer(spec, built), mode)",
         ],
-        [
-            "violations = (check_module_order(built, info, observed) + check_param_order(built, info, observed)",
-            "    + check_usage_infos(built, info, observed) + check_visited(built, info) + check_same_graph(plain, graph))",
-            "assert not violations, violations",
-        ],
+        [*checks, "assert not violations, violations"],
         imports=IMPORTS,
     )
+
+
+def _exo7_config(spec):
+    return f"tracer {spec.tracer!r}, leaf blocks {sorted(spec.leaf_blocks)}, concrete_args {spec.concrete_args()}"
 
 
 def _record(exec_order, spec):
@@ -106,7 +120,7 @@ def test_exec_order(fsdpcheck_impl, spec):
 @examples(100)
 @given(spec=exotic_tracer_specs())
 def test_tracer_subclasses_and_concrete_args(fsdpcheck_impl, spec):
-    config = f"tracer {spec.tracer!r}, leaf blocks {sorted(spec.leaf_blocks)}, concrete_args {spec.concrete_args()}"
+    config = _exo7_config(spec)
 
     def body(impl):
         try:
@@ -123,7 +137,7 @@ def test_tracer_subclasses_and_concrete_args(fsdpcheck_impl, spec):
             config,
         )
 
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, subclass=True))
 
 
 # Parameters handed to an op by keyword or inside a list: a fixed corpus

@@ -49,11 +49,22 @@ def split(impl, built, cap, first, backend=None):
     return result, backend
 
 
-def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo"):
-    # With reference=True the snippet also builds a second copy of the graph
-    # for the reference implementation (the differential check).
+def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo", before=(), catch=None):
+    """The script a failure prints: builds the graph, splits it, and asserts
+    ``check`` (an expression over the names set here). ``before`` runs
+    ahead of the split (what the check compares against); ``catch`` names
+    an exception class the split may raise: it is kept in ``error`` and
+    the check judges it. With reference=True a second copy of the graph is
+    built for the reference implementation (the differential check)."""
     ref_lines = [f"ref = build_graph(spec, {form!r})"] if reference else []
     ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
+    call = [
+        f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
+        "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm)",
+    ]
+    if catch is not None:
+        call = ["error = result = None", "try:", *("    " + line for line in call),
+                f"except {catch} as exc:", "    error = exc"]
     return snippet(
         impl,
         [
@@ -61,9 +72,9 @@ def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, for
             f"built = build_graph(spec, {form!r}, device={device!r})",
             *ref_lines,
             "facts = chk.graph_facts(built.gm, built.example_inputs)",
+            *before,
             "calls = []",
-            f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
-            "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm)",
+            *call,
         ],
         [f"violations = {check}", "assert not violations, violations"],
         imports=[
@@ -73,6 +84,13 @@ def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, for
             *ref_imports,
         ],
     )
+
+
+#: lines of a reproducer computing what ``_grad_targets`` and ``evaluate`` give the tests
+EVALUATE = [
+    "wrt = list({id(t): t for t in [*built.example_inputs, *built.gm.parameters()] if getattr(t, 'requires_grad', False)}.values())",
+    "expected = chk.evaluate(built.gm, built.example_inputs, wrt)",
+]
 
 
 # --------------------------------------------------------------------------- SPL-1
@@ -93,7 +111,8 @@ def test_first_cap_above_cap_rejected(fsdpcheck_impl, fsdpcheck_graph_form, spec
         return chk.check_cap_rejected(error, cap + excess, cap)
 
     check = f"chk.check_cap_rejected(error, {cap + excess}, {cap})"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, cap + excess, check, form=form), form=form)
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, cap + excess, check, form=form, catch="Exception"),
+            form=form)
 
 
 @pytest.mark.invariant("SPL-1")
@@ -233,8 +252,15 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
             violations.append(Violation("SPL-12", "the original graph module's code changed during the split"))
         return violations
 
-    check = "chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, chk.value_meta(built.gm, built.example_inputs))"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device, form=form), form=form)
+    check = (
+        "(chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+        " + chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), 'the split module', 'SPL-11')"
+        " + chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt), 'the original graph module after the split', 'SPL-12', exact=True)"
+        " + ([] if built.gm.code == code_before else ['SPL-12: the original graph module changed its code']))"
+    )
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE, "code_before = built.gm.code"]
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device, form=form, before=before),
+            form=form)
 
 
 # --------------------------------------------------------------------------- SPL-14
@@ -256,17 +282,16 @@ def test_higher_order_ops(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
         facts = chk.graph_facts(built.gm, built.example_inputs)
         wrt = _grad_targets(built)
         expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        result = error = None
         try:
             result, _ = split(impl, built, cap, first)
-        except NotImplementedError as exc:
-            return [] if str(exc).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
-        except Exception as exc:  # noqa: BLE001 - any other failure is the violation
-            return [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, got {type(exc).__name__}: {exc}")]
-        found = chk.check_plan(facts, result.buckets, cap, first, ids=("SPL-2", "SPL-6"))
-        found += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
-        return [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+        except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
+            error = exc
+        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt)
 
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, "chk.check_plan(facts, result.buckets, cap, first)", form=form), form=form)
+    check = f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt)"
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=EVALUATE, catch="Exception"),
+            form=form)
 
 
 # --------------------------------------------------------------------------- SPL-15

@@ -410,6 +410,20 @@ _HEADER = re.compile(r"used bucket cap (\d+) and created (\d+) buckets")
 _HEADER_NO_COUNT = re.compile(r"used bucket cap (\d+) and produced the following buckets")
 
 
+def check_higher_order(facts, result, error, bucket_cap, first_cap, expected, example_inputs, wrt) -> list[Violation]:
+    """SPL-14 on a graph with a higher-order op: the split ``result`` (None
+    when it raised ``error``) is a valid plan computing ``expected``, or the
+    op was rejected with a NotImplementedError that says why."""
+    if result is None:
+        if isinstance(error, NotImplementedError):
+            return [] if str(error).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
+        return [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, "
+                                    f"got {type(error).__name__}: {error}")]
+    found = check_plan(facts, result.buckets, bucket_cap, first_cap, ids=("SPL-2", "SPL-6"))
+    found += compare(expected, evaluate(result.compiled, example_inputs, wrt), "the split module", "SPL-11")
+    return [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+
+
 def parse_table(lines: list[str]):
     """``(header, rows, extended)`` from logged lines: the header's
     ``(cap, count)`` or None, bucket rows ``(index, size, name)`` and
