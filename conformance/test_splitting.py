@@ -271,10 +271,13 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
 def test_higher_order_ops(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
     form = fsdpcheck_graph_form
-    try:
-        import torch._higher_order_ops  # noqa: F401
-    except ImportError:
-        pytest.skip("not provided: this torch has no higher-order ops (torch._higher_order_ops)")
+    from pytest_fsdpcheck.provided import PROVIDED_FROM, expected_provided, installed_torch
+
+    # by release, not by trying the import: a torch that should have them
+    # and does not fails here
+    if not expected_provided("splitting.higher_order_ops", installed_torch()):
+        since = ".".join(map(str, PROVIDED_FROM["splitting.higher_order_ops"]))
+        pytest.skip(f"not provided: torch has higher-order ops (torch._higher_order_ops) from {since}")
     cap, first = caps
 
     def body(impl):

@@ -26,3 +26,60 @@ def test_a_form_not_accepted_is_not_provided(run_suite):
     assert outcomes[f"test_counted_once_cases[{spec}-dynamo-tied-weights]"] == "passed", outcomes
     assert outcomes[f"test_counted_once_cases[{spec}-module-tied-weights]"] == "skipped", outcomes
     assert "not provided: tests.planted.forms:DynamoFormOnly accepts dynamo-form graphs, not module form" in result.stdout.str()
+
+
+# --- the torch adapters decide what a release provides by its version -------------
+# (pytest_fsdpcheck.provided): a reworded source or a renamed function fails
+# the checks that need it, never turns them n/p.
+
+
+def test_reworded_compile_fn_keeps_module_form(monkeypatch):
+    import inspect
+
+    from pytest_fsdpcheck.impls.torch_splitting import TorchSplitting
+
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "def compile_fn(self, gm, example_inputs): ...")
+    assert TorchSplitting().graph_forms == ("dynamo", "module")
+
+
+def test_fsdp2_features_follow_the_release_not_the_signature(monkeypatch):
+    from pytest_fsdpcheck.impls import torch_fsdp2
+    from pytest_fsdpcheck.provided import expected_provided, installed_torch
+
+    init = torch_fsdp2._first_module(torch_fsdp2._INIT_MODULES)
+    walk = init._get_managed_modules
+
+    def renamed_arguments(root_module, *rest):  # one root, no ignored_params: as torch 2.3 spelt it
+        return walk(root_module, *rest)
+
+    monkeypatch.setattr(init, "_get_managed_modules", renamed_arguments)
+    area = torch_fsdp2.TorchFsdp2()
+    assert area.several_roots == expected_provided("fsdp2.several_roots", installed_torch())
+    assert area.takes_ignored_params == expected_provided("fsdp2.ignored_params", installed_torch())
+
+
+def test_fsdp2_missing_on_a_release_that_provides_it_says_so(monkeypatch):
+    import pytest
+
+    from pytest_fsdpcheck.impls import torch_fsdp2
+    from pytest_fsdpcheck.provided import expected_provided, installed_torch
+
+    assert expected_provided("fsdp2", installed_torch())
+    init = torch_fsdp2._first_module(torch_fsdp2._INIT_MODULES)
+    monkeypatch.delattr(init, "_get_managed_modules")
+    with pytest.raises(ImportError, match="should provide FSDP2"):
+        torch_fsdp2.TorchFsdp2()
+
+
+def test_provided_table():
+    import pytest
+
+    from pytest_fsdpcheck.catalog import AREAS
+    from pytest_fsdpcheck.provided import expected_provided
+
+    assert all(expected_provided(area, "2.13.0+cpu") for area in AREAS)
+    assert not expected_provided("fsdp2", "2.2.2") and expected_provided("fsdp2", (2, 3))
+    assert not expected_provided("fsdp2.ignored_params", "2.6.0") and expected_provided("fsdp2.ignored_params", "2.7.1")
+    assert expected_provided("splitting.module_form", "2.0.1") and not expected_provided("splitting.dynamo_form", "2.3.1")
+    with pytest.raises(KeyError):
+        expected_provided("no-such-area", "2.13.0")

@@ -9,13 +9,14 @@ The walk's signature changed twice: one ``root_module`` (2.3, 2.4), a tuple
 of ``root_modules`` (2.5), then ``ignored_params`` (2.7) and the composability
 and state functions of ``replicate`` (2.11). What a release's functions cannot
 take is reported as not provided (``several_roots``, ``takes_ignored_params``),
-never emulated: the check is of torch's own code.
+never emulated: the check is of torch's own code. What a release takes is
+read from ``provided.PROVIDED_FROM`` by its version, not from signatures: a
+release that should take a feature but does not fails the checks using it.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 import weakref
 
@@ -57,10 +58,6 @@ def fsdp2_available() -> bool:
     return init is not None and hasattr(init, "_get_managed_modules")
 
 
-def _parameters(fn) -> list[str]:
-    return list(inspect.signature(fn).parameters)
-
-
 def _fully_shard():
     for module, attr in _API:
         try:
@@ -72,15 +69,27 @@ def _fully_shard():
 
 class TorchFsdp2:
     def __init__(self):
+        from ..provided import PROVIDED_FROM, expected_provided, installed_torch
+
+        # What this release takes is decided by its version, never by probing
+        # for a function: a renamed one fails the checks that call it rather
+        # than making them n/p. Only a torch the table says predates FSDP2
+        # (or one without torch.distributed) has no area.
+        version = installed_torch()
         if not fsdp2_available():
+            if expected_provided("fsdp2", version):
+                #: the plugin's --fsdpcheck-strict fails on an area the table says this torch provides
+                raise ImportError(
+                    f"torch {version[0]}.{version[1]} should provide FSDP2 (from "
+                    f"{'.'.join(map(str, PROVIDED_FROM['fsdp2']))}), but no _fsdp_init._get_managed_modules was found"
+                )
             raise ImportError("this torch has no FSDP2 (fully_shard)")
         # states must outlive the modules' weak references to them
         self._states = weakref.WeakKeyDictionary()
-        walk = _parameters(self._init()._get_managed_modules)
         #: the walk takes a group of several modules (torch >= 2.5)
-        self.several_roots = walk[0] != "root_module"
+        self.several_roots = expected_provided("fsdp2.several_roots", version)
         #: the walk, the states and ``fully_shard`` take ``ignored_params`` (torch >= 2.7)
-        self.takes_ignored_params = "ignored_params" in walk and "ignored_params" in _parameters(_fully_shard())
+        self.takes_ignored_params = expected_provided("fsdp2.ignored_params", version)
 
     @staticmethod
     def _init():
@@ -116,14 +125,14 @@ class TorchFsdp2:
             return list(walk(roots[0]))
         if len(roots) > 1:  # what fully_shard does with a list of modules
             roots = tuple(_mod("torch.distributed.utils")._get_root_modules(list(roots)))
-        if ignored is None and "ignored_params" not in _parameters(walk):
+        if not self.takes_ignored_params:
             return list(walk(roots))
         return list(walk(roots, ignored))
 
     def managed_states(self, modules, ignored_params):
         ignored = self._ignored(ignored_params)
         states = self._init()._get_managed_states
-        if "ignored_params" in _parameters(states):
+        if self.takes_ignored_params:
             params, buffers = states(list(modules), ignored)
         else:
             params, buffers = states(list(modules))

@@ -3,8 +3,8 @@
 The module and class are looked up on every call, so a patched or forked
 torch is what gets checked. torch >= 2.4 consumes Dynamo-form graphs
 (parameters lifted to placeholders); the seed era (2.3) module-form graphs.
-``graph_forms`` lists every form ``compile_fn`` has code for, as read from
-its source: both on every release that kept the module-form branches.
+``graph_forms`` lists every form ``compile_fn`` has code for, by release
+(``provided.PROVIDED_FROM``): both from 2.4 on.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ class TorchSplitting:
         # Dynamo lifts parameters to placeholders from torch 2.5 on, and that
         # is when DDPOptimizer learnt to count placeholder arguments: below
         # it, the graphs it is handed are module form.
-        optimizer = importlib.import_module(MODULE).DDPOptimizer
-        self.graph_form = "dynamo" if hasattr(optimizer, "add_param_args") else "module"
-        self.graph_forms = _forms_handled(optimizer)
+        from ..provided import installed_torch
+
+        importlib.import_module(MODULE).DDPOptimizer  # noqa: B018 - the area needs the class
+        self.graph_forms = _forms_handled(installed_torch())
+        self.graph_form = self.graph_forms[0]
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
         import torch._dynamo.config as dynamo_config
@@ -71,22 +73,18 @@ class TorchSplitting:
         return SplitResult(_buckets(optimizer.buckets), compiled, _table(handler.lines))
 
 
-def _forms_handled(optimizer) -> tuple[str, ...]:
-    """The forms ``compile_fn`` has code for: Dynamo form needs placeholder
-    arguments counted (``add_param_args``); module form needs the
-    ``call_module`` and ``get_attr`` branches, still there long after Dynamo
-    stopped producing that form by default (a fork, a direct caller, or
-    ``inline_inbuilt_nn_modules=False`` reach them)."""
-    import inspect
+def _forms_handled(version) -> tuple[str, ...]:
+    """The forms ``compile_fn`` has code for, by release (``provided``):
+    Dynamo form needs placeholder arguments counted (``add_param_args``,
+    torch >= 2.4); module form needs the ``call_module`` and ``get_attr``
+    branches, still there long after Dynamo stopped producing that form by
+    default (a fork, a direct caller, or ``inline_inbuilt_nn_modules=False``
+    reach them). Decided by the version, not by reading torch's source: a
+    release that dropped a form's code fails that form's checks, visibly,
+    rather than making them n/p."""
+    from ..provided import expected_provided
 
-    forms = ["dynamo"] if hasattr(optimizer, "add_param_args") else []
-    try:
-        source = inspect.getsource(optimizer.compile_fn)
-    except (OSError, TypeError):
-        source = ""
-    if '"call_module"' in source and '"get_attr"' in source or not forms:
-        forms.append("module")
-    return tuple(forms)
+    return tuple(form for form in ("dynamo", "module") if expected_provided(f"splitting.{form}_form", version))
 
 
 def _buckets(buckets) -> list[BucketInfo]:

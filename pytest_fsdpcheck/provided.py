@@ -1,0 +1,56 @@
+"""What each torch release provides: per area or feature of the ``torch``
+implementation, the first release that has it.
+
+Decided from the version alone, before anything runs, so an ``n/p`` is never
+the outcome of a probe that failed: a torch release on which the table says
+an area or feature exists, but the adapter could not find it (a renamed
+function, a moved module), is a finding, and ``--fsdpcheck-strict`` fails
+on it. Pure: no torch import.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: area, or "area.feature" -> the first torch release (major, minor) providing it
+PROVIDED_FROM: dict[str, tuple[int, int]] = {
+    "traversal": (2, 0),
+    "annotation": (2, 0),
+    "exec_order": (2, 0),
+    "splitting": (2, 0),
+    # DDPOptimizer counts parameters lifted to placeholders (add_param_args)
+    "splitting.dynamo_form": (2, 4),
+    # compile_fn's call_module/get_attr branches: every release measured
+    "splitting.module_form": (2, 0),
+    "splitting.higher_order_ops": (2, 1),
+    # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
+    "fsdp2": (2, 3),
+    # _get_managed_modules takes a tuple of root modules
+    "fsdp2.several_roots": (2, 5),
+    # the walk, the states and fully_shard take ignored_params
+    "fsdp2.ignored_params": (2, 7),
+}
+
+
+def release(version) -> tuple[int, int]:
+    """``(major, minor)`` of ``"2.13.0+cpu"``, ``"2.5.0a0+git..."`` or a tuple."""
+    if isinstance(version, tuple):
+        return tuple(version[:2])
+    match = re.match(r"(\d+)\.(\d+)", str(version))
+    if match is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def expected_provided(feature: str, torch_version) -> bool:
+    """Whether torch ``torch_version`` (a version string or ``(major, minor)``)
+    provides ``feature`` (an area of ``catalog.AREAS`` or ``"area.feature"``)."""
+    if feature not in PROVIDED_FROM:
+        raise KeyError(f"no release is recorded for {feature!r}; known: {', '.join(sorted(PROVIDED_FROM))}")
+    return release(torch_version) >= PROVIDED_FROM[feature]
+
+
+def installed_torch() -> tuple[int, int]:
+    import torch
+
+    return release(torch.__version__)
