@@ -13,7 +13,7 @@ implementation, so the processes (the slow part) start once.
 
 import pytest
 
-from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp2_end_to_end
+from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp2_end_to_end, fsdp2_unchecked
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
@@ -122,3 +122,6 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
         check_fsdp2_end_to_end(results, spec),
         _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end", _seed(request.config)),
     )
+    unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
+    if unchecked:
+        pytest.skip("not provided: " + "; ".join(unchecked))

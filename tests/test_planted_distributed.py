@@ -138,34 +138,50 @@ def test_world_size_option_reaches_the_checks(run_suite):
     result.stdout.fnmatch_lines(["*not provided: FS2-9 needs world size >= 2, the runner gives 1 (--fsdpcheck-world-size)*"])
 
 
-def _summed(rank, factor=2.0, ignored=torch.full((2,), 2.0), group="gloo"):
-    record = _fs2_rank(rank, grads={"m0.w0": torch.ones(2) * factor, "m1.w0": ignored})
+def _summed(rank, factor=2.0, ignored=torch.full((2,), 2.0), group="gloo", torch_factor=None, modes=("eager", "compiled")):
+    """Rank records whose sharded gradient is ``factor`` times too big in
+    ``modes``; torch's own walk (the control step) ``torch_factor`` times
+    (default: the same)."""
+    record = _fs2_rank(rank)
+    wrong = {"m0.w0": torch.ones(2) * factor, "m1.w0": ignored}
+    for mode in modes:
+        record["impls"]["impl"][mode] = dict(record["impls"]["impl"][mode], grads=wrong)
+    control = factor if torch_factor is None else torch_factor
+    record["torch_walk"] = {mode: {"grads": {"m0.w0": torch.ones(2) * control, "m1.w0": torch.full((2,), 2.0)}}
+                            for mode in modes}
     record["process_group"] = group
     return record
 
 
-def test_fs2_9_gloo_grads_summed_is_explained_only_as_itself():
-    """fs2-gloo-grads-summed: every sharded gradient world_size times too big
-    on gloo is that known bug; any other gradient error next to it, a
-    different factor, or another backend is a new failure."""
+def _gloo_bug_on(impl):
     import dataclasses
 
-    from pytest_fsdpcheck.checks import ConformanceFailure
-    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
-    from pytest_fsdpcheck.known import judge
     from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
     bug = next(b for b in TORCH_BUGS if b.id == "fs2-gloo-grads-summed")
-    impl = ReferenceImplementation()
     impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+    return impl
+
+
+def test_fs2_9_gloo_grads_summed_is_explained_only_as_itself():
+    """fs2-gloo-grads-summed: every sharded gradient world_size times too big
+    on gloo, as torch's own walk has it in the same run, on every rank in
+    both modes, is that known bug; any other gradient error next to it, a
+    different factor, or another backend is a new failure."""
+    from pytest_fsdpcheck.checks import ConformanceFailure
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+    from pytest_fsdpcheck.known import judge
+
+    impl = _gloo_bug_on(ReferenceImplementation())
     judge.configure(enabled=True)
     judge.reset()
 
     summed = check_fsdp2_end_to_end([_summed(0), _summed(1)], "impl")
     assert {v.message.split(": ", 1)[1] for v in summed} == {
-        "every sharded gradient is 2 times the unsharded gradient of the global batch "
-        "(summed over the 2 ranks instead of averaged, on gloo)"
+        "every sharded gradient is 2 times the unsharded gradient of the global batch, as torch's own walk gives "
+        "in the same run (fully_shard summed over the 2 ranks instead of averaged, on gloo)"
     }
+    assert len(summed) == 4  # each rank, each mode
     judge.conform(impl, summed)
     assert judge.explained()["fs2-gloo-grads-summed"]["examples"] == 1
 
@@ -178,3 +194,66 @@ def test_fs2_9_gloo_grads_summed_is_explained_only_as_itself():
             judge.conform(impl, violations)
         assert "FS2-9: rank 0" in str(failure.value)
     judge.reset()
+
+
+def test_fs2_9_gloo_grads_summed_is_not_a_partial_or_an_implementations_doubling():
+    """Counterexamples the old signature explained: a summation in compiled
+    mode only (eager right), one on a single rank only, and at world size 2
+    a doubling torch's own walk does not share (a gradient hook firing
+    twice): each fails, naming its factor, mode and rank."""
+    from pytest_fsdpcheck.checks import ConformanceFailure
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+    from pytest_fsdpcheck.known import judge
+
+    impl = _gloo_bug_on(ReferenceImplementation())
+    judge.configure(enabled=True)
+    judge.reset()
+    compiled_only = [_summed(0, modes=("compiled",)), _summed(1, modes=("compiled",))]
+    one_rank = [_summed(0), _fs2_rank(1)]
+    for records in (compiled_only, one_rank):
+        violations = check_fsdp2_end_to_end(records, "impl")
+        assert violations and all("summed over the 2 ranks" in v.message for v in violations)
+        with pytest.raises(ConformanceFailure):
+            judge.conform(impl, violations)
+    doubled = check_fsdp2_end_to_end([_summed(0, torch_factor=1.0), _summed(1, torch_factor=1.0)], "impl")
+    assert {v.message for v in doubled} == {
+        f"rank {r}, {m}: every sharded gradient is 2 times the unsharded gradient of the global batch, where "
+        "torch's own walk in the same run gives the expected gradients" for r in (0, 1) for m in ("eager", "compiled")
+    }
+    with pytest.raises(ConformanceFailure):
+        judge.conform(impl, doubled)
+    assert "fs2-gloo-grads-summed" not in judge.explained()
+    judge.reset()
+
+
+def test_fs2_9_comparisons_torch_cannot_make_are_named_not_skipped():
+    """A comparison torch's internals cannot feed (probed before any
+    implementation runs, or a record torch never produced) is reported with
+    its reason; once these were skipped with no mark at all."""
+    from pytest_fsdpcheck.checks.distributed import fsdp2_unchecked
+
+    assert fsdp2_unchecked([_fs2_rank(0), _fs2_rank(1)], "impl") == []
+    probed = _fs2_rank(0)
+    probed["unchecked"] = {"sharded parameters": "torch 9.9's fully_shard keeps no readable parameter group"}
+    assert fsdp2_unchecked([probed, _fs2_rank(1)], "impl") == [
+        "FS2-9 (sharded parameters): torch 9.9's fully_shard keeps no readable parameter group"]
+    silent = _fs2_rank(1, calls=[{"impl_modules": ["m1", "m0"], "impl_params": None, "sharded": ["m1.w0", "m0.w0"]}])
+    (reason,) = fsdp2_unchecked([_fs2_rank(0), silent], "impl")
+    assert reason.startswith("FS2-9 (managed parameters): torch's fully_shard never asked _get_managed_states")
+    undrivable = _fs2_rank(0)
+    undrivable["unchecked"] = {"FS2-9": "torch 9.9 has no _get_managed_modules"}
+    assert check_fsdp2_end_to_end([undrivable], "impl") == []
+    assert fsdp2_unchecked([undrivable], "impl") == ["torch 9.9 has no _get_managed_modules"]
+
+
+def test_fs2_9_probe_finds_this_torchs_internals():
+    """On the installed torch (2.13 in CI) every comparison can be made."""
+    import torch.distributed as dist
+
+    from pytest_fsdpcheck.checks.fsdp2_run import probe_internals
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        assert probe_internals(torch.device("cpu")) == {}
+    finally:
+        dist.destroy_process_group()

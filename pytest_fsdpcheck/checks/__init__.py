@@ -15,6 +15,13 @@ class Violation:
     #: but not part of the violation's identity, so a known bug matches on what
     #: went wrong in the spec's terms, whatever each release's internals print
     detail: str = field(default="", compare=False)
+    #: ``(type name, first line of its message)`` of the implementation's
+    #: exception, where the violation is about one. Not compared either (each
+    #: release words its internal errors its own way), but the judge never
+    #: lets a known bug explain it unless the bug declares that type and a
+    #: pattern its message matches (``KnownBug.raises``), or a replay with
+    #: the bug's switch raised the same type with the same message pattern.
+    error: tuple[str, str] | tuple[()] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return f"{self.invariant}: {self.message}" + (f" ({self.detail})" if self.detail else "")
@@ -46,6 +53,11 @@ class ConformanceFailure(AssertionError):
         elif self.example:
             lines += ["", "Reproducer:", self.example]
         return "\n".join(lines)
+
+
+def error_of(exc: BaseException) -> tuple[str, str]:
+    """What :attr:`Violation.error` holds for ``exc``."""
+    return type(exc).__name__, (str(exc).splitlines() or [""])[0]
 
 
 def assert_conforms(violations: list[Violation], example: str | None = None) -> None:

@@ -40,19 +40,42 @@ def check_tracer_restored(before: dict, tracer, when: str) -> list[Violation]:
     return out
 
 
+def _left(value, tracer, name: str) -> str:
+    """What a name left on the tracer's ``__dict__`` holds, in words that
+    tell leftovers apart: the class's own method bound to the tracer (a
+    restore by assignment), a function or another object (a patch never
+    undone, or something else put there)."""
+    import inspect
+
+    if inspect.ismethod(value):
+        owner = value.__self__
+        own = owner is tracer and value.__func__ is getattr(type(tracer), name, None)
+        if own:
+            return f"{name}=the tracer's own bound method {type(tracer).__name__}.{name}"
+        return f"{name}=a bound method {type(owner).__name__}.{value.__func__.__name__} of {'the tracer' if owner is tracer else 'another object'}"
+    if inspect.isfunction(value):
+        return f"{name}=a function {value.__name__}, not the tracer's method"
+    return f"{name}=a {type(value).__name__}"
+
+
 def check_tracer_clean(before_plain: dict, tracer, when: str) -> list[Violation]:
     """Nothing left on the instance: its ``__dict__`` has the same names as
-    after an unpatched trace, and the patched names hold what they held."""
+    after an unpatched trace, and the patched names hold what they held.
+    What an extra or replaced name holds is part of the message, so each
+    way of leaving the tracer dirty reads differently."""
     now = {name: id(value) for name, value in vars(tracer).items()}
     expected = before_plain["dict"]
     added = sorted(set(now) - set(expected))
     removed = sorted(set(expected) - set(now))
     changed = sorted(n for n in PATCHED if n in now and n in expected and now[n] != expected[n])
     if added or removed or changed:
+        left = vars(tracer)
         return [
             Violation(
                 "EXO-1",
-                f"after the context exited {when}, expected the tracer's __dict__ to hold what an unpatched trace leaves, got extra attributes {added}, missing {removed}, replaced {changed}",
+                f"after the context exited {when}, expected the tracer's __dict__ to hold what an unpatched trace leaves, "
+                f"got extra attributes {[_left(left[n], tracer, n) for n in added]}, missing {removed}, "
+                f"replaced {[_left(left[n], tracer, n) for n in changed]}",
             )
         ]
     return []

@@ -5,9 +5,10 @@ never on an implementation's storage; everything is iterative."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
 
-from . import Violation, first_difference, short
+from . import Violation, error_of, first_difference, short
 
 # --- the oracle -------------------------------------------------------------------
 
@@ -288,6 +289,14 @@ def names_for(built, call, index, param=None, limit: int = 64) -> set[str]:
     return names
 
 
+def names_it(text: str, name: str) -> bool:
+    """``name`` (a dotted path such as ``roots[0].c4.w0``) appears in
+    ``text`` as a whole: not inside a longer identifier, number or address
+    (``c4`` is not named by ``object at 0x7f1c4e2a9d10``), nor as the head
+    or tail of a longer dotted path (``c4`` is not ``c0.c4`` or ``c4.c1``)."""
+    return re.search(rf"(?<![\w.\]]){re.escape(name)}(?![\w\[]|\.\w)", text) is not None
+
+
 def _is_clear(exc) -> bool:
     return isinstance(exc, (ValueError, RuntimeError)) and type(exc).__name__ not in ("NotImplementedError",)
 
@@ -311,8 +320,8 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
             if not _is_clear(exc):
                 return [Violation("FS2-8", f"fully_shard{call_label(call)} of a group sharing {kind} m{i}{'.' + param if param else ''} "
                                            "with an earlier group failed with an internal error, not a clear one naming it",
-                                  detail=f"{type(exc).__name__}: {exc}")]
-            if not any(n in str(exc) for n in names):
+                                  detail=f"{type(exc).__name__}: {exc}", error=error_of(exc))]
+            if not any(names_it(str(exc), n) for n in names):
                 return [Violation("FS2-8", f"the error for the {kind} shared with an earlier group names none of "
                                            f"{short(sorted(names))}: {exc}")]
             return []

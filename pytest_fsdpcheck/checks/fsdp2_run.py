@@ -278,9 +278,50 @@ def compile_backend() -> str:
     return "inductor" if shutil.which(compiler) or shutil.which("g++") else "aot_eager"
 
 
+def probe_internals(device) -> dict:
+    """``{comparison: reason}`` for each FS2-9 comparison this torch cannot
+    make, decided before any implementation runs: the records it needs come
+    from torch's internals (the init functions ``fully_shard`` is driven
+    through, and the parameter group it builds, read on a throwaway
+    ``fully_shard`` by torch's own walk)."""
+    version = torch.__version__
+    found = set()
+    for name in _INIT_MODULES:
+        try:
+            module = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            continue
+        found.update(attr for attr in ("_get_managed_modules", "_get_managed_states") if hasattr(module, attr))
+    where = " or ".join(_INIT_MODULES[:2])
+    if "_get_managed_modules" not in found:
+        return {"FS2-9": f"torch {version} has no _get_managed_modules in {where}: fully_shard cannot be driven by an implementation"}
+    unchecked = {}
+    if "_get_managed_states" not in found:
+        unchecked["managed parameters"] = (f"torch {version} has no _get_managed_states in {where}: the parameters "
+                                           "each fully_shard call manages are not compared with the oracle")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    probe = nn.Sequential(nn.Linear(2, 2, bias=False)).to(device)
+    fully_shard_function()(probe, mesh=init_device_mesh(device.type, (torch.distributed.get_world_size(),)))
+    built = BuiltFsdp2(None, BuiltTree(None, probe, [probe, probe[0]]), (probe,), None)
+    try:
+        readable = _sharded_by_group(probe, built, {(1, "weight"): "m1.weight"}) == ["m1.weight"]
+    except AttributeError:
+        readable = False
+    if not readable:
+        unchecked["sharded parameters"] = (f"torch {version}'s fully_shard keeps no readable parameter group "
+                                           "(_get_fsdp_state()._fsdp_param_group.fsdp_params[i]._module_info): what "
+                                           "each call really sharded is not compared with the oracle")
+    return unchecked
+
+
 def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
     """This rank's records for every implementation (process group up);
-    the model is :func:`end_to_end_model` of ``seed`` (the same on every rank)."""
+    the model is :func:`end_to_end_model` of ``seed`` (the same on every rank).
+
+    Where an implementation's sharded gradients are wrong in a mode, the
+    same step is also taken by torch's own walk (``torch_walk``): the
+    checker tells torch's runtime from the implementation by it."""
     from ..impls import load_implementation
 
     spec, calls = end_to_end_model(seed)
@@ -292,8 +333,12 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     inputs = [torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
     reference = _reference_grads(base, inputs, rank)
     backend = compile_backend()
+    unchecked = probe_internals(device)
     result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
-              "spec": spec.to_source(), "impls": {}, "process_group": torch.distributed.get_backend()}
+              "spec": spec.to_source(), "impls": {}, "process_group": torch.distributed.get_backend(),
+              "unchecked": unchecked, "torch_walk": {}}
+    if "FS2-9" in unchecked:
+        return result
     for spec in impl_specs:
         try:
             area = load_implementation(spec).fsdp2
@@ -306,7 +351,28 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
             result["impls"][spec] = record
         except BaseException:  # noqa: BLE001 - the checker turns it into a violation
             result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
+    for mode in ("eager", "compiled"):
+        wrong = any(_sharded_grads_wrong(record.get(mode), result) for record in result["impls"].values())
+        # every rank takes the control step or none does (it runs collectives)
+        flag = torch.tensor([float(wrong)], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if flag.item():
+            try:
+                result["torch_walk"][mode] = {"grads": _step(None, base, calls, names, inputs[rank].to(device), device, mode, backend)["grads"]}
+            except Exception:  # noqa: BLE001 - recorded: the checker says torch's own step failed
+                result["torch_walk"][mode] = {"error": traceback.format_exc(limit=8)}
     return result
+
+
+def _sharded_grads_wrong(step, result, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    if not step:
+        return False
+    ignored = set(result["oracle"]["ignored"])
+    for label, want in result["reference"]["global"].items():
+        have = step["grads"].get(label)
+        if label not in ignored and (have is None or have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol)):
+            return True
+    return False
 
 
 def _reference_grads(base: BuiltFsdp2, inputs, rank: int) -> dict:
@@ -394,14 +460,16 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     record: list = []
     calls = []
-    with driven_by(area, record):
+    # area None: torch's own walk (the control step)
+    with driven_by(area, record) if area is not None else contextlib.nullcontext():
         for call in calls_made:
             targets = [modules[i] for i in call]
             fully_shard(targets[0] if len(targets) == 1 else targets, mesh=mesh, ignored_params=ignored)
             # what torch's walk reads from the module's FSDP state, the area
             # learns through its contract (the roots of the call own the group)
             for i in call:
-                area.mark_own_group(modules[i])
+                if area is not None:
+                    area.mark_own_group(modules[i])
     for (got_modules, states), call in zip(record, calls_made, strict=False):
         calls.append({
             "impl_modules": copy_built.labels(got_modules),

@@ -169,16 +169,52 @@ def snapshot(tree) -> list:
     return [snap, state_view]
 
 
+def _spans(indices, prefix: str = "m") -> str:
+    """``m0-m3, m7``: every index, runs written as spans, so that a message
+    names every module of a large tree exactly and stays short."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{prefix}{r[0]}" if len(r) == 1 else f"{prefix}{r[0]}-{prefix}{r[-1]}" for r in runs)
+
+
+def _changes(before: dict, after: dict) -> tuple:
+    return (
+        tuple(sorted(set(after) - set(before))),
+        tuple(sorted(set(before) - set(after))),
+        tuple(sorted(k for k in after if k in before and after[k] != before[k])),
+    )
+
+
 def check_unmutated(tree, before) -> list[Violation]:
-    """TRV-9: ``before`` is a :func:`snapshot` taken before the traversal."""
+    """TRV-9: ``before`` is a :func:`snapshot` taken before the traversal.
+
+    The message names every changed module and state and every attribute
+    added, removed or changed on each (those with the same change share a
+    clause): traversals that mutate differently never read alike, so a
+    known bug that adds one attribute explains exactly that change."""
     after = snapshot(tree)
     if after == before:
         return []
-    for i, (b, a) in enumerate(zip(before[0], after[0], strict=True)):
-        if a != b:
-            keys = sorted(set(a) ^ set(b)) or sorted(k for k in a if a[k] != b.get(k))
-            return [Violation("TRV-9", f"module m{i} changed during traversal (attributes {short(keys)})")]
-    return [Violation("TRV-9", "an FSDP state's attributes changed during traversal")]
+    clauses = []
+    states_before, states_after = (dict(before[1]), dict(after[1]))
+    for what, prefix, pairs in (
+        ("modules", "m", [(i, b, a) for i, (b, a) in enumerate(zip(before[0], after[0], strict=True))]),
+        ("FSDP states", "s", [(sid, dict(states_before.get(sid, ())), dict(states_after.get(sid, ())))
+                               for sid in sorted(set(states_before) | set(states_after))]),
+    ):
+        by_change: dict[tuple, list] = {}
+        for i, b, a in pairs:
+            change = _changes(b, a)
+            if any(change):
+                by_change.setdefault(change, []).append(i)
+        for change, where in by_change.items():
+            parts = [f"{verb} {list(keys)}" for verb, keys in zip(("added", "removed", "changed"), change, strict=True) if keys]
+            clauses.append(f"{what} {_spans(where, prefix)}: {', '.join(parts)}")
+    return [Violation("TRV-9", "the traversal changed " + "; ".join(clauses))]
 
 
 def _attrs(obj) -> dict:

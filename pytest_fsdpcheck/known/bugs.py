@@ -41,6 +41,17 @@ class KnownBug:
     reproducer: str | None = None
     #: splitting only: the graph forms ("dynamo", "module") whose code path has the bug; () = every form
     forms: tuple[str, ...] = ()
+    #: ``(exception type name, regex)`` for each internal error the bug makes
+    #: the implementation raise (a release may word it differently): a
+    #: violation carrying an exception is explained only when its type is
+    #: one of these and the first line of its message matches the pattern
+    raises: tuple[tuple[str, str], ...] = ()
+
+    def raised_this(self, error) -> bool:
+        """Whether ``error`` (:attr:`Violation.error`) is one this bug raises."""
+        import re
+
+        return any(error[0] == kind and re.search(pattern, error[1]) for kind, pattern in self.raises)
 
     def __post_init__(self):
         unknown = [i for i in self.invariants if i not in INVARIANTS]
@@ -51,6 +62,12 @@ class KnownBug:
         for area in self.reference:
             if area not in {area_of(i) for i in self.invariants}:
                 raise ValueError(f"known bug {self.id!r}: switches for area {area!r} but no invariant of it")
+        import re
+
+        for kind, pattern in self.raises:
+            if not kind.isidentifier():
+                raise ValueError(f"known bug {self.id!r}: {kind!r} is not an exception type name")
+            re.compile(pattern)
         object.__setattr__(self, "reference", MappingProxyType({a: dict(s) for a, s in self.reference.items()}))
 
     def applies_to_version(self, version: str) -> bool:

@@ -197,3 +197,116 @@ class CrashesNextToKnownBugs:
         impl.splitting = _SplitCrashes(impl.splitting)
         impl.known_bugs = tuple(dataclasses.replace(b, affects="") for b in bugs)
         vars(self).update(vars(impl))
+
+
+# --- wider than the bug: each declares a known bug and departs from the spec in a
+# --- way the old signatures took for it; every one must FAIL, never be "known"
+
+
+class _TrainingOff:
+    """TRV-9: besides the registry the bug adds, every module below the root
+    is switched to eval mode (old TRV-9 messages named only added keys of
+    the first changed module, so this read as the registry alone)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _off(self, root, result):
+        for module in root.modules():
+            module.training = False
+        return result
+
+    def states_with_modules(self, root):
+        return self._off(root, self._inner.states_with_modules(root))
+
+    def handles(self, root):
+        return self._off(root, self._inner.handles(root))
+
+    def root_states(self, root):
+        return self._off(root, self._inner.root_states(root))
+
+
+class _ConflictKeyError:
+    """FS2-8: where torch's bug fails inside the DTensor code, a KeyError
+    instead (the old identity held the exception type only in ``detail``)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def annotate(self, roots, mesh, ignored_params):
+        try:
+            self._inner.annotate(roots, mesh, ignored_params)
+        except TypeError:
+            raise KeyError("sharded_param") from None
+
+
+class _NeverRestored:
+    """EXO-1: leaves its recording functions on the tracer (old messages
+    listed only the names, which the bound-method leftover shares)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    @contextmanager
+    def patch_tracer(self, tracer, root):
+        patched = {}
+        try:
+            with self._inner.patch_tracer(tracer, root) as info:
+                patched.update((name, tracer.__dict__[name]) for name in ("call_module", "create_proxy"))
+                yield info
+        finally:
+            tracer.__dict__.update(patched)
+
+
+#: bug id -> (area, wrapper, what the switch-free implementation lacks: True keeps the bug's switch on)
+WIDER = {
+    "trv-registry-created-on-read": ("traversal", _TrainingOff, True),
+    "fs2-group-conflict-not-rejected": ("fsdp2", _ConflictKeyError, True),
+    "exo-patch-tracer-leaves-bound-methods": ("exec_order", _NeverRestored, False),
+}
+
+
+def _wider(bug):
+    area, wrapper, keeps_bug = WIDER[bug.id]
+    impl = reference_with([bug] if keeps_bug else [])
+    setattr(impl, area, wrapper(getattr(impl, area)))
+    impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+    return impl
+
+
+for _bug_id in WIDER:
+    globals()[class_name("Wider", _bug_id)] = _class(class_name("Wider", _bug_id), _wider, BUGS[_bug_id])
+
+
+class _AddressNamesNothing:
+    """FS2-8: rejects a shared module with a RuntimeError that names only a
+    mesh object's address (a two-character module name such as ``c4`` can
+    occur inside it)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def annotate(self, roots, mesh, ignored_params):
+        try:
+            self._inner.annotate(roots, mesh, ignored_params)
+        except ValueError:
+            raise RuntimeError("fully_shard: <torch.distributed.device_mesh.DeviceMesh object at 0x7f1c4e2a9d10>") from None
+
+
+class AddressInConflictError:
+    def __init__(self):
+        impl = ReferenceImplementation()
+        impl.fsdp2 = _AddressNamesNothing(impl.fsdp2)
+        vars(self).update(vars(impl))
