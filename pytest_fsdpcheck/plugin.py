@@ -51,6 +51,10 @@ def pytest_sessionstart(session):
         from .report import MatrixRecorder
 
         state.pytest_session = session
+        if not hasattr(session.config, "workerinput"):
+            from .report import start_report
+
+            start_report(state)
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
 
 

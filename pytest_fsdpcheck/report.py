@@ -319,6 +319,32 @@ class MatrixRecorder:
         self.session.matrix.record(report)
 
 
+def _header_json(session) -> dict:
+    return {
+        "torch": session.torch_version,
+        "implementations": list(session.impls),
+        "devices": session.devices,
+        "profile": session.profile,
+        "seed": session.seed,
+        "divergence_files": session.divergence_files,
+        # False: interrupted, stopped early (-x, --maxfail), ended by a crash
+        # before the summary, or nothing ran; stale entries and unreproduced
+        # bugs are then not judged
+        "complete": not session.incomplete,
+        **_plan_json(session),
+    }
+
+
+def start_report(session) -> None:
+    """A report that says "incomplete" from the start, replaced at the end: a
+    run that dies before its summary (a process exit the suite could not
+    intercept) leaves that, never a previous run's green report."""
+    if not session.report_path:
+        return
+    with contextlib.suppress(OSError):  # the end of the run reports a failing write
+        write_json(session.report_path, {**_header_json(session), "complete": False}, Matrix(), {})
+
+
 def terminal_summary(tr, session, findings, exposures=None) -> bool:
     """``findings``: (stale entries, unexpected passes, known bugs not reproduced);
     ``exposures``: per user model, its known-bug exposure (or why none was
@@ -354,18 +380,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
     try:
         write_json(
             session.report_path,
-            {
-                "torch": session.torch_version,
-                "implementations": list(session.impls),
-                "devices": session.devices,
-                "profile": session.profile,
-                "seed": session.seed,
-                "divergence_files": session.divergence_files,
-                # False: interrupted, stopped early (-x, --maxfail) or nothing ran;
-                # stale entries and unreproduced bugs are then not judged
-                "complete": not session.incomplete,
-                **_plan_json(session),
-            },
+            _header_json(session),
             session.matrix,
             {
                 "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],

@@ -269,6 +269,7 @@ def test_json_report_has_header_and_matrix(pytester, suite):
         "profile": "ci",
         "seed": None,
         "divergence_files": [],
+        "complete": True,
     }
     assert report["matrix"]["reference"] == {
         "TRV-7": {"outcome": "pass", "tests": 1},

@@ -57,7 +57,6 @@ def test_user_raises_conformance_failure():
 def project(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
-    monkeypatch.delenv("EXPECTTEST_ACCEPT", raising=False)
     pytester.makeconftest(USER_CONFTEST)
     pytester.makepyfile(test_user=USER_TESTS)
     return pytester

@@ -146,6 +146,10 @@ def test_an_installed_factory_runs_through_every_area(venv):
     for impl in ("torch", "reference"):
         for inv in ("PLN-1", "FS2-1", "SPL-2", "TRV-1", "ANN-1", "EXO-2"):
             assert data["matrix"][impl][inv]["outcome"] in ("pass", "known"), (impl, inv, data["matrix"][impl][inv])
+    # the tied embedding meets the modelled per-use counting bug, on the releases it holds
+    assert "known-bug exposure of mypkg:make" in run.stdout
+    exposed = {e["bug"] for e in data["exposure"]["mypkg:make"] if e["exposed"]}
+    assert "spl-param-counted-per-use" in exposed
 
 
 def test_a_plan_splitting_tied_weights_fails_with_its_id_and_a_reproducer_of_the_users_factory(venv):
