@@ -351,7 +351,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
     worked out). False when the JSON report was asked for and could not be written."""
     import time
 
-    stale, unexpected, unreproduced = findings
+    stale, unexpected, unreproduced, unprovided = findings
     exposures = exposures or {}
     tr.section("fsdpcheck conformance matrix")
     for line in session.matrix.render():
@@ -362,6 +362,9 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
     for inv, impl in unexpected:
         tr.write_line(f"unexpected pass: {inv} is declared divergent for {impl} but all its checks passed")
+    for inv, reason in unprovided:
+        tr.write_line(f"not provided although expected: {inv} [torch] was n/p in every check, but {reason}"
+                      " (--fsdpcheck-strict fails on this)")
     if exposures:
         from .known.exposure import render
 
@@ -385,6 +388,8 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
             {
                 "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
                 "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+                "not_provided_but_expected": [{"invariant": i, "implementation": "torch", "reason": r}
+                                              for i, r in unprovided],
                 "known_bugs": _known_json(session, unreproduced),
                 **({"exposure": _exposure_json(exposures)} if exposures else {}),
                 "exploration": explored,

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import re
 import time
+from typing import NamedTuple
 
 from .catalog import AREAS, area_of
 from .report import (
@@ -207,13 +208,21 @@ def trim_traceback(item, excinfo):
     return trimmed if len(trimmed) else default
 
 
-def findings(session):
-    """(stale entries, unexpected passes, known bugs not reproduced); all
-    empty after an interrupted run or one that stopped early (-x)."""
+class Findings(NamedTuple):
+    """The verdicts on the run's declarations, drawn once the run is over."""
+
+    stale: list  # divergence entries that matched no test
+    unexpected: list  # (invariant, implementation) declared divergent, all checks passed
+    unreproduced: list  # (implementation, KnownBug) not seen on a release it claims
+    unprovided: list  # (invariant, reason) the installed torch provides, reported n/p for it
+
+
+def findings(session) -> Findings:
+    """All empty after an interrupted run or one that stopped early (-x)."""
     cached = getattr(session, "_findings", None)
     if cached is None:
         if session.incomplete:
-            cached = session._findings = ([], [], [])
+            cached = session._findings = Findings([], [], [], [])
             return cached
         # An entry for an implementation not under test cannot be judged stale.
         stale = [
@@ -228,8 +237,27 @@ def findings(session):
                     if (impl, e.match) not in session.deselected:
                         declared.setdefault(impl, set()).add(e.match)
         unexpected = session.matrix.mark_unexpected_passes(declared)
-        cached = session._findings = (stale, unexpected, _unreproduced(session))
+        cached = session._findings = Findings(stale, unexpected, _unreproduced(session), _unprovided(session))
     return cached
+
+
+def _unprovided(session) -> list[tuple[str, str]]:
+    """Invariants whose every check was n/p for the installed torch although
+    its release provides their area: a renamed or moved function, a probe
+    gone wrong, never a reason to pass quietly."""
+    if "torch" not in session.impls:
+        return []
+    from .provided import expected_provided
+
+    found = []
+    for inv in session.matrix.invariants():
+        # the cell is n/p only if every check of it that ran was
+        if session.matrix.outcome(inv, "torch") != "not provided":
+            continue
+        area = area_of(inv)
+        if expected_provided(area, session.torch_version):
+            found.append((inv, f"torch {session.torch_version} provides the {area} area"))
+    return found
 
 
 def _unreproduced(session) -> list[tuple[str, object]]:
@@ -279,8 +307,7 @@ def finish(session, pytest_session, exitstatus):
         or bool(pytest_session.shouldstop or pytest_session.shouldfail)
         or not any(session.matrix.cells)
     )
-    stale, unexpected, unreproduced = findings(session)
-    if session.strict and (stale or unexpected or unreproduced) and pytest_session.exitstatus == 0:
+    if session.strict and any(findings(session)) and pytest_session.exitstatus == 0:
         pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not any(session.matrix.cells) and pytest_session.testscollected and not _areas_provided(session):
         pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED

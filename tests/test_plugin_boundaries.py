@@ -179,3 +179,18 @@ def test_rejected_examples_are_not_counted_as_coverage():
     prop()
     # the ten values are all tried: three taken, seven rejected
     assert (tally.examples, tally.rejected) == (3, 7)
+
+
+def test_strict_fails_on_an_area_this_torch_provides_but_the_run_found_missing(pytester, monkeypatch):
+    # a release that renamed FSDP2's walk: every FS2 check is n/p, which
+    # must not read as "nothing to check here" on a torch that has FSDP2
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    pytester.makeconftest(
+        "import torch.distributed.fsdp._fully_shard._fsdp_init as init\n"
+        "del init._get_managed_modules\n"
+    )
+    args = ("-p", "no:xdist", "--fsdpcheck", "--fsdpcheck-impl", "torch", "-k", "test_managed_modules")
+    lenient = pytester.runpytest_subprocess(*args, timeout=300)
+    assert lenient.ret == 0 and "not provided although expected: FS2-1 [torch]" in lenient.stdout.str()
+    strict = pytester.runpytest_subprocess(*args, "--fsdpcheck-strict", timeout=300)
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
