@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..checks import ConformanceFailure, Violation
+from ..checks import ConformanceFailure, Violation, error_of
 from .model import ModelCase, build_case, load_factory, strategies_of, unit_names
 
 _RECORDED: dict = {}
@@ -254,13 +254,13 @@ def check_fully_shard_calls(case, impl=None):
                 except Exception as exc:  # noqa: BLE001 - judged below
                     err = f"{type(exc).__name__}: {exc}"
                     if not conflicts:
-                        return [Violation("FS2-7", f"{where} raised, but shares nothing with an earlier group", detail=err)]
+                        return [Violation("FS2-7", f"{where} raised, but shares nothing with an earlier group", detail=err, error=error_of(exc))]
                     if not isinstance(exc, (ValueError, RuntimeError)) or isinstance(exc, NotImplementedError):
                         return [Violation("FS2-8", f"{where} shares {conflicts[0]} with an earlier group and failed with "
-                                                   "an internal error, not a clear one naming it", detail=err)]
+                                                   "an internal error, not a clear one naming it", detail=err, error=error_of(exc))]
                     if not any(_names_it(str(exc), _aliases(model, roots, x)) for x in shared):
                         return [Violation("FS2-8", f"{where}: the error for {conflicts[0]}, shared with an earlier "
-                                                   "group, does not name it", detail=err)]
+                                                   "group, does not name it", detail=err, error=error_of(exc))]
                     return []
                 if conflicts:
                     return [Violation("FS2-8", f"{where} accepted {conflicts[0]}, which an earlier group already "
