@@ -32,6 +32,21 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
 }
 
 
+#: invariants whose every check needs a feature newer than their area
+#: (measured in the history runs: SPL-14 n/p on 2.0, FS2-3 and FS2-9 until 2.6)
+INVARIANT_FEATURE: dict[str, str] = {
+    "SPL-14": "splitting.higher_order_ops",
+    "FS2-3": "fsdp2.ignored_params",
+    "FS2-9": "fsdp2.ignored_params",
+}
+
+
+def invariant_provided(invariant: str, area: str, torch_version) -> bool:
+    """Whether torch ``torch_version`` provides what every check of
+    ``invariant`` (of ``area``) needs."""
+    return expected_provided(INVARIANT_FEATURE.get(invariant, area), torch_version)
+
+
 def release(version) -> tuple[int, int]:
     """``(major, minor)`` of ``"2.13.0+cpu"``, ``"2.5.0a0+git..."`` or a tuple."""
     if isinstance(version, tuple):

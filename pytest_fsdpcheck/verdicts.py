@@ -247,7 +247,7 @@ def _unprovided(session) -> list[tuple[str, str]]:
     gone wrong, never a reason to pass quietly."""
     if "torch" not in session.impls:
         return []
-    from .provided import expected_provided
+    from .provided import INVARIANT_FEATURE, invariant_provided
 
     found = []
     for inv in session.matrix.invariants():
@@ -255,8 +255,9 @@ def _unprovided(session) -> list[tuple[str, str]]:
         if session.matrix.outcome(inv, "torch") != "not provided":
             continue
         area = area_of(inv)
-        if expected_provided(area, session.torch_version) and not _probed_away(inv):
-            found.append((inv, f"torch {session.torch_version} provides the {area} area"))
+        if invariant_provided(inv, area, session.torch_version) and not _probed_away(inv):
+            what = INVARIANT_FEATURE.get(inv, f"the {area} area")
+            found.append((inv, f"torch {session.torch_version} provides {what}"))
     return found
 
 
