@@ -13,11 +13,15 @@ implementation, so the processes (the slow part) start once.
 
 import pytest
 
-from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end, check_fsdp2_end_to_end, fsdp2_unchecked
+from pytest_fsdpcheck.checks.distributed import (
+    check_ddp_end_to_end,
+    check_fsdp2_end_to_end,
+    fsdp2_unchecked,
+)
 from pytest_fsdpcheck.checks.repro import snippet
-from pytest_fsdpcheck.impls.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.session import get_session, world_size_for
+from pytest_fsdpcheck.torch_support import require_compile
 
 RANK_TIMEOUT_S = 180.0
 _runs: dict = {}
@@ -35,7 +39,7 @@ def _seed(config) -> int:
 
 
 def _results(config, world_size: int, device: str, task: str) -> list[dict]:
-    from pytest_fsdpcheck.checks.ddp_run import run_ranks
+    from pytest_fsdpcheck.runs.ddp_run import run_ranks
 
     specs = tuple(get_session(config).impls)
     key = (world_size, device, specs, task)
@@ -47,7 +51,7 @@ def _results(config, world_size: int, device: str, task: str) -> list[dict]:
 def _world_size(config, device: str, scale: str) -> int:
     import torch
 
-    from pytest_fsdpcheck.checks.ddp_run import launched_by_torchrun
+    from pytest_fsdpcheck.runs.ddp_run import launched_by_torchrun
 
     if not torch.distributed.is_available():
         pytest.skip("not provided: this torch build has no torch.distributed")
@@ -74,7 +78,7 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0):
         ],
         [f"    violations = {check}(results, {spec!r})", "    assert not violations, violations"],
         imports=[
-            "from pytest_fsdpcheck.checks.ddp_run import run_ranks",
+            "from pytest_fsdpcheck.runs.ddp_run import run_ranks",
             f"from pytest_fsdpcheck.checks.distributed import {check}",
         ],
     )

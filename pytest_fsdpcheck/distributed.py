@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from .checks.ddp_run import TORCHRUN_ENV
     from .collection import conformance_dir
+    from .runs.ddp_run import TORCHRUN_ENV
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     device = _device(argv)

@@ -175,7 +175,7 @@ class _Contained:
 def _same_state(a, b) -> bool:
     # numpy's legacy state holds an array, which == compares elementwise
     if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-        return all(_same_state(x, y) for x, y in zip(a, b))
+        return all(_same_state(x, y) for x, y in zip(a, b, strict=True))
     if hasattr(a, "tobytes") and hasattr(b, "tobytes"):
         return a.shape == b.shape and a.tobytes() == b.tobytes()
     return a == b

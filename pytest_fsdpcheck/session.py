@@ -169,7 +169,7 @@ def world_size_for(config, device: str) -> int:
     """Ranks for the distributed checks on ``device``: torchrun's world when
     launched by ``python -m pytest_fsdpcheck.distributed``, else
     --fsdpcheck-world-size, else every visible GPU (CUDA) or 2 (CPU)."""
-    from .checks.ddp_run import launched_by_torchrun
+    from .runs.ddp_run import launched_by_torchrun
 
     if launched_by_torchrun():
         import torch.distributed as dist

@@ -268,7 +268,7 @@ _NEEDS_COMPILE = {"ANN-7", "SPL-16", "FS2-9"}
 def _probed_away(inv: str) -> str | None:
     """A reason, found by probing this torch on the suite's own input before
     any implementation ran, why the check cannot run here at all."""
-    from .impls.torch_support import compile_unsupported
+    from .torch_support import compile_unsupported
 
     reason = compile_unsupported() if inv in _NEEDS_COMPILE else None
     if reason is None and inv == "ANN-7":

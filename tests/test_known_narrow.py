@@ -4,7 +4,6 @@ and fails, and a violation carries what tells bugs apart (the exception's
 type and message pattern; every changed module and attribute; the factor,
 mode and rank, in tests/test_planted_distributed.py)."""
 
-import torch
 from torch import fx, nn
 
 import tests.planted.known as planted

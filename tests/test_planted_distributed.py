@@ -70,7 +70,7 @@ def test_checker_catches_ranks_disagreeing():
 # --- FS2-9 ---------------------------------------------------------------------------
 
 from pytest_fsdpcheck.checks.distributed import check_fsdp2_end_to_end  # noqa: E402
-from pytest_fsdpcheck.checks.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
+from pytest_fsdpcheck.runs.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
 
 
 def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
@@ -250,7 +250,7 @@ def test_fs2_9_probe_finds_this_torchs_internals():
     """On the installed torch (2.13 in CI) every comparison can be made."""
     import torch.distributed as dist
 
-    from pytest_fsdpcheck.checks.fsdp2_run import probe_internals
+    from pytest_fsdpcheck.runs.fsdp2_run import probe_internals
 
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
     try:

@@ -322,7 +322,7 @@ def captured(case: ModelCase):
     import torch
     import torch._dynamo
 
-    from ..impls.torch_support import compile_unsupported
+    from ..torch_support import compile_unsupported
 
     reason = compile_unsupported()
     if reason:

@@ -224,7 +224,7 @@ def dynamo_unsupported() -> str | None:
     import torch
     from torch import nn
 
-    from ..impls.torch_support import compile_unsupported
+    from ..torch_support import compile_unsupported
 
     reason = compile_unsupported()
     if reason is not None:

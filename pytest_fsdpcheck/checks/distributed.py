@@ -1,7 +1,7 @@
 """SPL-16 checker: judges what the ranks of a real DDP run reported.
 
 Pure: it reads the per-rank result dicts written by
-:mod:`pytest_fsdpcheck.checks.ddp_run` (plain dicts of numbers, strings and CPU
+:mod:`pytest_fsdpcheck.runs.ddp_run` (plain dicts of numbers, strings and CPU
 tensors) and returns violations. It shares no code with any splitter.
 """
 
@@ -109,7 +109,7 @@ def _check_ranks_agree(results: list[dict], rtol: float, atol: float) -> list[Vi
 
 
 def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5) -> list[Violation]:
-    """FS2-9 over every rank's record (:mod:`pytest_fsdpcheck.checks.fsdp2_run`)
+    """FS2-9 over every rank's record (:mod:`pytest_fsdpcheck.runs.fsdp2_run`)
     for the implementation ``spec``: per ``fully_shard`` call the walk and
     states equal the oracle's and are what ``fully_shard`` sharded; exactly
     the managed modules carry the Dynamo flags; eager and compiled gradients

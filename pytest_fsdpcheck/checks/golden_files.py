@@ -100,7 +100,7 @@ def _unavailable(model: str, section: str) -> str | None:
     """Why this environment cannot render a section (its input is missing),
     in which case the file keeps the section it has."""
     from ..generators import corpus
-    from ..impls.torch_support import compile_unsupported
+    from ..torch_support import compile_unsupported
 
     reason = corpus.missing(model)
     if reason is None and section == "buckets":
@@ -115,7 +115,7 @@ def regenerate(models: list[str] | None = None, folder: Path | None = None, out=
     reference into ``folder`` (the package's fixtures by default), which must
     be a source checkout. Returns the files that changed."""
     from ..generators.corpus import CORPUS
-    from ..impls.reference import ReferenceImplementation
+    from ..reference import ReferenceImplementation
 
     folder = golden_dir() if folder is None else folder
     refusal = not_a_source_checkout(folder)

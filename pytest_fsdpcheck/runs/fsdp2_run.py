@@ -40,9 +40,9 @@ import traceback
 import torch
 from torch import nn
 
+from ..checks.fsdp2 import expected_managed, expected_states
 from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec, ignored_parameters
 from ..generators.trees import BuiltTree, TreeSpec
-from .fsdp2 import expected_managed, expected_states
 
 WIDTH = 8
 BATCH = 4

@@ -1,0 +1,149 @@
+"""The package's imports form layers: no module imports one of a higher
+layer, and no import cycle exists, counting imports inside functions too
+(a lazy import is still a dependency, just a later one)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest_fsdpcheck
+
+PACKAGE = Path(pytest_fsdpcheck.__file__).resolve().parent
+CONFORMANCE = PACKAGE.parent / "conformance"
+
+# Lowest first. A module may import its own layer's modules and any lower
+# layer's; the longest prefix that matches a module's dotted name decides its layer.
+LAYERS = [
+    # what every part shares: IDs, the implementation contract, the known-bug type
+    ("shared", ["catalog", "contract", "profiles", "features", "known", "known.bugs", "provided",
+                "torch_support"]),
+    ("specification and generators", ["reference", "generators"]),
+    ("checkers", ["checks"]),
+    # the torch adapter declares torch's known bugs (data over the shared type)
+    ("implementations", ["impls", "known.torch_bugs"]),
+    ("known bugs and divergences", ["known.judge", "known.reference_with", "known.divergences"]),
+    # what runs implementations: the distributed checks' ranks, users' cases,
+    # a model's known-bug exposure
+    ("runners", ["runs", "cases", "known.exposure"]),
+    ("commands", ["known.history", "known.__main__"]),
+    ("plugin", ["options", "fuzz", "report", "isolation", "session", "collection", "verdicts", "plugin",
+                "distributed", "strategies", "conformance", "fixtures"]),
+]
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for root, prefix in ((PACKAGE, ""), (CONFORMANCE, "conformance.")):
+        for path in root.rglob("*.py"):
+            if "reproducers" in path.parts:  # scripts, not modules
+                continue
+            rel = path.relative_to(root).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = prefix + ".".join(parts)
+            found[name.rstrip(".") or "__init__"] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Package modules that ``name`` imports (and the packages they run first)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if name.startswith("conformance"):
+        package = "conformance"
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module and node.module.startswith("pytest_fsdpcheck"):
+                mod = node.module[len("pytest_fsdpcheck"):].lstrip(".")
+            else:
+                continue
+            candidates = [mod] + [f"{mod}.{a.name}" if mod else a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [a.name[len("pytest_fsdpcheck"):].lstrip(".") for a in node.names
+                          if a.name.startswith("pytest_fsdpcheck")]
+        else:
+            continue
+        for cand in candidates:
+            cand = cand.replace("conformance.", "conformance.", 1)
+            while cand and cand not in known:
+                cand = cand.rpartition(".")[0]
+            # importing a.b.c runs a and a.b first, unless they are the
+            # importer's own packages (already running)
+            parts = cand.split(".") if cand else []
+            for k in range(1, len(parts) + 1):
+                target = ".".join(parts[:k])
+                if k == len(parts) or not (name == target or name.startswith(target + ".")):
+                    targets.add(target)
+    targets.discard(name)
+    return targets
+
+
+def _layer(name: str) -> int:
+    matches = [(len(prefix), index) for index, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+               if name == prefix or name.startswith(prefix + ".")]
+    assert matches, f"module {name} is in no layer of tests/test_import_layers.py: add it"
+    return max(matches)[1]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    modules.pop("__init__", None)
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def test_every_module_has_a_layer():
+    for name in _graph():
+        _layer(name)
+
+
+def test_no_upward_imports():
+    upward = [
+        f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
+        for name, deps in sorted(_graph().items())
+        for dep in sorted(deps)
+        if _layer(dep) > _layer(name)
+    ]
+    assert not upward, "imports from a lower layer up:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    cycles, state, stack = [], {}, []
+
+    def visit(start):
+        # iterative DFS: the graph is small, but recursion is not the repo's habit
+        work = [(start, iter(sorted(graph[start])))]
+        state[start] = "open"
+        stack.append(start)
+        while work:
+            node, deps = work[-1]
+            dep = next(deps, None)
+            if dep is None:
+                work.pop()
+                stack.pop()
+                state[node] = "done"
+            elif state.get(dep) == "open":
+                cycles.append(stack[stack.index(dep):] + [dep])
+            elif dep not in state and dep in graph:
+                state[dep] = "open"
+                stack.append(dep)
+                work.append((dep, iter(sorted(graph[dep]))))
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_walk_sees_a_planted_cycle(tmp_path):
+    # the checks above are only worth something if the walk finds imports
+    graph = _graph()
+    assert "catalog" in graph["plugin"] or "collection" in graph["plugin"]
+    assert any("impls" in deps for deps in graph.values())
