@@ -129,6 +129,90 @@ feature("Fsdp2Spec", "shared modules", lambda s, _: max(_registrations(s.tree.ch
 feature("Fsdp2Spec", "tied parameters", lambda s, _: bool(s.tree.tied))
 
 
+# --- FSDP2 whole plans (sequences of fully_shard calls) ----------------------------------
+
+
+def _plan_roots_before(plan, k) -> set[int]:
+    return {r for call in plan.calls[:k] for r in call.roots}
+
+
+def _grouped_root_at(plan, where: str) -> bool:
+    """Some call gives a module an earlier call made a root, at that position of its roots."""
+    for k, call in enumerate(plan.calls):
+        earlier = _plan_roots_before(plan, k)
+        roots = list(call.roots)
+        for pos, r in enumerate(roots):
+            if r in earlier and len(roots) > 1:
+                at = "first" if pos == 0 else "last" if pos == len(roots) - 1 else "middle"
+                if at == where:
+                    return True
+    return False
+
+
+def _later_call_depends(plan) -> bool:
+    """A later call's root is above an earlier call's root: its walk stops at that group."""
+    children = plan.tree.children
+    return any(set(plan.calls[j].roots) & set().union(*(_descendants(children, r) for r in call.roots))
+               for k, call in enumerate(plan.calls) for j in range(k))
+
+
+def _calls_overlap(plan, roots_a, roots_b) -> set[int]:
+    children = plan.tree.children
+    below = lambda roots: set(roots).union(*(_descendants(children, r) for r in roots))  # noqa: E731
+    return below(roots_a) & below(roots_b)
+
+
+def _ignored_differs(plan) -> bool:
+    """Two calls reaching a common module ignore different parameters of it."""
+    calls = plan.calls
+    for a in range(len(calls)):
+        for b in range(a + 1, len(calls)):
+            ia, ib = calls[a].ignored, calls[b].ignored
+            if ia == ib:
+                continue
+            for m in _calls_overlap(plan, calls[a].roots, calls[b].roots):
+                if {k for i, k in ia or () if i == m} != {k for i, k in ib or () if i == m}:
+                    return True
+    return False
+
+
+def _roots_share(plan) -> bool:
+    """Two roots of one call, neither below the other, reach a common module."""
+    children = plan.tree.children
+    for call in plan.calls:
+        roots = list(call.roots)
+        below = {r: _descendants(children, r) for r in roots}
+        for x in range(len(roots)):
+            for y in range(x + 1, len(roots)):
+                a, b = roots[x], roots[y]
+                if a not in below[b] and b not in below[a] and below[a] & below[b]:
+                    return True
+    return False
+
+
+feature("Fsdp2Plan", "several calls", lambda p, _: len(p.calls) > 1)
+feature("Fsdp2Plan", "multi-root calls", lambda p, _: any(len(c.roots) > 1 for c in p.calls))
+feature("Fsdp2Plan", "roots of one call sharing submodules", lambda p, _: _roots_share(p))
+feature("Fsdp2Plan", "roots of one call containing one another",
+        lambda p, _: any(set(c.roots) & set().union(*(_descendants(p.tree.children, r) for r in c.roots)) for c in p.calls))
+for _where in ("first", "middle", "last"):
+    feature("Fsdp2Plan", f"a root already holding a group, {_where} among several",
+            lambda p, _, w=_where: _grouped_root_at(p, w))
+feature("Fsdp2Plan", "a single-root call on a module already holding a group",
+        lambda p, _: any(len(c.roots) == 1 and c.roots[0] in _plan_roots_before(p, k) for k, c in enumerate(p.calls)))
+feature("Fsdp2Plan", "a later call depending on an earlier group", lambda p, _: _later_call_depends(p))
+feature("Fsdp2Plan", "an inner group applied after its ancestor's",
+        lambda p, _: any(set(c.roots) & set().union(*(_descendants(p.tree.children, r) for r in p.calls[j].roots))
+                         for k, c in enumerate(p.calls) for j in range(k)))
+feature("Fsdp2Plan", "the root not sharded last", lambda p, _: 0 not in p.calls[-1].roots)
+feature("Fsdp2Plan", "ignored parameters differing between calls on a module both reach", lambda p, _: _ignored_differs(p))
+feature("Fsdp2Plan", "a buffer shared between modules", lambda p, _: len(p.shared_buffer) > 1)
+feature("Fsdp2Plan", "FSDP1 units", lambda p, _: bool(p.fsdp1_units))
+feature("Fsdp2Plan", "replicate-owned modules", lambda p, _: bool(p.tree.replicate))
+feature("Fsdp2Plan", "shared modules", lambda p, _: max(_registrations(p.tree.children).values(), default=0) > 1)
+feature("Fsdp2Plan", "tied parameters", lambda p, _: bool(p.tree.tied))
+
+
 # --- counting ----------------------------------------------------------------------------
 
 

@@ -46,3 +46,11 @@ from .generators.trees import (  # noqa: F401
     wide_tree,
     wide_trees,
 )
+from .generators.fsdp2 import (  # noqa: F401, E402
+    BuiltFsdp2Plan,
+    Fsdp2Plan,
+    PlanCall,
+    build_fsdp2_plan,
+    fsdp2_plans,
+    fsdp2_shared_ignored,
+)

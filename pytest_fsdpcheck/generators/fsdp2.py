@@ -10,6 +10,7 @@ group before the groups above it, as FSDP2 wants (inner first).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -245,3 +246,246 @@ def fully_shard_specs(*, conflicts: bool = False, max_modules: int = 10):
     ``conflicts=False``: no shared modules and no tied parameters, so no
     group can reach another's modules; with ``True``: both, so some do."""
     return fsdp2_specs(max_modules=max_modules, shared=conflicts).map(lambda s: _for_fully_shard(s, conflicts))
+
+
+# --- whole plans: sequences of fully_shard calls on one model ---------------------
+
+
+@dataclass(frozen=True)
+class PlanCall:
+    """One ``fully_shard`` call: its roots (module indices, in the order
+    given) and its ``ignored_params`` (``None``: the default; else
+    ``(module, k)`` pairs as in :class:`Fsdp2Spec`)."""
+
+    roots: tuple[int, ...]
+    ignored: frozenset[tuple[int, int]] | None = None
+
+    def to_source(self) -> str:
+        if self.ignored is None:
+            return f"PlanCall({self.roots!r})"
+        return f"PlanCall({self.roots!r}, frozenset({sorted(self.ignored)!r}))"
+
+
+@dataclass(frozen=True)
+class Fsdp2Plan:
+    """A model and the ``fully_shard`` calls a plan makes on it, in order.
+    ``tree.replicate`` marks modules ``replicate`` owns; ``shared_buffer``
+    names modules that all register one tensor (a rotary cache registered in
+    every layer); ``fsdp1_units`` modules carrying an FSDP1 state, as models
+    migrating from FSDP1 do (FSDP2's walk passes through them)."""
+
+    tree: TreeSpec
+    calls: tuple[PlanCall, ...] = (PlanCall((0,)),)
+    buffers: tuple[int, ...] = ()
+    shared_buffer: frozenset[int] = frozenset()
+    fsdp1_units: frozenset[int] = frozenset()
+
+    @property
+    def size(self) -> int:
+        return self.tree.size
+
+    def call_spec(self, k: int, groups=frozenset()) -> Fsdp2Spec:
+        """Call ``k`` as the single-call oracle sees it, ``groups`` (module
+        indices) holding a group of their own from earlier calls."""
+        call = self.calls[k]
+        return Fsdp2Spec(self.tree, call.roots, frozenset(groups), call.ignored, self.buffers)
+
+    def restricted(self, several_roots: bool = True, ignored: bool = True) -> Fsdp2Plan:
+        """The plan as a ``fully_shard`` without several roots (each call
+        keeps its first root) or without ``ignored_params`` can make it."""
+        calls = tuple(PlanCall(c.roots if several_roots else c.roots[:1], c.ignored if ignored else None)
+                      for c in self.calls)
+        return self if calls == self.calls else dataclasses.replace(self, calls=calls)
+
+    def to_source(self) -> str:
+        parts = [f"tree={self.tree.to_source()}",
+                 "calls=(" + "".join(c.to_source() + ", " for c in self.calls) + ")"]
+        if self.buffers:
+            parts.append(f"buffers={self.buffers!r}")
+        for name in ("shared_buffer", "fsdp1_units"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}=frozenset({sorted(value)!r})")
+        return "Fsdp2Plan(" + ", ".join(parts) + ")"
+
+
+@dataclass
+class BuiltFsdp2Plan:
+    plan: Fsdp2Plan
+    built: BuiltFsdp2  # the modules, as the first call sees them
+    #: the FSDP1 units' states (torch's registry holds them weakly)
+    fsdp1_states: list = field(default_factory=list)
+
+    @property
+    def modules(self) -> list:
+        return self.built.modules
+
+    @property
+    def root(self):
+        return self.built.modules[0]
+
+    def at(self, k: int, groups=frozenset()) -> BuiltFsdp2:
+        """Call ``k`` over the same modules: its roots, its ignored parameter
+        objects, and ``groups`` (module indices) holding earlier groups."""
+        spec = self.plan.call_spec(k, groups)
+        modules = self.built.modules
+        return BuiltFsdp2(spec, self.built.tree, tuple(modules[i] for i in spec.roots), ignored_parameters(spec, modules))
+
+    def calls(self) -> list[tuple[tuple, set | None]]:
+        """``(root modules, ignored parameter objects or None)`` per call."""
+        return [(b.roots, b.ignored) for b in (self.at(k) for k in range(len(self.plan.calls)))]
+
+    def replicate(self) -> list:
+        return [self.modules[i] for i in sorted(self.plan.tree.replicate)]
+
+    def label(self, obj) -> str:
+        return self.built.label(obj)
+
+
+def build_fsdp2_plan(plan: Fsdp2Plan, area=None, traversal=None) -> BuiltFsdp2Plan:
+    """Real modules for ``plan``; with an FSDP2 area, its ``replicate`` marks;
+    with a traversal area, the FSDP1 units' states (an implementation without
+    one gets none: its FSDP2 walk has nothing of FSDP1 to see)."""
+    import torch
+
+    base = Fsdp2Spec(plan.tree, plan.calls[0].roots, buffers=plan.buffers)
+    built = build_fsdp2(base, area, groups=False)
+    if plan.shared_buffer:
+        rope = torch.arange(4.0)
+        for i in sorted(plan.shared_buffer):
+            built.modules[i].register_buffer("rope", rope)
+    states = []
+    if traversal is not None:
+        for i in sorted(plan.fsdp1_units):
+            states.append(traversal.new_state(None, False))
+            traversal.attach_state(built.modules[i], states[-1])
+    return BuiltFsdp2Plan(plan, built, states)
+
+
+def _closed_below(children, tops) -> set[int]:
+    seen, stack = set(tops), list(tops)
+    while stack:
+        for c in children[stack.pop()]:
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return seen
+
+
+def _ignored_table(draw, n: int) -> frozenset[tuple[int, int]]:
+    # per module: 0 nothing, 1 every own parameter, 2 the first, 3 the second
+    out = set()
+    for i, b in enumerate(_byte_table(draw, n)):
+        mode = b % 4
+        if mode == 1:
+            out.update((i, k) for k in range(4))
+        elif mode >= 2:
+            out.add((i, mode - 2))
+    return frozenset(out)
+
+
+@st.composite
+def fsdp2_plans(
+    draw,
+    *,
+    max_modules: int = 10,
+    max_calls: int = 4,
+    conflicts: bool = True,
+    multi_root: bool = True,
+    grouped_roots: bool = True,
+    ignored: bool = True,
+    buffers: bool = True,
+    shared_buffers: bool = True,
+    replicate: bool = True,
+    fsdp1_units: bool = True,
+    reorder: bool = True,
+) -> Fsdp2Plan:
+    """Random plans: a model tree and the ``fully_shard`` calls made on it,
+    inner groups first and the root last unless reordered. Shrinks towards a
+    single call on the root of a small star with nothing attached.
+
+    ``conflicts=False``: no shared modules, no tied parameters, no root that
+    holds a group already, no call rooted inside an earlier call's subtree:
+    no call can reach another's modules or parameters (what FS2-7 applies).
+    With ``True`` (and ``grouped_roots``, ``reorder``) some calls do."""
+    tree = draw(module_trees(max_modules=max_modules, states=False, ignored=False, replicate=replicate, shared=conflicts))
+    if not conflicts:
+        tree = dataclasses.replace(tree, tied=())
+    n = tree.size
+
+    inner: list[tuple[int, ...]] = []
+    if n > 1:
+        for _ in range(max_calls - 1):
+            picks = _byte_list(draw, 3 if multi_root else 1)
+            roots = tuple(dict.fromkeys(1 + b % (n - 1) for b in picks))
+            if not roots:
+                break
+            inner.append(roots)
+    # inner first: a module's descendants have higher indices
+    inner.sort(key=lambda roots: -min(roots))
+    if not conflicts:
+        kept, taken = [], set()
+        for roots in inner:
+            if not taken & set(roots):
+                kept.append(roots)
+                taken |= _closed_below(tree.children, roots)
+        inner = kept
+    root_picks = _byte_list(draw, 2) if multi_root and conflicts and n > 1 else b""
+    last = tuple(dict.fromkeys((0, *(1 + b % (n - 1) for b in root_picks))))
+    order = [*inner, last]
+
+    if grouped_roots and conflicts and len(order) > 1:
+        g = draw(st.integers(0, 255))
+        if g & 1:
+            # a later call given a module an earlier call made a root (first, middle or last of its roots)
+            k = 1 + (g >> 1) % (len(order) - 1)
+            earlier = [r for roots in order[:k] for r in roots]
+            r = earlier[(g >> 3) % len(earlier)]
+            roots = [x for x in order[k] if x != r]
+            at = ((g >> 5) % 3) * len(roots) // 2
+            order[k] = tuple(roots[:at] + [r] + roots[at:])
+    if reorder and conflicts and len(order) > 1:
+        move = draw(st.integers(0, len(order) - 1))
+        if move:
+            # a call moved past the others: an inner group after its parent's, or the root's before another
+            order.append(order.pop(len(order) - 1 - move))
+
+    calls = []
+    for roots in order:
+        ign = _ignored_table(draw, n) if ignored and draw(st.booleans()) else None
+        calls.append(PlanCall(roots, ign))
+
+    bufs: tuple[int, ...] = ()
+    if buffers:
+        bufs = tuple(1 if b % 4 == 3 else 0 for b in _byte_table(draw, n))
+        if not any(bufs):
+            bufs = ()
+    shared = frozenset()
+    if shared_buffers and n > 1:
+        shared = frozenset((b >> 1) % n for b in _byte_list(draw, 4) if b & 1)
+        if len(shared) < 2:
+            shared = frozenset()
+    all_roots = {r for roots in order for r in roots}
+    units = frozenset()
+    if fsdp1_units and n > 1:
+        # never a call's root: fully_shard on an FSDP1 unit is FSDP1's business
+        units = frozenset((b >> 1) % n for b in _byte_list(draw, 2) if b & 1) - all_roots
+    # fully_shard on a replicate-owned module is another API's business
+    tree = dataclasses.replace(tree, replicate=tree.replicate - all_roots)
+    return Fsdp2Plan(tree, tuple(calls), bufs, shared, units)
+
+
+def fsdp2_shared_ignored(width: int, depth: int = 8) -> Fsdp2Plan:
+    """FS2-6 with the ignore rule over a shared subtree: ``width`` layers
+    under the root, each registering the same chain of ``depth`` modules (a
+    shared rotary/embedding block) whose parameters are all ignored, and
+    each layer's own parameter ignored on every other layer; one call on the
+    root. A rule without a memo re-walks the chain once per layer."""
+    chain = list(range(width + 1, width + 1 + depth))
+    children = [tuple(range(1, width + 1))] + [(chain[0],)] * width
+    children += [(c + 1,) for c in chain[:-1]] + [()]
+    n = len(children)
+    params = tuple(1 if i else 0 for i in range(n))
+    ignored = frozenset((i, 0) for i in range(1, n) if i > width or i % 2)
+    tree = TreeSpec(tuple(children), params=params)
+    return Fsdp2Plan(tree, (PlanCall((0,), ignored),))
