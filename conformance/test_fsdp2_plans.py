@@ -12,6 +12,7 @@ from hypothesis import given
 
 from pytest_fsdpcheck.checks import Violation, error_of, short
 from pytest_fsdpcheck.checks.fsdp2 import (
+    accepted,
     call_label,
     check_managed,
     check_states,
@@ -62,9 +63,11 @@ def plan_walk(impl, plan) -> list[Violation]:
 
 def plan_fully_shard(impl, plan) -> list[Violation]:
     """FS2-7/8: the calls through the implementation's ``annotate`` (torch:
-    the real ``fully_shard``) on a world of one. The first call reaching a
-    module or parameter an earlier group manages must be rejected with a
-    clear error naming it; if none does, exactly the modules the calls
+    the real ``fully_shard``) on a world of one. The first call given a root
+    an earlier call made a root (fully_shard applies to a module once, even
+    where that group manages nothing under it), or reaching a module or
+    parameter an earlier group manages, must be rejected with a clear error
+    naming it; if none does, exactly the modules the calls
     manage carry the Dynamo flags and nothing else changed."""
     area = impl.fsdp2
     bp = _build(impl, plan)
@@ -78,7 +81,8 @@ def plan_fully_shard(impl, plan) -> list[Violation]:
             managed = expected_managed(built)
             params, _, _ = expected_states(built, managed)
             taken = {id(p) for p in params}
-            conflicts = [("module", i, None) for i in managed if i in managed_by]
+            conflicts = [("root", r, None) for r in effective_roots(built.spec) if r in groups]
+            conflicts += [("module", i, None) for i in managed if i in managed_by]
             if not conflicts:
                 conflicts = [("parameter", i, name) for i in managed for name, p in built.modules[i]._parameters.items()
                              if p is not None and id(p) in taken and id(p) in sharded]
@@ -105,8 +109,7 @@ def plan_fully_shard(impl, plan) -> list[Violation]:
                 return []
             if conflicts:
                 kind, i, param = conflicts[0]
-                return [Violation("FS2-8", f"{where} accepted {kind} m{i}{'.' + param if param else ''}, which an "
-                                           "earlier group already manages (managed twice, no error)")]
+                return [Violation("FS2-8", f"{where} accepted {accepted(kind, i, param)}")]
             for i in managed:
                 managed_by.setdefault(i, k)
             sharded |= taken

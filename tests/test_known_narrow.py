@@ -10,7 +10,7 @@ import tests.planted.known as planted
 from pytest_fsdpcheck.checks.exec_order import check_tracer_clean, tracer_snapshot
 from pytest_fsdpcheck.checks.fsdp2 import check_fully_shard, names_it, world_of_one
 from pytest_fsdpcheck.checks.traversal import check_root_states, check_unmutated, snapshot
-from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Spec, build_fsdp2
+from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Plan, Fsdp2Spec, PlanCall, build_fsdp2, build_fsdp2_plan
 from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree
 from pytest_fsdpcheck.known import judge
 from pytest_fsdpcheck.known.judge import _outcome
@@ -72,6 +72,12 @@ def test_trv9_groups_modules_by_their_change():
 SHARED = Fsdp2Spec(tree=TreeSpec(children=((1, 2), (2,), ()), params=(0, 1, 1)), groups=frozenset({1}))
 
 
+def _reapplies(plan):
+    from pytest_fsdpcheck.conformance.test_fsdp2_plans import plan_fully_shard
+
+    return lambda impl: plan_fully_shard(impl, plan)
+
+
 def _conflicts(spec):
     def body(impl):
         built = build_fsdp2(spec, impl.fsdp2, groups=False)
@@ -88,6 +94,45 @@ def test_fs2_8_internal_error_is_the_group_conflict_bug_only_with_its_exception(
     (wider,), ids = _explained_by(_impl("Wider", bug), _conflicts(SHARED))
     assert ids == [] and wider.error[0] == "KeyError"
     assert wider.message == alone.message  # what tells them apart is the exception, not the sentence
+
+
+# m1 given to fully_shard twice, then the root: the second call re-applies it
+# (parameter-free, so the earlier group manages nothing it could share)
+REAPPLY = Fsdp2Plan(tree=TreeSpec(children=((1,), ()), params=(0, 0)),
+                    calls=(PlanCall((1,)), PlanCall((1,)), PlanCall((0,))))
+
+
+def test_fs2_8_a_root_given_twice_is_the_reapply_bug_only_with_the_contracts_assertion():
+    from pytest_fsdpcheck.impls import load_implementation
+
+    bug = "fs2-reapply-assertion"
+    body = _reapplies(REAPPLY)
+    (alone,), ids = _explained_by(_impl("Only", bug), body)
+    assert ids == [bug] and alone.error[0] == "AssertionError"
+    assert "call 2 fully_shard(m1) shares root m1" in alone.message
+    (torch_v,), ids = _explained_by(load_implementation("torch"), body)
+    assert ids == [bug] and torch_v == alone
+    (wider,), ids = _explained_by(_impl("Wider", bug), body)
+    assert ids == [] and wider.error[0] == "KeyError" and wider.message == alone.message
+
+
+def test_fs2_8_the_reference_rejects_a_root_given_twice_naming_it():
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+
+    assert _reapplies(REAPPLY)(ReferenceImplementation()) == []
+    several = Fsdp2Plan(tree=TreeSpec(children=((1, 2, 3), (), (), ()), params=(0, 0, 1, 1)),
+                        calls=(PlanCall((1,)), PlanCall((2, 1, 3)), PlanCall((0,))))
+    assert _reapplies(several)(ReferenceImplementation()) == []
+    area = ReferenceImplementation().fsdp2
+    built = build_fsdp2_plan(several, area)
+    with world_of_one() as mesh:
+        area.annotate(built.at(0).roots, mesh, None)
+        try:
+            area.annotate(built.at(1).roots, mesh, None)
+        except ValueError as exc:
+            assert "module roots[1] already holds a fully_shard group" in str(exc)
+        else:
+            raise AssertionError("a root given twice was accepted")
 
 
 def test_a_bug_without_declared_exceptions_needs_the_replays_own():

@@ -233,8 +233,11 @@ def group_calls(spec) -> list[tuple[int, ...]]:
 
 def plan_groups(built):
     """Per call: its managed modules (indices), and the conflicts the call
-    must reject: ``(kind, index, names)`` for a module or parameter an
-    earlier call manages. Stops at the first call with a conflict."""
+    must reject: ``(kind, index, param name)`` for a root an earlier call
+    already gave a group of its own (``"root"``, whether or not that group
+    manages anything under it: fully_shard applies to a module once), then
+    for a module or parameter an earlier call manages. Stops at the first
+    call with a conflict."""
     spec = built.spec
     done: set[int] = set()  # groups applied
     managed_by: dict[int, int] = {}
@@ -247,7 +250,7 @@ def plan_groups(built):
             below = _below(spec, roots)
             roots = [r for r in roots if r not in below]
         managed = expected_managed(built, groups=done | set(roots), roots=roots)
-        conflicts = []
+        conflicts = [("root", r, None) for r in roots if r in done]
         for i in managed:
             if i in managed_by:
                 conflicts.append(("module", i, None))
@@ -327,8 +330,7 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
             return []
         if conflicts:
             kind, i, param = conflicts[0]
-            return [Violation("FS2-8", f"fully_shard{call_label(call)} accepted {kind} m{i}{'.' + param if param else ''}, "
-                                       f"which an earlier group already manages (managed twice, no error)")]
+            return [Violation("FS2-8", f"fully_shard{call_label(call)} accepted {accepted(kind, i, param)}")]
     managed_all = set()
     for _, managed, _ in plan:
         managed_all.update(managed)
@@ -347,6 +349,13 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
         diff = [f"m{i}" for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
         out.append(Violation("FS2-7", f"structure changed (children, parameter or buffer names, training flag) on {short(diff)}"))
     return out
+
+
+def accepted(kind, index, param=None) -> str:
+    """What a call that raised nothing took on, for an FS2-8 message."""
+    if kind == "root":
+        return f"root m{index}, which already holds a group of its own (fully_shard applied to it twice, no error)"
+    return f"{kind} m{index}{'.' + param if param else ''}, which an earlier group already manages (managed twice, no error)"
 
 
 def call_label(call) -> str:

@@ -221,6 +221,28 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         ),
     ),
     KnownBug(
+        id="fs2-reapply-assertion",
+        invariants=("FS2-8",),
+        reason="fully_shard given a root that an earlier fully_shard already gave a group of its own (alone, "
+        "or first, middle or last of several roots; with parameters or none) fails in the composable "
+        "contract (torch.distributed._composable.contract), before fully_shard runs, with an AssertionError "
+        "'Each distinct composable distributed API can only be applied to a module once' that names the "
+        "module only by its repr, never by name. The contract check exists from the composable APIs on "
+        "(an `assert` in the oldest copies read, `raise AssertionError` in later ones) and fully_shard is a "
+        "@contract function from its first release (2.3), so the range is read from the source; the "
+        "reproducer was run on 2.13 only.",
+        affects=">=2.3",
+        seen=("2.13.0",),
+        reference={"fsdp2": {"reapply": "torch"}},
+        reproducer="fs2-reapply-assertion.py",
+        # the older `assert` words the first line "...following module." and
+        # the later `raise` "...following module:"; the repr follows on the next lines
+        raises=(
+            ("AssertionError", r"^Each distinct composable distributed API can only be applied to a module once\. "
+                               r"fully_shard has already been applied to the following module[.:]$"),
+        ),
+    ),
+    KnownBug(
         id="fs2-scalar-param-accepted",
         invariants=("FS2-4",),
         reason="FSDP2's _fsdp_init._get_managed_states collects a scalar (0-dim) parameter without "

@@ -16,8 +16,9 @@ Written from DESIGN.md (FS2-1..8); iterative throughout, linear in modules.
 - States: own parameters then own buffers of each managed module in order,
   each tensor once, ignored parameters absent; a scalar parameter is a
   ``ValueError`` naming it.
-- ``annotate``: a module or parameter already managed by an earlier group is
-  a ``ValueError`` naming it; otherwise every managed module gets
+- ``annotate``: a root that an earlier call already gave a group of its own
+  (whatever that group manages), then a module or parameter already managed
+  by an earlier group, is a ``ValueError`` naming it; otherwise every managed module gets
   ``_is_fsdp_managed_module = True`` and ``_fsdp_use_orig_params = True`` and
   the roots get their own FSDP2 state.
 """
@@ -31,6 +32,14 @@ INCOMPATIBLE_APIS = frozenset({"replicate"})
 #: what torch 2.13 raises when an earlier group's sharded (DTensor) parameter
 #: reaches a later group (``fully_shard`` takes it for a tensor-parallel one)
 TORCH_DTENSOR_ERROR = "Invariant encountered: value was None when it should not be"
+
+#: what torch's composable ``contract`` raises (an ``AssertionError``, before
+#: fully_shard runs) for a root that fully_shard was already applied to; the
+#: module follows only as its repr
+TORCH_REAPPLY_ERROR = (
+    "Each distinct composable distributed API can only be applied to a module once. "
+    "fully_shard has already been applied to the following module:\n{module!r}"
+)
 
 
 def unique_children(module) -> list:
@@ -109,7 +118,8 @@ def qualified_name(roots, target) -> str:
 class ReferenceFsdp2:
     """Keeps FSDP2 states and incompatible marks beside the modules (weakly)."""
 
-    def __init__(self, recursive: bool = False, group_conflicts: str = "reject", scalar_params: str = "reject"):
+    def __init__(self, recursive: bool = False, group_conflicts: str = "reject", scalar_params: str = "reject",
+                 reapply: str = "reject"):
         """Switches modelling known torch bugs (``pytest_fsdpcheck.known``):
 
         ``recursive=True``: torch's walk (``_get_managed_modules``'s inner
@@ -126,11 +136,19 @@ class ReferenceFsdp2:
 
         ``scalar_params="accept"``: the states collected include scalar
         (0-dim) parameters, which fully_shard cannot shard (FS2-4).
+
+        ``reapply="torch"``: a root that an earlier ``annotate`` already gave
+        a group of its own raises torch's ``AssertionError`` from the
+        composable ``contract`` (naming the module by its repr only), before
+        anything else is looked at (FS2-8).
         """
         if group_conflicts not in ("reject", "torch"):
             raise ValueError(f"group_conflicts must be 'reject' or 'torch', got {group_conflicts!r}")
         if scalar_params not in ("reject", "accept"):
             raise ValueError(f"scalar_params must be 'reject' or 'accept', got {scalar_params!r}")
+        if reapply not in ("reject", "torch"):
+            raise ValueError(f"reapply must be 'reject' or 'torch', got {reapply!r}")
+        self._reapply = reapply
         self._accept_scalars = scalar_params == "accept"
         self._recursive = recursive
         self._group_conflicts = group_conflicts
@@ -142,6 +160,8 @@ class ReferenceFsdp2:
         self._params_alive: list = []  # keeps ids above valid
         self._sharded_on = weakref.WeakKeyDictionary()  # module -> names of params an earlier group sharded
         self._groups = 0
+        # roots an earlier annotate gave a group (mark_own_group only models one)
+        self._applied = weakref.WeakKeyDictionary()  # module -> group number
 
     # --- marks ---------------------------------------------------------------
 
@@ -278,6 +298,16 @@ class ReferenceFsdp2:
         managed = self.managed_modules(roots, ignored_params)
         params, _ = self.managed_states(managed, ignored_params)
         param_ids = {id(p) for p in params}
+        # torch's contract looks at the outermost roots before fully_shard runs
+        for r in outermost_roots(roots):
+            if r not in self._applied:
+                continue
+            if self._reapply == "torch":
+                raise AssertionError(TORCH_REAPPLY_ERROR.format(module=r))
+            raise ValueError(
+                f"fully_shard: module {qualified_name(roots, r)} already holds a fully_shard group of its own "
+                f"(group {self._applied[r]}); fully_shard applies to a module once"
+            )
         if self._group_conflicts == "reject":
             for module in managed:
                 if module in self._managed_by:
@@ -301,6 +331,7 @@ class ReferenceFsdp2:
         group = self._groups
         for r in outermost_roots(roots):
             self.mark_own_group(r)
+            self._applied[r] = group
         for module in managed:
             self._managed_by.setdefault(module, group)
             names = {name for name, p in own_params(module) if id(p) in param_ids}

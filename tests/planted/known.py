@@ -36,6 +36,7 @@ TESTS = {
     "exo-param-in-list-unrecorded": "test_param_uses_by_keyword_and_in_lists and list",
     "fs2-walk-recursive": "test_large_trees",
     "fs2-group-conflict-not-rejected": "test_fully_shard_conflicts",
+    "fs2-reapply-assertion": "test_plan_conflicts",
     "fs2-scalar-param-accepted": "test_managed_states",
     "exo-method-target-taken-as-param": "test_real_forward_features and method",
 }
@@ -99,7 +100,8 @@ class _ExecOrderMangled:
 class _Fsdp2Mangled:
     """FS2-1/FS2-4/FS2-7/FS2-8: the walk and the states forget their last item;
     fully_shard leaves the first root's ``_fsdp_use_orig_params`` off, and
-    turns an internal error into a ValueError that names nothing."""
+    turns an internal error (the DTensor one, or the contract's on a root
+    given twice) into a ValueError that names nothing."""
 
     def __init__(self, inner):
         self._inner = inner
@@ -118,7 +120,7 @@ class _Fsdp2Mangled:
     def annotate(self, roots, mesh, ignored_params):
         try:
             self._inner.annotate(roots, mesh, ignored_params)
-        except TypeError:
+        except (TypeError, AssertionError):
             raise ValueError("fully_shard: bad group") from None
         roots[0]._fsdp_use_orig_params = False
 
@@ -246,6 +248,23 @@ class _ConflictKeyError:
             raise KeyError("sharded_param") from None
 
 
+class _ReapplyKeyError:
+    """FS2-8: where torch's contract fails on a root given twice, a KeyError
+    instead: an internal error all the same, but not the one the bug raises."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def annotate(self, roots, mesh, ignored_params):
+        try:
+            self._inner.annotate(roots, mesh, ignored_params)
+        except AssertionError:
+            raise KeyError("fully_shard") from None
+
+
 class _NeverRestored:
     """EXO-1: leaves its recording functions on the tracer (old messages
     listed only the names, which the bound-method leftover shares)."""
@@ -271,6 +290,7 @@ class _NeverRestored:
 WIDER = {
     "trv-registry-created-on-read": ("traversal", _TrainingOff, True),
     "fs2-group-conflict-not-rejected": ("fsdp2", _ConflictKeyError, True),
+    "fs2-reapply-assertion": ("fsdp2", _ReapplyKeyError, True),
     "exo-patch-tracer-leaves-bound-methods": ("exec_order", _NeverRestored, False),
 }
 
