@@ -26,7 +26,16 @@ def conformance_dir() -> Path:
     from importlib.util import find_spec
 
     spec = find_spec("pytest_fsdpcheck.conformance")
-    return Path(next(iter(spec.submodule_search_locations)))
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    # a source checkout on the import path (PYTHONPATH=<checkout>) rather
+    # than the installed package: the suite sits beside the package there
+    beside = Path(__file__).resolve().parent.parent / "conformance"
+    if beside.is_dir():
+        return beside
+    raise pytest.UsageError(
+        f"fsdpcheck: pytest_fsdpcheck imported from {Path(__file__).parent} has no conformance suite; "
+        "install the package (pip install pytest-fsdpcheck) rather than putting its source on the import path")
 
 
 def inside(path, folder: Path) -> bool:

@@ -171,7 +171,8 @@ def run_model_release(version: str, spec: str, wheel: Path, model_path: str) -> 
         described = subprocess.run([str(python), "-m", "pytest_fsdpcheck.known.history", "--describe-model", spec],
                                    cwd=work, env=env, capture_output=True, text=True)
         if described.returncode != 0:
-            return {"version": version, "error": "describing the model failed: " + described.stderr.strip()[-300:]}
+            last = (described.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return {"version": version, "error": "describing the model failed: " + last[-300:]}
         report = work / "report.json"
         suite = subprocess.run(
             [str(python), "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", "torch", "--fsdpcheck-model", spec,
@@ -181,7 +182,8 @@ def run_model_release(version: str, spec: str, wheel: Path, model_path: str) -> 
         data = json.loads(report.read_text()) if report.exists() else {}
         return {
             "version": version, "outcome": json.loads(described.stdout), "exit": suite.returncode,
-            "summary": (suite.stdout.strip().splitlines()[-1:] or [""])[0],
+            # pytest's last line, or what it said on stderr when it could not finish (exit 3, 4)
+            "summary": (suite.stdout.strip().splitlines()[-1:] or suite.stderr.strip().splitlines()[-1:] or [""])[0],
             "known_bugs": [b["id"] for b in data.get("known_bugs", []) if b.get("examples")],
             "seconds": round(time.monotonic() - start, 1),
         }
