@@ -38,6 +38,15 @@ class Fsdp2Spec:
     def size(self) -> int:
         return self.tree.size
 
+    def restricted(self, several_roots: bool = True, ignored: bool = True) -> Fsdp2Spec:
+        """The spec as a ``fully_shard`` without several roots (its first
+        root kept) or without ``ignored_params`` (none) can take it."""
+        roots = self.roots if several_roots else self.roots[:1]
+        ign = self.ignored if ignored else None
+        if roots == self.roots and ign == self.ignored:
+            return self
+        return dataclasses.replace(self, roots=roots, ignored=ign)
+
     def to_source(self) -> str:
         parts = [f"tree={self.tree.to_source()}"]
         if self.roots != (0,):
