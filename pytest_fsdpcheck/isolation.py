@@ -63,12 +63,6 @@ class ImplementationExit(Exception):
     """An implementation tried to end the process during a call."""
 
 
-# The pid the run belongs to: a child forked by an implementation inherits the
-# interception and must still be able to exit (multiprocessing's fork start
-# method ends every child with os._exit).
-_RUN_PID = os.getpid()
-
-
 def _seeds():
     """The global random generators' fingerprints that cost next to nothing
     to read: torch's seed changes only when it is reseeded (drawing numbers
@@ -88,7 +82,7 @@ class _Contained:
     too much for every call); torch's generators are compared by seed, and
     the CPU one's state kept to put back."""
 
-    __slots__ = ("what", "timeout", "exits", "saved", "patched", "seeds", "torch_state", "limit")
+    __slots__ = ("what", "timeout", "exits", "saved", "patched", "seeds", "torch_state", "limit", "pid")
 
     def __init__(self, what: str, timeout: float):
         self.what, self.timeout = what, timeout
@@ -99,6 +93,12 @@ class _Contained:
 
         import torch
 
+        # The process making the call: a child the implementation forks
+        # inherits the interception and must still be able to exit
+        # (multiprocessing's fork start method ends every child with
+        # os._exit). Not the pid at import: HypoFuzz and xdist run calls in
+        # processes forked after the import.
+        self.pid = os.getpid()
         self.exits: list[str] = []
         self.saved: dict = {}  # generator name -> (state before its first reseed, how to put it back)
         self.patched = [(os, "_exit", os._exit), (os, "abort", os.abort)]
@@ -120,7 +120,7 @@ class _Contained:
 
     def _exiting(self, real):
         def stop(*args):
-            if os.getpid() != _RUN_PID:
+            if os.getpid() != self.pid:
                 return real(*args)
             self.exits.append(f"{self.what} tried to exit the process " + (f"with status {args[0]}" if args else "(os.abort)"))
             raise ImplementationExit(self.exits[-1])
@@ -145,7 +145,7 @@ class _Contained:
         finally:
             for owner, attr, real in self.patched:
                 setattr(owner, attr, real)
-        if os.getpid() != _RUN_PID:
+        if os.getpid() != self.pid:
             # A child the implementation forked came back into the suite: it
             # must end here, not go on to run the rest of the session again.
             code = exc.code if isinstance(exc, SystemExit) else int(kind is not None)

@@ -170,7 +170,7 @@ def test_the_entry_point_is_found_without_an_option(venv):
 @pytest.mark.parametrize(("spec", "says"), [
     ("mypkg:nothere", "'mypkg' has no attribute 'nothere'"),
     ("nopkg:make", "nopkg"),
-    ("mypkg:make_wrong", "mypkg:make_wrong"),
+    ("mypkg:make_wrong", "make_wrong returned a str"),
     ("mypkg:make_missing_unit", "layers.7"),
 ])
 def test_a_bad_factory_stops_the_run_in_one_line(venv, spec, says):
