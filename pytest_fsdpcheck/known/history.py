@@ -241,6 +241,8 @@ def model_lines(results: list[dict], exposures) -> list[str]:
 def _model_main(spec: str, versions: list[str], model_path: str, json_out: str | None) -> int:
     from .exposure import case_of, exposure, render
 
+    # the factory imports here as it will in each release's run
+    sys.path.insert(0, os.path.abspath(model_path))
     case = case_of(spec)
     exposures = exposure(case)
     print("\n".join(render(exposures, f"{case.name} (torch installed here)")))
