@@ -58,3 +58,14 @@ def test_model_annotation(fsdpcheck_impl, fsdpcheck_model_case):
 @pytest.mark.invariant(*checks.CHECKS["check_exec_order"][1])
 def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_exec_order", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_plan_end_to_end"][1])
+def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
+    import functools
+
+    from pytest_fsdpcheck.session import world_size_for
+
+    # CPU ranks under gloo: the plan runs on the runner's CPU world size
+    check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"))
+    checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)

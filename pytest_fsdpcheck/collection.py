@@ -190,6 +190,7 @@ _TEST_COST = {
     "test_dynamo_effect": "compile",
     "test_compiled_split": "compile",
     "test_model_buckets": "compile",
+    "test_model_plan_end_to_end": "processes",
 }
 
 

@@ -546,6 +546,51 @@ def check_exec_order(case, impl=None):
     _judge(impl, case, "check_exec_order", body)
 
 
+def case_builder(case: ModelCase):
+    """A picklable zero-argument callable giving ``case`` in another process:
+    rebuilt there from its factory where it has one, else the case itself."""
+    if case.factory_ref is not None:
+        return functools.partial(_case_from_ref, case.factory_ref, tuple(case.factory_kwargs))
+    return functools.partial(_same, case)
+
+
+def _case_from_ref(ref, kwargs):
+    return build_case(load_factory(ref), **dict(kwargs))
+
+
+def _same(case):
+    return case
+
+
+def check_plan_end_to_end(case, impl=None, world_size: int = 2):
+    """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
+    ranks, gloo), one step with the case's inputs on every rank, eagerly and
+    compiled: every parameter's full gradient equals the unsharded model's."""
+    from ..checks.plan_distributed import check_plan_end_to_end as judge
+    from ..impls.torch_fsdp2 import TorchFsdp2
+    from ..runs.plan_run import run_plan_ranks
+    from ..torch_support import compile_unsupported
+
+    case, impl = _resolve(case, impl)
+    _require_plan(case, impl)
+    # the plan calls the installed torch's fully_shard whatever the implementation under test
+    if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
+        _skip("the plan's fully_shard is torch's own")
+    reason = compile_unsupported()
+    if reason is not None:
+        _skip(reason)
+    import torch
+
+    if not torch.distributed.is_available():
+        _skip("this torch build has no torch.distributed")
+    if world_size < 2:
+        _skip(f"FS2-9 needs world size >= 2, the runner gives {world_size}")
+    violations = judge(run_plan_ranks(case_builder(case), world_size))
+    from ..known.judge import conform
+
+    conform(impl, violations, reproducer(case, "check_plan_end_to_end", impl))
+
+
 #: every check, by name, with the invariants it checks
 CHECKS = {
     "check_plan_rules": (check_plan_rules, ("PLN-1", "PLN-2", "PLN-3", "PLN-4")),
@@ -556,6 +601,7 @@ CHECKS = {
     "check_traversal": (check_traversal, ("TRV-1", "TRV-2", "TRV-3", "TRV-4", "TRV-6", "TRV-7", "TRV-9")),
     "check_annotation": (check_annotation, ("ANN-1", "ANN-3", "ANN-4", "ANN-5", "ANN-6")),
     "check_exec_order": (check_exec_order, ("EXO-2", "EXO-3", "EXO-4", "EXO-5", "EXO-6")),
+    "check_plan_end_to_end": (check_plan_end_to_end, ("FS2-9",)),
 }
 
 

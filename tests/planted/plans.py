@@ -132,3 +132,14 @@ def deep_tied_split(depth=1):
     torch.manual_seed(0)
     return ModelCase("deep_tied_split", TinyLM(depth=depth), _inputs(),
                      plan=tied_split_plan if depth >= 3 else good_plan)
+
+
+
+def rank_scaled_plan(model, mesh):  # FS2-9: one rank's shard of layers.1.mlp.2.weight rescaled after sharding
+    good_plan(model, mesh)
+    with torch.no_grad():
+        model.layers[1].mlp[2].weight.to_local().mul_(1 + mesh.get_local_rank())
+
+
+def rank_scaled():
+    return _case("rank_scaled", rank_scaled_plan)
