@@ -8,10 +8,16 @@
 
 from .generators.fsdp2 import (  # noqa: F401
     BuiltFsdp2,
+    BuiltFsdp2Plan,
+    Fsdp2Plan,
     Fsdp2Spec,
+    PlanCall,
     build_fsdp2,
+    build_fsdp2_plan,
     fsdp2_deep_chain,
     fsdp2_diamond_chain,
+    fsdp2_plans,
+    fsdp2_shared_ignored,
     fsdp2_specs,
     fsdp2_wide_tree,
     fully_shard_specs,
@@ -45,12 +51,4 @@ from .generators.trees import (  # noqa: F401
     module_trees,
     wide_tree,
     wide_trees,
-)
-from .generators.fsdp2 import (  # noqa: F401, E402
-    BuiltFsdp2Plan,
-    Fsdp2Plan,
-    PlanCall,
-    build_fsdp2_plan,
-    fsdp2_plans,
-    fsdp2_shared_ignored,
 )

@@ -10,7 +10,13 @@ import tests.planted.known as planted
 from pytest_fsdpcheck.checks.exec_order import check_tracer_clean, tracer_snapshot
 from pytest_fsdpcheck.checks.fsdp2 import check_fully_shard, names_it, world_of_one
 from pytest_fsdpcheck.checks.traversal import check_root_states, check_unmutated, snapshot
-from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Plan, Fsdp2Spec, PlanCall, build_fsdp2, build_fsdp2_plan
+from pytest_fsdpcheck.generators.fsdp2 import (
+    Fsdp2Plan,
+    Fsdp2Spec,
+    PlanCall,
+    build_fsdp2,
+    build_fsdp2_plan,
+)
 from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree
 from pytest_fsdpcheck.known import judge
 from pytest_fsdpcheck.known.judge import _outcome

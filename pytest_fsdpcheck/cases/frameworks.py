@@ -205,12 +205,12 @@ _ACCELERATE = ("accelerate.utils.fsdp_utils", "accelerate", "transformers")
 
 
 def _accelerate_plan(model, mesh):
+    import os
+
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
-
-    import os
 
     # the plugin writes its settings into os.environ (FSDP_CPU_RAM_EFFICIENT_LOADING):
     # a plan must leave the process as it found it
