@@ -87,11 +87,21 @@ def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, 
     and every rank gets every rank's result (the same verdict everywhere)."""
     if launched_by_torchrun():
         return _run_in_torchrun_world(world_size, device, tuple(impl_specs), task, seed)
+    return spawn_ranks(
+        _rank_main, lambda out_dir: RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task, seed),
+        world_size, timeout, "fsdpcheck-ranks-")
+
+
+def spawn_ranks(rank_main, make_job, world_size: int, timeout: float, prefix: str) -> list[dict]:
+    """Start ``world_size`` processes running ``rank_main(rank, job)``, with
+    ``job = make_job(out_dir)`` for a fresh folder where each rank saves
+    ``rank{r}.pt``; wait at most ``timeout`` seconds, kill what is left, and
+    return every rank's record (``error`` set for one that died or timed out)."""
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory(prefix="fsdpcheck-ranks-") as out_dir:
-        job = RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task, seed)
-        context = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
+    with tempfile.TemporaryDirectory(prefix=prefix) as out_dir:
+        job = make_job(out_dir)
+        context = mp.start_processes(rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         timed_out = False
         try:

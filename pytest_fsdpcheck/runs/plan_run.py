@@ -23,15 +23,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import tempfile
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .ddp_run import free_port
+from .ddp_run import free_port, spawn_ranks
 from .fsdp2_run import compile_backend, dtensor_class
 
 BUILD_SEED = 0
@@ -51,38 +49,8 @@ def run_plan_ranks(build, world_size: int = 2, timeout: float = 180.0) -> list[d
     ``build()`` (picklable: :func:`pytest_fsdpcheck.cases.checks.case_builder`),
     wait at most ``timeout`` seconds, return each rank's record (``error``
     set for a rank that failed or died)."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="fsdpcheck-plan-") as out_dir:
-        job = PlanJob(world_size, free_port(), out_dir, build)
-        context = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout
-        timed_out = False
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                try:
-                    if context.join(timeout=min(remaining, 1.0)):
-                        break
-                except Exception:  # noqa: BLE001 - a rank died outside _rank_main's guard; its file says the rest
-                    break
-        finally:
-            for process in context.processes:
-                if process.is_alive():
-                    process.kill()
-                process.join(5)
-        results = []
-        for rank in range(world_size):
-            path = Path(out_dir) / f"rank{rank}.pt"
-            if path.exists():
-                results.append(torch.load(path, weights_only=False))
-            else:
-                why = f"timed out after {timeout:.0f}s and was killed" if timed_out else "died without a result"
-                results.append({"rank": rank, "error": why})
-        return results
+    return spawn_ranks(_rank_main, lambda out_dir: PlanJob(world_size, free_port(), out_dir, build),
+                       world_size, timeout, "fsdpcheck-plan-")
 
 
 def _rank_main(rank: int, job: PlanJob) -> None:
