@@ -91,7 +91,6 @@ def test_corpus_split_invariants(fsdpcheck_impl, model):
     """The splitting checkers on the graph Dynamo really captured; where no
     bucket was extended, DDP's own assignment of the same parameter bytes
     must group the nodes alike."""
-    import torch.distributed as dist
 
     from pytest_fsdpcheck.checks import splitting as chk
 
@@ -101,14 +100,8 @@ def test_corpus_split_invariants(fsdpcheck_impl, model):
     _, gm, example_inputs, _ = captured(model)
 
     def body(impl):
-        facts = chk.graph_facts(gm, example_inputs)
-        result = impl.splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
-                                      backend=lambda sub_gm, _inputs: sub_gm.forward)
-        violations = chk.check_plan(facts, result.buckets, cap, first) + chk.check_counted_once(facts, result.buckets)
-        if dist.is_available() and not violations and not any(b.extra_ops for b in result.buckets):
-            assign = lambda tensors, limits: dist._compute_bucket_assignment_by_size(tensors, limits)[0]  # noqa: E731
-            violations += chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
-        return violations
+        return chk.check_captured_split(impl.splitting, gm, example_inputs, chk.graph_facts(gm, example_inputs),
+                                        cap, first)
 
     # Dynamo kept modules as call_module nodes before it inlined them (torch < 2.5):
     # such a capture is a module-form graph, and only module-form bugs explain it.

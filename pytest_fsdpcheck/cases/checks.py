@@ -99,6 +99,19 @@ def _replicate_on(record, model, call_index=None):
     return [model.get_submodule(n) for n in sorted(names)]
 
 
+def _replay_input(record, area):
+    """A fresh copy of the recorded model, its calls' roots and ignored
+    parameters on that copy, ``replicate`` marked through ``area``, and the
+    spec's oracle over it."""
+    from ..checks.plan import OracleInput
+
+    model = _copy(record)
+    replicate = _replicate_on(record, model)
+    for m in replicate:
+        area.mark_incompatible(m, "replicate")
+    return model, _calls_on(record, model), OracleInput(model, replicate)
+
+
 def _copy(record):
     import copy
 
@@ -136,7 +149,6 @@ def check_fsdp2_walk(case, impl=None):
     on the model as the earlier calls leave it (their roots holding a group,
     ``replicate`` owners marked), against the oracle."""
     from ..checks.fsdp2 import check_managed, check_states, effective_roots, expected_managed
-    from ..checks.plan import OracleInput
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
@@ -149,12 +161,7 @@ def check_fsdp2_walk(case, impl=None):
 
     def body(impl):
         area = impl.fsdp2
-        model = _copy(record)
-        calls = _calls_on(record, model)
-        replicate = _replicate_on(record, model)
-        for m in replicate:
-            area.mark_incompatible(m, "replicate")
-        oracle = OracleInput(model, replicate)
+        model, calls, oracle = _replay_input(record, area)
         earlier: list = []
         violations = []
         for (roots, ignored), call in zip(calls, record.calls, strict=True):
@@ -222,7 +229,6 @@ def check_fully_shard_calls(case, impl=None):
     parameter with an earlier group must be rejected with a clear error
     naming it; otherwise exactly the managed modules carry the Dynamo flags."""
     from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
-    from ..checks.plan import OracleInput
     from .recording import mesh_of_this_world
 
     case, impl = _resolve(case, impl)
@@ -232,12 +238,7 @@ def check_fully_shard_calls(case, impl=None):
 
     def body(impl):
         area = impl.fsdp2
-        model = _copy(record)
-        calls = _calls_on(record, model)
-        replicate = _replicate_on(record, model)
-        for m in replicate:
-            area.mark_incompatible(m, "replicate")
-        oracle = OracleInput(model, replicate)
+        model, calls, oracle = _replay_input(record, area)
         earlier: list = []
         managed_by: set[int] = set()
         sharded: set[int] = set()
@@ -359,7 +360,6 @@ def bucket_caps(case: ModelCase, facts) -> tuple[int, int]:
 
 def check_buckets(case, impl=None):
     """SPL-2..8 and SPL-15 on the graph Dynamo captures for the model."""
-    import torch.distributed as dist
 
     from ..checks import splitting as chk
     from ..contract import accepted_forms
@@ -375,13 +375,7 @@ def check_buckets(case, impl=None):
         _skip(f"Dynamo captured {case.name} as a {form}-form graph, which this implementation's splitting does not accept")
 
     def body(impl):
-        result = impl.splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
-                                      backend=lambda sub_gm, _inputs: sub_gm.forward)
-        violations = chk.check_plan(facts, result.buckets, cap, first) + chk.check_counted_once(facts, result.buckets)
-        if dist.is_available() and not violations and not any(b.extra_ops for b in result.buckets):
-            assign = lambda tensors, limits: dist._compute_bucket_assignment_by_size(tensors, limits)[0]  # noqa: E731
-            violations += chk.check_ddp_assignment(facts, result.buckets, cap, first, assign)
-        return violations
+        return chk.check_captured_split(impl.splitting, gm, example_inputs, facts, cap, first)
 
     from ..known.judge import conform
 

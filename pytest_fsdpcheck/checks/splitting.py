@@ -529,3 +529,20 @@ def diff_against_reference(buckets, reference_buckets) -> list[Violation]:
     if sizes != ref_sizes:
         return [Violation("SPL-3", f"the reference sizes the buckets {ref_sizes}, got {sizes}")]
     return []
+
+
+def check_captured_split(splitting, gm, example_inputs, facts, cap: int, first: int) -> list[Violation]:
+    """SPL-2..8 and, where the plan has no extended bucket, SPL-15 on one
+    split of a graph Dynamo captured from a whole model (the corpus, users'
+    models); each submodule is kept uncompiled."""
+    import torch.distributed as dist
+
+    result = splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
+                             backend=lambda sub_gm, _inputs: sub_gm.forward)
+    violations = check_plan(facts, result.buckets, cap, first) + check_counted_once(facts, result.buckets)
+    if dist.is_available() and not violations and not any(b.extra_ops for b in result.buckets):
+        def assign(tensors, limits):
+            return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
+
+        violations += check_ddp_assignment(facts, result.buckets, cap, first, assign)
+    return violations
