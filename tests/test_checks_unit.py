@@ -279,3 +279,15 @@ def test_oracle_sees_a_parameter_read_through_a_slice(monkeypatch, watch_getitem
     assert [p is root.p for p in observed.param_first_use] == [True]
     assert [[name for name, _ in named] for _, named in observed.usage[root]] == [["p"], ["p"]]
     assert vars(torch.Tensor).get("__getitem__") is before
+
+
+def test_best_time_repeats_short_runs_and_stops_at_a_long_one(monkeypatch):
+    from pytest_fsdpcheck.checks import growth
+
+    durations = iter([0.5, 0.2, 0.3, 2.0, 9.0])
+    monkeypatch.setattr(growth, "timed", lambda fn: (next(durations), None))
+    assert growth.best_time(lambda: None) == 0.2  # three short runs, the best
+    assert growth.best_time(lambda: None) == 2.0  # one long run is enough
+    assert growth.best_time(lambda: None, first=1.5) == 1.5  # a long first run: nothing more
+    assert growth.best_time(lambda: None, first=0.1, good_enough=0.1) == 0.1
+    assert next(durations) == 9.0
