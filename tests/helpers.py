@@ -54,6 +54,18 @@ def selection(planted: dict, control: str = "reference") -> str:
     return " or ".join(parts)
 
 
+def invariant_tests(area: str, invariant: str) -> str:
+    """A -k expression selecting the tests of conformance module ``area``
+    marked with ``invariant`` (so a planted run spends nothing on the rest)."""
+    import importlib
+
+    module = importlib.import_module(f"pytest_fsdpcheck.conformance.{area}")
+    names = [name for name, fn in vars(module).items() if name.startswith("test_") and any(
+        mark.name == "invariant" and invariant in mark.args for mark in getattr(fn, "pytestmark", []))]
+    assert names, f"no test of {area} is marked {invariant}"
+    return " or ".join(names)
+
+
 def control_problems(report, control: str = "reference") -> list[str]:
     """The control implementation's cells that are not a pass."""
     cells = report["matrix"].get(control, {})
