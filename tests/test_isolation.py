@@ -1,6 +1,8 @@
 """A misbehaving implementation fails its own checks with a clear reason and
 does not damage the rest of the run."""
 
+import pytest
+
 K = "test_states_with_modules"
 
 
@@ -25,34 +27,6 @@ def test_hanging_implementation_is_stopped(run_suite):
     assert report["matrix"]["reference"]["TRV-1"]["outcome"] == "pass"
     # The hang is paid once, not once per shrink attempt.
     assert result.duration < 120
-
-
-def _check_leak(run_suite, impl, what):
-    # -p no:xdist keeps both implementations in one process, in order: the
-    # leaking one first, the reference after it must be unaffected.
-    result, report = run_suite(impl, "reference", k=K, extra=["-p", "no:xdist"])
-    out = result.stdout.str()
-    assert "left process-wide state changed" in out and what in out
-    assert report["matrix"][impl]["TRV-1"]["outcome"] == "fail"
-    assert report["matrix"]["reference"]["TRV-1"]["outcome"] == "pass"
-
-
-def test_tracer_patch_is_reported_and_undone(run_suite):
-    _check_leak(run_suite, "tests.planted.misbehaving:LeaksTracerPatch", "fx.Tracer (call_module)")
-
-
-def test_logger_level_is_reported_and_undone(run_suite):
-    _check_leak(run_suite, "tests.planted.misbehaving:LeaksLoggerLevel", "loggers (torch.distributed)")
-
-
-def test_process_group_is_reported_and_destroyed(run_suite):
-    _check_leak(run_suite, "tests.planted.misbehaving:LeaksProcessGroup", "process_group (False -> True)")
-
-
-def test_thread_count_is_reported_and_undone(run_suite):
-    # The plugin pins torch to one thread for the session; only a change made
-    # by an implementation is a leak.
-    _check_leak(run_suite, "tests.planted.misbehaving:LeaksThreadCount", "num_threads (1 -> 2)")
 
 
 def test_thread_count_is_the_users_outside_the_suites_tests(pytester):
@@ -83,7 +57,32 @@ def test_implementation_without_areas_is_a_usage_error(run_suite):
     assert report is None
 
 
-# --- exiting, threads, processes, environment, import path, directory, seeds ----
+# --- leaks, exits, threads, processes, environment, import path, directory, seeds
+
+#: planted (tests/planted/misbehaving.py) -> what its failure must name.
+#: One process (-p no:xdist) runs them all in this order, then the reference:
+#: each must fail on its own, and every test must start where the run did.
+MISBEHAVING = {
+    "LeaksTracerPatch": "left process-wide state changed: fx.Tracer (call_module)",
+    "LeaksLoggerLevel": "left process-wide state changed: loggers (torch.distributed)",
+    "LeaksProcessGroup": "left process-wide state changed: process_group (False -> True)",
+    # the plugin pins torch to one thread for the session; only a change made
+    # by an implementation is a leak
+    "LeaksThreadCount": "left process-wide state changed: num_threads (1 -> 2)",
+    "ExitsProcess": "tests.planted.misbehaving:ExitsProcess: traversal.states_with_modules tried to exit the process with status 0",
+    "CallsSysExit": "tests.planted.misbehaving:CallsSysExit: traversal.states_with_modules tried to exit the process with status 0",
+    # the thread waits forever and is not a daemon: the run ending at all
+    # shows it no longer holds the interpreter's exit
+    "LeavesThread": "threads left running (planted-prefetcher)",
+    "LeavesChildProcess": "child processes left running (pid ",
+    "SetsEnvironment": "environ (FSDPCHECK_PLANTED)",
+    "ExtendsImportPath": "sys.path (added '/planted/nowhere')",
+    "ChangesDirectory": "cwd (",
+    # Hypothesis seeds and restores ``random`` around each example, so only
+    # the call itself can see this one
+    "ReseedsRandom": "traversal.states_with_modules left process-wide state changed: random (reseeded)",
+    "ReseedsTorch": "traversal.states_with_modules left process-wide state changed: torch random seed (",
+}
 
 # Loaded into the suite's run with -p: writes what each test finds when it
 # starts, so a test can see that the one after a leak found the state as the
@@ -108,70 +107,76 @@ def pytest_runtest_setup(item):
 """
 
 
-def _misbehaves(run_suite, pytester, planted, what):
+@pytest.fixture(scope="session")
+def misbehaving_run(tmp_path_factory):
+    """The one run of every misbehaving implementation, made by whichever
+    xdist worker gets here first and read by the others (pytest-xdist's
+    recipe for a session fixture that runs once)."""
+    import fcntl
     import json
 
-    seen = pytester.path / "seen.jsonl"
-    pytester.makepyfile(fsdpcheck_observer=OBSERVER % str(seen))
-    impl = "tests.planted.misbehaving:" + planted
-    result, report = run_suite(impl, "reference", k=K, extra=["-p", "no:xdist", "-p", "fsdpcheck_observer"])
-    out = result.stdout.str()
-    assert what in out, out[-3000:]
-    assert report["matrix"][impl]["TRV-1"]["outcome"] == "fail"
-    assert report["matrix"]["reference"]["TRV-1"]["outcome"] == "pass"
-    assert result.ret == 1
-    assert "short test summary" in out
-    first, after = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert impl in first["test"] and "reference" in after["test"]
-    # the test after the leak starts where the leaking one did
-    assert {**after, "test": None} == {**first, "test": None}
-    return out
+    shared = tmp_path_factory.getbasetemp().parent
+    done = shared / "misbehaving-run.json"
+    with open(shared / "misbehaving-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            done.write_text(json.dumps(_run_misbehaving(tmp_path_factory.mktemp("misbehaving"))))
+    return json.loads(done.read_text())
 
 
-def test_os_exit_fails_the_check_and_the_run_goes_on(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "ExitsProcess",
-                "tests.planted.misbehaving:ExitsProcess: traversal.states_with_modules tried to exit the process with status 0")
+def _run_misbehaving(where):
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    (where / "fsdpcheck_observer.py").write_text(OBSERVER % str(where / "seen.jsonl"))
+    args = [sys.executable, "-m", "pytest", "--fsdpcheck", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+            "-p", "fsdpcheck_observer", "-rf", "-k", K, "--fsdpcheck-report", str(where / "report.json")]
+    for planted in MISBEHAVING:
+        args += ["--fsdpcheck-impl", f"tests.planted.misbehaving:{planted}"]
+    args += ["--fsdpcheck-impl", "reference"]
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(where), str(root), os.environ.get("PYTHONPATH")])))
+    env.pop("FSDPCHECK_IMPL", None)
+    proc = subprocess.run(args, cwd=where, env=env, capture_output=True, text=True, timeout=600)
+    report = where / "report.json"
+    seen = where / "seen.jsonl"
+    return {
+        "ret": proc.returncode,
+        "lines": proc.stdout.splitlines(),
+        "report": json.loads(report.read_text()) if report.exists() else None,
+        "seen": [json.loads(line) for line in seen.read_text().splitlines()] if seen.exists() else [],
+    }
 
 
-def test_sys_exit_fails_the_check(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "CallsSysExit",
-                "tests.planted.misbehaving:CallsSysExit: traversal.states_with_modules tried to exit the process with status 0")
+@pytest.mark.parametrize("planted", list(MISBEHAVING))
+def test_misbehaving_implementation_fails_alone_and_the_state_is_restored(misbehaving_run, planted):
+    from tests.helpers import failure_sections
+
+    run = misbehaving_run
+    text = "\n".join(run["lines"])
+    assert run["report"] is not None, text[-3000:]
+    impl = f"tests.planted.misbehaving:{planted}"
+    assert run["report"]["matrix"][impl]["TRV-1"]["outcome"] == "fail", text[-3000:]
+    assert run["report"]["matrix"]["reference"]["TRV-1"]["outcome"] == "pass", text[-3000:]
+    assert run["ret"] == 1 and "short test summary" in text, text[-3000:]
+    own = [body for name, body in failure_sections(run["lines"]).items() if f"[{impl}" in name]
+    assert any(MISBEHAVING[planted] in body for body in own), f"{planted}: {MISBEHAVING[planted]!r} not in its failure:\n" + "\n".join(own)[-3000:]
+    # the test after this one starts where the run did
+    order = [seen["test"] for seen in run["seen"]]
+    mine = max(i for i, test in enumerate(order) if f"[{impl}" in test)
+    assert mine + 1 < len(order), order
+    assert {**run["seen"][mine + 1], "test": None} == {**run["seen"][0], "test": None}, (order[mine + 1], run["seen"])
 
 
-def test_thread_left_running_is_named_and_does_not_hold_the_run(run_suite, pytester):
-    # The thread waits forever and is not a daemon: the run ending at all
-    # (pytester's timeout) shows it no longer holds the interpreter's exit.
-    _misbehaves(run_suite, pytester, "LeavesThread", "threads left running (planted-prefetcher)")
-
-
-def test_child_process_left_running_is_stopped(run_suite, pytester):
-    out = _misbehaves(run_suite, pytester, "LeavesChildProcess", "child processes left running (pid ")
+def test_child_process_left_running_is_stopped(misbehaving_run):
+    import os
     import re
 
-    pid = int(re.search(r"child processes left running \(pid (\d+) ", out).group(1))
-    with open(f"/proc/{pid}/stat") if __import__("os").path.exists(f"/proc/{pid}") else open("/dev/null") as f:
-        assert f.read().rpartition(")")[2].split()[:1] in ([], ["Z"], ["X"])
-
-
-def test_environment_variable_is_named_and_removed(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "SetsEnvironment", "environ (FSDPCHECK_PLANTED)")
-
-
-def test_import_path_entry_is_named_and_removed(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "ExtendsImportPath", "sys.path (added '/planted/nowhere')")
-
-
-def test_working_directory_is_named_and_restored(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "ChangesDirectory", "cwd (")
-
-
-def test_reseeded_random_is_named_and_restored(run_suite, pytester):
-    # Hypothesis seeds and restores ``random`` around each example, so only
-    # the call itself can see this one.
-    _misbehaves(run_suite, pytester, "ReseedsRandom",
-                "traversal.states_with_modules left process-wide state changed: random (reseeded)")
-
-
-def test_reseeded_torch_is_named_and_restored(run_suite, pytester):
-    _misbehaves(run_suite, pytester, "ReseedsTorch",
-                "traversal.states_with_modules left process-wide state changed: torch random seed (")
+    text = "\n".join(misbehaving_run["lines"])
+    pid = int(re.search(r"child processes left running \(pid (\d+) ", text).group(1))
+    if os.path.exists(f"/proc/{pid}"):
+        with open(f"/proc/{pid}/stat") as f:
+            assert f.read().rpartition(")")[2].split()[:1] in (["Z"], ["X"])

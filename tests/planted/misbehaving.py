@@ -108,19 +108,21 @@ class CallsSysExit(Implementation):
     traversal = _SysExitingTraversal()
 
 
-_STARTED = []
+# once per process each: a started thread or child, then plain reference calls
+_THREAD_STARTED = []
+_CHILD_STARTED = []
 
 
 class _ThreadLeavingTraversal(ReferenceTraversal):
     def states_with_modules(self, root):
         import threading
 
-        if not _STARTED:
+        if not _THREAD_STARTED:
             # non-daemon and never told to stop: it would hold the run open at exit
             stop = threading.Event()
             thread = threading.Thread(target=stop.wait, name="planted-prefetcher")
             thread.start()
-            _STARTED.append(thread)
+            _THREAD_STARTED.append(thread)
         return super().states_with_modules(root)
 
 
@@ -133,8 +135,8 @@ class _ChildLeavingTraversal(ReferenceTraversal):
         import subprocess
         import sys
 
-        if not _STARTED:
-            _STARTED.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+        if not _CHILD_STARTED:
+            _CHILD_STARTED.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
         return super().states_with_modules(root)
 
 
