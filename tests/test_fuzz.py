@@ -146,10 +146,10 @@ def test_coverage_flags_a_feature_a_generator_stopped_producing(run_suite):
 
 def test_fuzz_time_keeps_every_worker_busy_until_the_budget(run_suite):
     k = "test_handles or test_root_states"
-    result, report = run_suite("reference", k=k, extra=["--fsdpcheck-fuzz-time", "30s", "-n", "2"])
+    result, report = run_suite("reference", k=k, extra=["--fsdpcheck-fuzz-time", "20s", "-n", "2"])
     assert result.ret == 0, "\n".join(result.outlines[-40:])
     header = report["header"]
-    assert header["profile"] == "fuzz" and header["fuzz_time_s"] == 30
+    assert header["profile"] == "fuzz" and header["fuzz_time_s"] == 20
     shards = {nodeid: t for nodeid, t in report["tests"].items() if "shard" in nodeid}
     assert len(shards) == 4, shards.keys()  # two properties x two shards
     assert {t["run"]["worker"] for t in shards.values()} == {"gw0", "gw1"}
