@@ -10,7 +10,9 @@ compares orders on the same machine in the same run::
 
     python benchmarks/bench_first_failure.py --before 1c81147~1 --modes serial -n2 --limit 40
 
-Output: one row per planted implementation and mode, then median and worst.
+Output: one row per planted implementation and mode, then median and worst;
+with ``--whole-run``, the default suite's wall time (``pytest --fsdpcheck``,
+no ``-x``) per mode and variant, best of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -88,12 +90,26 @@ def first_failure(spec: str, mode: str, site: Path | None, timeout: float) -> tu
         return seen, time.perf_counter() - start
 
 
+def whole_run(mode: str, site: Path | None, timeout: float) -> tuple[float, int]:
+    """(seconds, exit status) of the default suite against the installed torch."""
+    args = [sys.executable, "-m", "pytest", "--fsdpcheck", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    args += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site else "", str(REPO)) if p))
+    env.pop("FSDPCHECK_IMPL", None)
+    with tempfile.TemporaryDirectory() as cwd:
+        start = time.perf_counter()
+        proc = subprocess.run(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+        return time.perf_counter() - start, proc.returncode
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REV", help="also measure the package at this git revision")
     parser.add_argument("--modes", nargs="+", default=["serial", "-n2"], choices=["serial", "-n2"])
     parser.add_argument("--limit", type=int, default=None, help="at most this many planted implementations")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--whole-run", action="store_true", help="also time the default suite without -x")
+    parser.add_argument("--repeat", type=int, default=1, help="whole runs per mode and variant (the best is shown)")
     args = parser.parse_args(argv)
     specs = planted_specs(args.limit)
     variants = [("after", None)]
@@ -111,6 +127,16 @@ def main(argv=None) -> int:
                 row.append("no failure" if seen is None else f"{seen:.1f} s")
             print(f"{spec:<58} {mode:<6} " + " ".join(f"{c:>18}" for c in row), flush=True)
     print()
+    if args.whole_run:
+        print(f"{'whole default suite':<58} {'mode':<6} " + " ".join(f"{v:>18}" for v, _ in variants))
+        for mode in args.modes:
+            cells = []
+            for _, site in variants:
+                runs = [whole_run(mode, site, args.timeout) for _ in range(args.repeat)]
+                best, status = min(runs)
+                cells.append(f"{best:.1f} s (exit {status})")
+            print(f"{'pytest --fsdpcheck':<58} {mode:<6} " + " ".join(f"{c:>18}" for c in cells), flush=True)
+        print()
     for (variant, mode), times in results.items():
         found = [t for t in times if t is not None]
         missed = len(times) - len(found)

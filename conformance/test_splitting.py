@@ -99,6 +99,8 @@ EVALUATE = [
 @pytest.mark.invariant("SPL-1")
 @examples(8)
 @given(spec=single_use, cap=st.integers(1, 4096), excess=st.integers(1, 4096))
+# the simplest case, first: a failure here needs no shrinking
+@example(spec=GraphSpec(4, 2, (ModuleSpec("linear"),), (), 0, (OpSpec("module", 0),)), cap=1, excess=1)
 def test_first_cap_above_cap_rejected(fsdpcheck_impl, fsdpcheck_graph_form, spec, cap, excess):
     form = fsdpcheck_graph_form
     def body(impl):
@@ -170,6 +172,23 @@ def test_split_plan(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
 
     check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form), form=form)
+
+
+#: SPL-3's canonical cases, each with one thing that counts zero bytes or
+#: counts although no module holds it; one bucket (caps far above the sizes).
+SIZE_CASES = {
+    "frozen-module": GraphSpec(4, 2, (_W, ModuleSpec("linear", frozen=True)), (), 0, (OpSpec("module", 0), OpSpec("module", 1))),
+    "frozen-parameter": GraphSpec(4, 2, (_W,), (ParamSpec("matrix", frozen=True),), 0, (OpSpec("module", 0), OpSpec("param", 0))),
+    "ignored-module": GraphSpec(4, 2, (_W, ModuleSpec("linear", ignored=True)), (), 0, (OpSpec("module", 0), OpSpec("module", 1))),
+    "buffer": GraphSpec(4, 2, (_W,), (), 1, (OpSpec("module", 0), OpSpec("buffer", 0))),
+    "method-argument": GraphSpec(4, 2, (_W,), (ParamSpec("vector"),), 0, (OpSpec("module", 0), OpSpec("param", 0, method=True))),
+}
+
+
+@pytest.mark.invariant("SPL-3")
+@pytest.mark.parametrize("case", sorted(SIZE_CASES))
+def test_sizes_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    _check_sizing(fsdpcheck_impl, SIZE_CASES[case], 10**6, 10**6, "check_sizes", fsdpcheck_graph_form)
 
 
 @pytest.mark.invariant("SPL-3")
