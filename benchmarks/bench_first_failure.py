@@ -4,11 +4,13 @@ implementation (a measurement, not a test: nothing here asserts a time).
 For every planted implementation in ``tests/planted`` (each breaks one
 invariant), run the suite against it with ``-x`` and take the seconds from
 start to the first ``FAILED`` line pytest prints; serially and with ``-n 2``.
-``--before REV`` measures the same planted implementations against the
-package as it was at ``REV`` (built into a throwaway folder), so the table
-compares orders on the same machine in the same run::
+Each is measured twice, on the same machine in the same run: in pytest's
+collection order (``benchmarks/collection_order.py`` undoes the suite's
+ordering, nothing else) and in the suite's own, cheapest-first order.
+``--before REV`` adds the package as it was at ``REV`` (built into a
+throwaway folder)::
 
-    python benchmarks/bench_first_failure.py --before 1c81147~1 --modes serial -n2 --limit 40
+    python benchmarks/bench_first_failure.py --modes serial -n2 --whole-run
 
 Output: one row per planted implementation and mode, then median and worst;
 with ``--whole-run``, the default suite's wall time (``pytest --fsdpcheck``,
@@ -68,13 +70,24 @@ def install_revision(rev: str, into: Path) -> Path:
     return into / "site"
 
 
-def first_failure(spec: str, mode: str, site: Path | None, timeout: float) -> tuple[float | None, float]:
-    """(seconds to the first FAILED line or None, seconds the run took)."""
-    args = [sys.executable, "-m", "pytest", "--fsdpcheck", "--fsdpcheck-impl", spec, "-x", "-rf",
-            "-p", "no:cacheprovider", "-p", "no:randomly"]
-    args += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site else "", str(REPO)) if p))
+#: (name, the package's folder or None for this checkout, extra pytest arguments)
+COLLECTION_ORDER = ("collection order", None, ("-p", "collection_order"))
+CHEAPEST_FIRST = ("cheapest first", None, ())
+
+
+def _command(variant, mode: str, *args: str) -> tuple[list[str], dict]:
+    _, site, extra = variant
+    command = [sys.executable, "-m", "pytest", "--fsdpcheck", *args, "-p", "no:cacheprovider", "-p", "no:randomly", *extra]
+    command += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
+    path = [str(site) if site else "", str(REPO), str(REPO / "benchmarks")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.pop("FSDPCHECK_IMPL", None)
+    return command, env
+
+
+def first_failure(spec: str, mode: str, variant, timeout: float) -> tuple[float | None, float]:
+    """(seconds to the first FAILED line or None, seconds the run took)."""
+    args, env = _command(variant, mode, "--fsdpcheck-impl", spec, "-x", "-rf")
     with tempfile.TemporaryDirectory() as cwd:
         start = time.perf_counter()
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -90,12 +103,9 @@ def first_failure(spec: str, mode: str, site: Path | None, timeout: float) -> tu
         return seen, time.perf_counter() - start
 
 
-def whole_run(mode: str, site: Path | None, timeout: float) -> tuple[float, int]:
+def whole_run(mode: str, variant, timeout: float) -> tuple[float, int]:
     """(seconds, exit status) of the default suite against the installed torch."""
-    args = [sys.executable, "-m", "pytest", "--fsdpcheck", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
-    args += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(site) if site else "", str(REPO)) if p))
-    env.pop("FSDPCHECK_IMPL", None)
+    args, env = _command(variant, mode, "-q")
     with tempfile.TemporaryDirectory() as cwd:
         start = time.perf_counter()
         proc = subprocess.run(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
@@ -112,27 +122,27 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="whole runs per mode and variant (the best is shown)")
     args = parser.parse_args(argv)
     specs = planted_specs(args.limit)
-    variants = [("after", None)]
+    variants = [COLLECTION_ORDER, CHEAPEST_FIRST]
     tmp = tempfile.TemporaryDirectory()
     if args.before:
-        variants.insert(0, (f"before ({args.before})", install_revision(args.before, Path(tmp.name))))
+        variants.insert(0, (f"at {args.before}", install_revision(args.before, Path(tmp.name)), ()))
     results: dict[tuple[str, str], list[float | None]] = {}
-    print(f"{'planted implementation':<58} {'mode':<6} " + " ".join(f"{v:>18}" for v, _ in variants))
+    print(f"{'planted implementation':<58} {'mode':<6} " + " ".join(f"{v[0]:>18}" for v in variants))
     for spec in specs:
         for mode in args.modes:
             row = []
-            for variant, site in variants:
-                seen, _ = first_failure(spec, mode, site, args.timeout)
-                results.setdefault((variant, mode), []).append(seen)
+            for variant in variants:
+                seen, _ = first_failure(spec, mode, variant, args.timeout)
+                results.setdefault((variant[0], mode), []).append(seen)
                 row.append("no failure" if seen is None else f"{seen:.1f} s")
             print(f"{spec:<58} {mode:<6} " + " ".join(f"{c:>18}" for c in row), flush=True)
     print()
     if args.whole_run:
-        print(f"{'whole default suite':<58} {'mode':<6} " + " ".join(f"{v:>18}" for v, _ in variants))
+        print(f"{'whole default suite':<58} {'mode':<6} " + " ".join(f"{v[0]:>18}" for v in variants))
         for mode in args.modes:
             cells = []
-            for _, site in variants:
-                runs = [whole_run(mode, site, args.timeout) for _ in range(args.repeat)]
+            for variant in variants:
+                runs = [whole_run(mode, variant, args.timeout) for _ in range(args.repeat)]
                 best, status = min(runs)
                 cells.append(f"{best:.1f} s (exit {status})")
             print(f"{'pytest --fsdpcheck':<58} {mode:<6} " + " ".join(f"{c:>18}" for c in cells), flush=True)

@@ -1,0 +1,76 @@
+"""Fail fast: the suite runs cheapest first (single calls, then large inputs,
+the corpus, compiled code, processes), so under -x a broken implementation is
+reported by the cheapest check that sees it; a property with a failing
+example saved in the example database runs before everything."""
+
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def collected(pytester, monkeypatch):
+    """``collected(*args)``: the suite's test ids, in the order they would run."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+
+    def run(*args):
+        result = pytester.runpytest_subprocess("--fsdpcheck", "-p", "no:randomly", "--collect-only", "-q", *args)
+        assert result.ret == 0, "\n".join(result.outlines[-30:])
+        return [line for line in result.outlines if "::" in line and not line.startswith(" ")]
+
+    return run
+
+
+def _index(ids, predicate):
+    return [i for i, nodeid in enumerate(ids) if predicate(nodeid)]
+
+
+def test_cheapest_first_on_every_area(collected):
+    ids = collected("--fsdpcheck-impl", "reference")
+    processes = _index(ids, lambda n: n.startswith("test_distributed.py"))
+    captured = _index(ids, lambda n: "test_golden_buckets" in n)
+    compiled = _index(ids, lambda n: "test_compiled_split" in n or "test_dynamo_effect" in n)
+    single = _index(ids, lambda n: any(n.startswith(f"test_{area}.py::") for area in
+                                       ("traversal", "annotation", "exec_order", "fsdp2", "splitting"))
+                    and not any(name in n for name in ("large_trees", "linear_growth", "compiled_split", "dynamo_effect",
+                                                        "model_buckets")))
+    assert processes and captured and compiled and single
+    assert max(single) < min(captured) < min(compiled), (ids[max(single)], ids[min(captured)], ids[min(compiled)])
+    assert max(captured) < min(compiled) and max(compiled) < min(processes) and max(processes) == len(ids) - 1
+    # the modules take turns: the first few checks come from different areas
+    assert len({n.partition("::")[0] for n in ids[:5]}) >= 3, ids[:5]
+    # fixed cases before properties: a golden a walk answers comes first in its area
+    assert ids.index(next(n for n in ids if "test_golden_traversal" in n)) < min(
+        _index(ids, lambda n: n.startswith("test_traversal.py::test_states_with_modules")))
+
+
+def test_under_x_the_first_failure_is_the_cheap_property(pytester, monkeypatch):
+    """The issue's case: flags on the wrong modules of fully_shard's walk are
+    seen by the single-process FS2 checks, long before the multi-process
+    end-to-end check that collection order would reach first."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+    result = pytester.runpytest_subprocess("--fsdpcheck", "-p", "no:randomly", "-p", "no:xdist", "-x", "-rf",
+                                           "--fsdpcheck-impl", "tests.planted.fsdp2:PreOrder", "-p", "tests.planted.noshrink")
+    failed = [line for line in result.outlines if line.startswith("FAILED ")]
+    assert len(failed) == 1 and "test_distributed.py" not in failed[0], "\n".join(result.outlines[-30:])
+    assert "FS2-1" in result.stdout.str()
+
+
+def test_a_saved_failure_runs_first(collected, pytester, monkeypatch):
+    """dev profile: the property whose failing example the database holds is
+    the first test of the next run (Hypothesis then replays that example first)."""
+    monkeypatch.setenv("FSDPCHECK_REPLAY_LOG", str(pytester.path / "calls.log"))
+    common = ("--fsdpcheck-impl", "tests.planted.replay:LosesAState", "--fsdpcheck-no-known-bugs",
+              "--fsdpcheck-profile", "dev", "--fsdpcheck-seed", "1")
+    before = collected(*common)
+    assert "test_states_with_modules" not in before[0], before[:3]
+    first = pytester.runpytest_subprocess("--fsdpcheck", "-p", "no:randomly", "-k", "test_states_with_modules", *common)
+    assert first.ret == 1, "\n".join(first.outlines[-30:])
+    after = collected(*common)
+    assert "test_states_with_modules" in after[0], after[:3]
+    assert sorted(after) == sorted(before)
