@@ -10,7 +10,7 @@ ordering, nothing else) and in the suite's own, cheapest-first order.
 ``--before REV`` adds the package as it was at ``REV`` (built into a
 throwaway folder)::
 
-    python benchmarks/bench_first_failure.py --modes serial -n2 --whole-run
+    python benchmarks/bench_first_failure.py --modes serial n2 --whole-run
 
 Output: one row per planted implementation and mode, then median and worst;
 with ``--whole-run``, the default suite's wall time (``pytest --fsdpcheck``,
@@ -78,7 +78,7 @@ CHEAPEST_FIRST = ("cheapest first", None, ())
 def _command(variant, mode: str, *args: str) -> tuple[list[str], dict]:
     _, site, extra = variant
     command = [sys.executable, "-m", "pytest", "--fsdpcheck", *args, "-p", "no:cacheprovider", "-p", "no:randomly", *extra]
-    command += ["-n", "2"] if mode == "-n2" else ["-p", "no:xdist"]
+    command += ["-n", "2"] if mode == "n2" else ["-p", "no:xdist"]
     path = [str(site) if site else "", str(REPO), str(REPO / "benchmarks")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.pop("FSDPCHECK_IMPL", None)
@@ -115,7 +115,7 @@ def whole_run(mode: str, variant, timeout: float) -> tuple[float, int]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REV", help="also measure the package at this git revision")
-    parser.add_argument("--modes", nargs="+", default=["serial", "-n2"], choices=["serial", "-n2"])
+    parser.add_argument("--modes", nargs="+", default=["serial", "n2"], choices=["serial", "n2"])
     parser.add_argument("--limit", type=int, default=None, help="at most this many planted implementations")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--whole-run", action="store_true", help="also time the default suite without -x")
