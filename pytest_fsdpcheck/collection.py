@@ -215,7 +215,9 @@ _SLOW_PROPERTIES = {
 
 
 def _name(item) -> str:
-    return getattr(item, "originalname", None) or item.name.partition("[")[0]
+    # a bare item-like object (a node id and a path) is enough to be ordered
+    name = getattr(item, "name", None) or item.nodeid.rpartition("::")[2]
+    return getattr(item, "originalname", None) or name.partition("[")[0]
 
 
 def cost_class(item) -> int:
@@ -323,7 +325,8 @@ def group_by_corpus_model(items) -> None:
     for i, item in enumerate(items):
         if (getattr(item, "path", None) is not None and item.path.name == _CORPUS_MODULE and is_suite_test(item)
                 and "model" in getattr(getattr(item, "callspec", None), "params", {})):
-            by_class.setdefault((cost_class(item), (PROP_NOT_PROVIDED, True) in item.user_properties), []).append(i)
+            not_provided = (PROP_NOT_PROVIDED, True) in getattr(item, "user_properties", ())
+            by_class.setdefault((cost_class(item), not_provided), []).append(i)
     for slots in by_class.values():
         first_seen: dict[str, int] = {}
         for i in slots:
