@@ -305,7 +305,7 @@ def _process_state() -> dict:
         # daemon declares itself fit to be dropped, and libraries' process-
         # wide helpers started on first use are daemons (tqdm's monitor,
         # started by the torch implementation's first Hugging Face model).
-        "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon},
+        "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon} - _compile_workers()[1],
         "children": _children(),
     }
     numpy = sys.modules.get("numpy.random")
@@ -328,13 +328,13 @@ def _children() -> dict:
     thread); elsewhere only multiprocessing's children are known."""
     import multiprocessing
 
+    own = _multiprocessing_helpers() | _compile_workers()[0]
     # active_children() also reaps the ones that ended
-    found = {p.pid: p for p in multiprocessing.active_children()}
+    found = {p.pid: p for p in multiprocessing.active_children() if p.pid not in own}
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return found
-    own = _multiprocessing_helpers()
     for task in tasks:
         try:
             with open(f"/proc/self/task/{task}/children") as f:
@@ -359,6 +359,23 @@ def _multiprocessing_helpers() -> set:
     forkserver = sys.modules.get("multiprocessing.forkserver")
     pids.add(getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None))
     return pids
+
+
+def _compile_workers() -> tuple[set, set]:
+    """(pids, threads) of Inductor's compile worker pools: torch's own, one
+    per process, kept for its life. Torch 2.3 starts one as its Inductor is
+    first imported, which the suite's own Dynamo capture does; whichever test
+    imports it first is not the one that leaked it."""
+    import sys
+
+    pids, threads = set(), set()
+    for name in ("torch._inductor.codecache", "torch._inductor.async_compile"):
+        for pool in list(getattr(sys.modules.get(name), "_pool_set", None) or ()):
+            pids.update(getattr(pool, "_processes", None) or ())
+            pids.add(getattr(getattr(pool, "process", None), "pid", None))
+            threads.update(v for v in vars(pool).values() if isinstance(v, threading.Thread))
+    pids.discard(None)
+    return pids, threads
 
 
 def _command(pid: int) -> str:

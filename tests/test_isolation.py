@@ -180,3 +180,31 @@ def test_child_process_left_running_is_stopped(misbehaving_run):
     if os.path.exists(f"/proc/{pid}"):
         with open(f"/proc/{pid}/stat") as f:
             assert f.read().rpartition(")")[2].split()[:1] in (["Z"], ["X"])
+
+
+def test_torchs_compile_worker_pool_is_not_a_leak(monkeypatch):
+    """Torch 2.3 starts Inductor's compile worker pool when Inductor is first
+    imported (the suite's own Dynamo capture does that): a pool torch keeps for
+    the process's life, not a leak of whichever test came first. Another child
+    process started alongside it still is one."""
+    import multiprocessing
+    import sys
+    import types
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pytest_fsdpcheck import isolation
+
+    before = isolation._process_state()
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    other = multiprocessing.get_context("fork").Process(target=__import__("time").sleep, args=(30,))
+    try:
+        pool.submit(int).result()
+        other.start()
+        monkeypatch.setitem(sys.modules, "torch._inductor.async_compile", types.SimpleNamespace(_pool_set={pool}))
+        threads, children = isolation._started(before, isolation._process_state())
+        assert children == [other.pid]
+        assert threads == []
+    finally:
+        other.kill()
+        other.join()
+        pool.shutdown()

@@ -63,3 +63,15 @@ def test_checker_judges_records():
     assert failed == [Violation("FS2-9", "rank 0, compiled: the plan's step failed: RuntimeError: boom")]
     died = check_plan_end_to_end([{"rank": 1, "error": "died without a result"}])
     assert died == [Violation("FS2-9", "rank 1 failed: died without a result")]
+
+
+def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
+    """FSDP2 steps on CPU ranks only from 2.7 (2.3-2.6 need CUDA streams):
+    n/p from the release, decided before any rank starts."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    monkeypatch.setattr(torch, "__version__", "2.6.0+cu124")
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    with pytest.raises(pytest.skip.Exception, match="fully_shard's runtime runs on CPU from torch 2.7"):
+        checks.check_plan_end_to_end(case_of("tests.planted.plans:good"), checks._torch_impl(), world_size=2)
