@@ -18,8 +18,9 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     "annotation": (2, 0),
     "exec_order": (2, 0),
     "splitting": (2, 0),
-    # DDPOptimizer counts parameters lifted to placeholders (add_param_args)
-    "splitting.dynamo_form": (2, 4),
+    # DDPOptimizer counts parameters lifted to placeholders (add_param_args,
+    # first in 2.5: 2.4.1 sizes every dynamo-form bucket 0)
+    "splitting.dynamo_form": (2, 5),
     # compile_fn's call_module/get_attr branches: every release measured
     "splitting.module_form": (2, 0),
     "splitting.higher_order_ops": (2, 1),

@@ -80,6 +80,7 @@ def test_provided_table():
     assert all(expected_provided(area, "2.13.0+cpu") for area in AREAS)
     assert not expected_provided("fsdp2", "2.2.2") and expected_provided("fsdp2", (2, 3))
     assert not expected_provided("fsdp2.ignored_params", "2.6.0") and expected_provided("fsdp2.ignored_params", "2.7.1")
-    assert expected_provided("splitting.module_form", "2.0.1") and not expected_provided("splitting.dynamo_form", "2.3.1")
+    assert expected_provided("splitting.module_form", "2.0.1") and not expected_provided("splitting.dynamo_form", "2.4.1")
+    assert expected_provided("splitting.dynamo_form", "2.5.1")
     with pytest.raises(KeyError):
         expected_provided("no-such-area", "2.13.0")
