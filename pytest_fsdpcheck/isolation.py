@@ -290,7 +290,7 @@ def _process_state() -> dict:
 
     state = {
         # pytest names the running test there, phase by phase
-        "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"},
+        "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST" and not _torchs_own_cache_dir(k, v)},
         "cwd": _cwd(),
         "sys.path": list(sys.path),
         "sys.meta_path": list(sys.meta_path),
@@ -312,6 +312,21 @@ def _process_state() -> dict:
     if numpy is not None:
         state["numpy.random"] = numpy.get_state()
     return state
+
+
+def _torchs_own_cache_dir(name: str, value: str) -> bool:
+    """Torch 2.6+ writes its Inductor cache folder into the environment the
+    first time Inductor needs it, set to its default: torch's bookkeeping,
+    the same whichever test triggers it. Any other value is a change."""
+    if name != "TORCHINDUCTOR_CACHE_DIR":
+        return False
+    import sys
+
+    default = getattr(sys.modules.get("torch._inductor.runtime.cache_dir_utils"), "default_cache_dir", None)
+    try:
+        return default is not None and os.path.abspath(default()) == os.path.abspath(value)
+    except Exception:  # noqa: BLE001 - a torch without it has nothing to excuse
+        return False
 
 
 def _cwd():
@@ -547,7 +562,8 @@ def _restore_process(before: dict) -> None:
     after = _process_state()
     _stop_threads_and_children(before, after)
     environ = before["environ"]
-    for key in [k for k in os.environ if k not in environ and k != "PYTEST_CURRENT_TEST"]:
+    for key in [k for k, v in os.environ.items()
+                if k not in environ and k != "PYTEST_CURRENT_TEST" and not _torchs_own_cache_dir(k, v)]:
         del os.environ[key]
     for key, value in environ.items():
         if os.environ.get(key) != value:

@@ -208,3 +208,25 @@ def test_torchs_compile_worker_pool_is_not_a_leak(monkeypatch):
         other.kill()
         other.join()
         pool.shutdown()
+
+
+def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkeypatch):
+    """Torch 2.6+ sets TORCHINDUCTOR_CACHE_DIR to its default on Inductor's
+    first use (15 false leaks on 2.6.0 before): that default is torch's own;
+    an implementation pointing it elsewhere is a leak, and is undone."""
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from pytest_fsdpcheck import isolation
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    before = isolation._process_state()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+    assert isolation.leaks(before, isolation._process_state()) == []
+    isolation._restore_process(before)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = "/elsewhere"
+    assert isolation.leaks(before, isolation._process_state()) == ["environ (TORCHINDUCTOR_CACHE_DIR)"]
+    isolation._restore_process(before)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
