@@ -288,6 +288,7 @@ def _process_state() -> dict:
     import random
     import sys
 
+    helper_pids, helper_threads = _process_helpers()
     state = {
         # pytest names the running test there, phase by phase
         "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST" and not _torchs_own_cache_dir(k, v)},
@@ -305,8 +306,8 @@ def _process_state() -> dict:
         # daemon declares itself fit to be dropped, and libraries' process-
         # wide helpers started on first use are daemons (tqdm's monitor,
         # started by the torch implementation's first Hugging Face model).
-        "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon} - _compile_workers()[1],
-        "children": _children(),
+        "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon} - helper_threads,
+        "children": _children(helper_pids),
     }
     numpy = sys.modules.get("numpy.random")
     if numpy is not None:
@@ -336,16 +337,15 @@ def _cwd():
         return None
 
 
-def _children() -> dict:
-    """Live child processes: pid -> how to stop it.
+def _children(helper_pids: set) -> dict:
+    """Live child processes but the process's own helpers: pid -> how to stop it.
 
     Linux lists each thread's children in /proc (one small read per
     thread); elsewhere only multiprocessing's children are known."""
     import multiprocessing
 
-    own = _multiprocessing_helpers() | _compile_workers()[0]
     # active_children() also reaps the ones that ended
-    found = {p.pid: p for p in multiprocessing.active_children() if p.pid not in own}
+    found = {p.pid: p for p in multiprocessing.active_children() if p.pid not in helper_pids}
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -357,33 +357,25 @@ def _children() -> dict:
         except OSError:
             continue
         for pid in map(int, pids):
-            if pid not in found and pid not in own and _running(pid):
+            if pid not in found and pid not in helper_pids and _running(pid):
                 found[pid] = None
     return found
 
 
-def _multiprocessing_helpers() -> set:
-    """The resource tracker and fork server: Python's own, one per process,
-    started by multiprocessing on first need and kept for the process's
-    life (the suite's distributed runs start the tracker)."""
+def _process_helpers() -> tuple[set, set]:
+    """(pids, threads) a process keeps for its whole life, started on first
+    need by whatever code needed it first, so never a test's leak: Python's
+    resource tracker and fork server (the suite's distributed runs start the
+    tracker), and Inductor's compile worker pools (torch 2.3 starts one as
+    its Inductor is first imported, which the suite's own Dynamo capture
+    does)."""
     import sys
 
-    pids = set()
     tracker = sys.modules.get("multiprocessing.resource_tracker")
-    pids.add(getattr(getattr(tracker, "_resource_tracker", None), "_pid", None))
     forkserver = sys.modules.get("multiprocessing.forkserver")
-    pids.add(getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None))
-    return pids
-
-
-def _compile_workers() -> tuple[set, set]:
-    """(pids, threads) of Inductor's compile worker pools: torch's own, one
-    per process, kept for its life. Torch 2.3 starts one as its Inductor is
-    first imported, which the suite's own Dynamo capture does; whichever test
-    imports it first is not the one that leaked it."""
-    import sys
-
-    pids, threads = set(), set()
+    pids = {getattr(getattr(tracker, "_resource_tracker", None), "_pid", None),
+            getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)}
+    threads = set()
     for name in ("torch._inductor.codecache", "torch._inductor.async_compile"):
         for pool in list(getattr(sys.modules.get(name), "_pool_set", None) or ()):
             pids.update(getattr(pool, "_processes", None) or ())

@@ -71,6 +71,11 @@ def expected_provided(feature: str, torch_version) -> bool:
     return release(torch_version) >= PROVIDED_FROM[feature]
 
 
+def first_release(feature: str) -> str:
+    """The first torch release providing ``feature``, as ``"2.7"``."""
+    return ".".join(map(str, PROVIDED_FROM[feature]))
+
+
 def installed_torch() -> tuple[int, int]:
     import torch
 

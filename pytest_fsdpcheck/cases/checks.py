@@ -579,11 +579,11 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
         _skip("this torch build has no torch.distributed")
     if world_size < 2:
         _skip(f"FS2-9 needs world size >= 2, the runner gives {world_size}")
-    from ..provided import PROVIDED_FROM, expected_provided
+    from ..provided import expected_provided, first_release
 
     if not expected_provided("fsdp2.cpu_runtime", torch.__version__):
-        first = ".".join(map(str, PROVIDED_FROM["fsdp2.cpu_runtime"]))
-        _skip(f"the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU from torch {first}")
+        _skip("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
+              f"from torch {first_release('fsdp2.cpu_runtime')}")
     violations = judge(run_plan_ranks(case_builder(case), world_size))
     from ..known.judge import conform
 

@@ -69,7 +69,7 @@ def _fully_shard():
 
 class TorchFsdp2:
     def __init__(self):
-        from ..provided import PROVIDED_FROM, expected_provided, installed_torch
+        from ..provided import expected_provided, first_release, installed_torch
 
         # What this release takes is decided by its version, never by probing
         # for a function: a renamed one fails the checks that call it rather
@@ -81,7 +81,7 @@ class TorchFsdp2:
                 #: the plugin's --fsdpcheck-strict fails on an area the table says this torch provides
                 raise ImportError(
                     f"torch {version[0]}.{version[1]} should provide FSDP2 (from "
-                    f"{'.'.join(map(str, PROVIDED_FROM['fsdp2']))}), but no _fsdp_init._get_managed_modules was found"
+                    f"{first_release('fsdp2')}), but no _fsdp_init._get_managed_modules was found"
                 )
             raise ImportError("this torch has no FSDP2 (fully_shard)")
         # states must outlive the modules' weak references to them
