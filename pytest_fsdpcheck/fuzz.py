@@ -22,9 +22,10 @@ class FuzzOptionError(ValueError):
     """A bad option value; its text is the one-line usage error."""
 
 
-def open_database(url: str, default_folder: str | None = None):
+def open_database(url: str, is_default: bool = False):
     """The Hypothesis example database named by ``url``: ``redis://...`` or
-    a folder (created on first save)."""
+    a folder (created on first save, so checked now that it can ever be);
+    ``is_default``: the folder under the pytest cache, which no option named."""
     if url.startswith(("redis://", "rediss://", "unix://")):
         try:
             import redis
@@ -45,6 +46,13 @@ def open_database(url: str, default_folder: str | None = None):
 
     if os.path.exists(url) and not os.path.isdir(url):
         raise FuzzOptionError(f"--fsdpcheck-database {url!r} is a file; give a folder or a redis:// URL")
+    from .options import unwritable_folder
+
+    why = unwritable_folder(url)
+    if why is not None:
+        what = f"the default example database {url!r}" if is_default else f"--fsdpcheck-database {url!r}"
+        raise FuzzOptionError(f"{what} can never be written: {why}"
+                              + ("; give one with --fsdpcheck-database" if is_default else ""))
     return DirectoryBasedExampleDatabase(url)
 
 
@@ -79,10 +87,11 @@ def configure_database(config, session, url: str | None) -> None:
         return
     if session.plan is None:
         return
-    if url is None:
+    is_default = url is None
+    if is_default:
         url = _cache_folder(config)
     try:
-        profiles.override(database=open_database(url))
+        profiles.override(database=open_database(url, is_default))
     except FuzzOptionError as exc:
         raise pytest.UsageError(f"fsdpcheck: {exc}") from None
     session.database = url

@@ -272,7 +272,42 @@ def _writable_report(path: str | None) -> str | None:
     if os.path.isdir(path):
         raise _usage(f"--fsdpcheck-report {path!r} is a directory; give a file name")
     if not os.path.isdir(folder):
+        nearest = _nearest_existing(folder)
+        if nearest is not None and not os.path.isdir(nearest):
+            raise _usage(f"--fsdpcheck-report {path!r}: {nearest!r} is a file, not a folder")
         raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK):
         raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} is not writable")
     return path
+
+
+def _nearest_existing(path: str) -> str | None:
+    """``path`` made absolute, or its nearest ancestor that exists (a broken
+    symbolic link counts: nothing can be created in its place)."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    return probe
+
+
+def unwritable_folder(path: str) -> str | None:
+    """Why the folder ``path`` (created on first use when missing) could
+    never be written, or None. Creates nothing: the checks are on the path
+    itself where it exists, else on the nearest ancestor that does. A write
+    that fails later is swallowed by whoever writes (Hypothesis' example
+    database saves nothing and says nothing), hence this check at start."""
+    full = os.path.abspath(path)
+    probe = _nearest_existing(full)
+    if probe is None:
+        return f"no part of {path!r} exists"
+    which = "it" if probe == full else repr(probe)
+    if os.path.islink(probe) and not os.path.exists(probe):
+        return f"{which} is a broken symbolic link"
+    if not os.path.isdir(probe):
+        return f"{which} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{'the folder' if probe == full else f'folder {probe!r}'} is not writable"
+    return None

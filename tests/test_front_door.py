@@ -158,6 +158,17 @@ USAGE_CASES = [
     ("database-redis-no-client", ["--fsdpcheck-profile=fuzz", "--fsdpcheck-database=redis://127.0.0.1:1"], {}, None,
      "needs the redis client: pip install 'pytest-fsdpcheck[redis]'"),
     ("ini-database-a-file", [], {"db.txt": "x"}, "fsdpcheck_database = db.txt\nfsdpcheck_profile = dev", "db.txt' is a file"),
+    # a folder that can never be created: Hypothesis would swallow every failed save and the run end green
+    ("database-under-a-file", ["--fsdpcheck-profile=dev", "--fsdpcheck-database=blocker/db"], {"blocker": "x"}, None,
+     "--fsdpcheck-database 'blocker/db' can never be written: "),
+    ("database-deep-under-a-file", ["--fsdpcheck-fuzz-time=1m", "--fsdpcheck-database=blocker/a/b/c"], {"blocker": "x"}, None,
+     "blocker' is a file, not a folder"),
+    ("ini-database-under-a-file", [], {"blocker": "x"}, "fsdpcheck_database = blocker/db\nfsdpcheck_profile = fuzz",
+     "blocker' is a file, not a folder"),
+    ("default-database-under-a-file", ["--fsdpcheck-profile=dev"], {".pytest_cache": "x"}, None,
+     "the default example database"),
+    ("report-under-a-file", ["--fsdpcheck-report", "blocker/r.json"], {"blocker": "x"}, None,
+     "blocker' is a file, not a folder"),
 ]
 
 
@@ -271,6 +282,30 @@ def test_fuzz_options_under_ci_warn_and_run(run, flag):
     assert result.ret == 0, output
     assert f"{flag.partition('=')[0]} has no effect under the ci profile" in output
     assert not result.left_behind, result.left_behind
+
+
+def test_writability_is_judged_without_creating_anything(tmp_path):
+    from pytest_fsdpcheck.options import unwritable_folder
+
+    (tmp_path / "blocker").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert unwritable_folder(str(tmp_path / "new" / "deeper")) is None
+    assert unwritable_folder(str(tmp_path)) is None
+    assert unwritable_folder(str(tmp_path / "blocker")) == "it is a file, not a folder"
+    assert unwritable_folder(str(tmp_path / "blocker" / "a" / "b")) == f"{str(tmp_path / 'blocker')!r} is a file, not a folder"
+    assert unwritable_folder(str(tmp_path / "dangling" / "db")).endswith("dangling' is a broken symbolic link")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "dangling"]
+
+
+def test_a_database_folder_not_there_yet_is_created_by_the_first_failure(run):
+    """The start-up check creates nothing: a folder that can be created is
+    accepted, and the first failing example is saved into it."""
+    result = run(["--fsdpcheck", "--fsdpcheck-impl", "raises:Impl", "--fsdpcheck-profile=dev",
+                  "--fsdpcheck-database=new/deeper/db", "-k", "test_handles"])
+    output = _no_traceback(result)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    saved = [p for p in (pathlib.Path(result.folder) / "new" / "deeper" / "db").rglob("*") if p.is_file()]
+    assert saved, output
 
 
 # --- faults inside a check: a FAIL cell that says what happened ---------------
