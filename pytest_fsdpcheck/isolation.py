@@ -9,8 +9,14 @@
 * :func:`global_state` / :func:`restore` snapshot the process-wide state an
   implementation could leak (FX tracer patches, Dynamo config, logger
   levels, process groups, global module hooks, environment, import path,
-  working directory, global random state, threads and child processes left
-  running) so a leak is reported and undone before the next test.
+  working directory, threads and child processes left running) so a leak
+  is reported and undone before the next test; :func:`generators` /
+  :func:`generator_leaks` do the same for the global random generators
+  around the test's own body, where only the suite and the implementation
+  run.
+* :class:`FirstImports` keeps what a module's import-time code does out of
+  the verdict: that code is a library's, run once per process by whichever
+  test imports it first.
 * :func:`implementation_frames` trims a traceback to the implementation's
   own frames.
 """
@@ -285,13 +291,12 @@ def global_state() -> dict:
 
 def _process_state() -> dict:
     """The interpreter's and the process's own state, beyond torch's."""
-    import random
     import sys
 
     helper_pids, helper_threads = _process_helpers()
     state = {
         # pytest names the running test there, phase by phase
-        "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST" and not _torchs_own_cache_dir(k, v)},
+        "environ": {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST" and not _torchs_bookkeeping(k, v)},
         "cwd": _cwd(),
         "sys.path": list(sys.path),
         "sys.meta_path": list(sys.meta_path),
@@ -299,9 +304,6 @@ def _process_state() -> dict:
         # what a module installs in those as it is first imported is not a leak
         "modules": set(sys.modules),
         "recursion_limit": sys.getrecursionlimit(),
-        # Hypothesis seeds and restores these around each example; what
-        # shows here is a change outside one (a test without Hypothesis).
-        "random": random.getstate(),
         # Non-daemon threads only: those hold the run open at its end. A
         # daemon declares itself fit to be dropped, and libraries' process-
         # wide helpers started on first use are daemons (tqdm's monitor,
@@ -309,25 +311,26 @@ def _process_state() -> dict:
         "threads": {t for t in threading.enumerate() if t.is_alive() and not t.daemon} - helper_threads,
         "children": _children(helper_pids),
     }
-    numpy = sys.modules.get("numpy.random")
-    if numpy is not None:
-        state["numpy.random"] = numpy.get_state()
     return state
 
 
-def _torchs_own_cache_dir(name: str, value: str) -> bool:
-    """Torch 2.6+ writes its Inductor cache folder into the environment the
-    first time Inductor needs it, set to its default: torch's bookkeeping,
-    the same whichever test triggers it. Any other value is a change."""
-    if name != "TORCHINDUCTOR_CACHE_DIR":
-        return False
+def _torchs_bookkeeping(name: str, value: str) -> bool:
+    """Environment variables Inductor sets for itself, to the same value
+    whichever test makes it: the cache folder's default (torch 2.6+, at
+    its first use) and the address its compiled modules read as they load
+    (torch 2.10+, at each load). Any other value is a change."""
     import sys
 
-    default = getattr(sys.modules.get("torch._inductor.runtime.cache_dir_utils"), "default_cache_dir", None)
     try:
-        return default is not None and os.path.abspath(default()) == os.path.abspath(value)
-    except Exception:  # noqa: BLE001 - a torch without it has nothing to excuse
+        if name == "TORCHINDUCTOR_CACHE_DIR":
+            default = getattr(sys.modules.get("torch._inductor.runtime.cache_dir_utils"), "default_cache_dir", None)
+            return default is not None and os.path.abspath(default()) == os.path.abspath(value)
+        if name == "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR":
+            guards = getattr(getattr(sys.modules.get("torch._C"), "_dynamo", None), "guards", None)
+            return value == str(getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None))
+    except Exception:  # noqa: BLE001 - a torch without them has nothing to excuse
         return False
+    return False
 
 
 def _cwd():
@@ -459,7 +462,9 @@ def _started(before: dict, after: dict):
     return threads, children
 
 
-def leaks(before: dict, after: dict) -> list[str]:
+def leaks(before: dict, after: dict, imported: FirstImports | None = None) -> list[str]:
+    """What changed between two :func:`global_state` snapshots, less what
+    modules first imported in between did as they were imported."""
     found = []
     threads, children = _started(before, after)
     if threads:
@@ -472,14 +477,10 @@ def leaks(before: dict, after: dict) -> list[str]:
             continue
         if key in ("sys.meta_path", "sys.path_hooks"):
             a = [x for x in a if x in b or not _imported_during(x, before, after)]
-        if key == "numpy.random":
-            if b is not None and a is not None and not _same_state(a, b):
-                found.append("numpy.random (global state reseeded or drawn from)")
-            continue  # otherwise numpy was first imported during the test
-        if key == "random":
-            if a != b:
-                found.append("random (global state reseeded or drawn from)")
-            continue
+        if imported is not None and key == "environ":
+            a, b = imported.without_environ(a), imported.without_environ(b)
+        if imported is not None and key == "sys.path":
+            a = [x for x in a if x in b or x not in imported.path]
         if key == "dynamo.config" and (b is None or a is None):
             continue  # Dynamo was first imported during the test
         if key == "loggers":
@@ -514,7 +515,9 @@ def _unwrap_dynamo_disable(now, before):
     return now
 
 
-def restore(before: dict) -> None:
+def restore(before: dict, imported: FirstImports | None = None) -> None:
+    """Back to ``before``, but for what first imports did (the modules stay
+    imported and may rely on it)."""
     import logging
 
     import torch
@@ -544,25 +547,24 @@ def restore(before: dict) -> None:
     dist = torch.distributed
     if not before["process_group"] and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _restore_process(before)
+    _restore_process(before, imported or FirstImports())
 
 
-def _restore_process(before: dict) -> None:
-    import random
+def _restore_process(before: dict, imported: FirstImports) -> None:
     import sys
 
     after = _process_state()
     _stop_threads_and_children(before, after)
-    environ = before["environ"]
-    for key in [k for k, v in os.environ.items()
-                if k not in environ and k != "PYTEST_CURRENT_TEST" and not _torchs_own_cache_dir(k, v)]:
+    environ = imported.without_environ(before["environ"])
+    for key in [k for k, v in imported.without_environ(os.environ).items()
+                if k not in environ and k != "PYTEST_CURRENT_TEST" and not _torchs_bookkeeping(k, v)]:
         del os.environ[key]
     for key, value in environ.items():
         if os.environ.get(key) != value:
             os.environ[key] = value
     if before["cwd"] is not None and after["cwd"] != before["cwd"]:
         os.chdir(before["cwd"])
-    sys.path[:] = before["sys.path"]
+    sys.path[:] = before["sys.path"] + [x for x in after["sys.path"] if x in imported.path and x not in before["sys.path"]]
     for name in ("meta_path", "path_hooks"):
         hooks = getattr(sys, name)
         hooks[:] = [x for x in hooks if x in before["sys." + name] or _imported_during(x, before, after)]
@@ -572,11 +574,6 @@ def _restore_process(before: dict) -> None:
     if after["sys.path"] != before["sys.path"] or after["sys.path_hooks"] != before["sys.path_hooks"]:
         sys.path_importer_cache.clear()
     sys.setrecursionlimit(before["recursion_limit"])
-    if after["random"] != before["random"]:
-        random.setstate(before["random"])
-    numpy = sys.modules.get("numpy.random")
-    if numpy is not None and "numpy.random" in before:
-        numpy.set_state(before["numpy.random"])
 
 
 def _stop_threads_and_children(before: dict, after: dict) -> None:
@@ -619,6 +616,128 @@ def _let_exit_without(thread) -> None:
     with threading._shutdown_locks_lock:
         locks.discard(lock)
     thread._daemonic = True
+
+
+# --- what modules do as they are first imported --------------------------------
+
+_UNSET = object()
+
+
+class FirstImports:
+    """Watches the modules first imported while a test runs.
+
+    A module's import-time code runs once per process, in whichever test
+    happens to import it first (a lazy import inside torch, a library that
+    library pulls in), so what it does to process-wide state depends on
+    what is installed and on test order, never on the implementation: rich
+    draws from ``random`` as it is imported, setuptools extends
+    ``sys.path``. Its draws from the global generators are undone as the
+    import ends, so the generators' stream does not depend on what is
+    installed either (Hypothesis, for the same reason, keeps them out of its
+    examples); what it sets in the environment or adds to the import path
+    is kept, as the module relies on it, and is not a leak. A change made
+    by the implementation's own code is judged as before, even inside a
+    module's first import when it is undone there.
+
+    Watching replaces the import system's loading step (CPython's
+    ``importlib._bootstrap._load_unlocked``, through which every first import
+    goes) for the duration only; without it, nothing is excused."""
+
+    def __init__(self):
+        self.environ: dict[str, object] = {}  # name -> the value an import left (_UNSET: removed)
+        self.path: list[str] = []  # import path entries an import added
+        self._bootstrap = self._real = None
+
+    def __enter__(self):
+        import sys
+
+        bootstrap = sys.modules.get("importlib._bootstrap")
+        real = getattr(bootstrap, "_load_unlocked", None)
+        if real is not None:
+            self._bootstrap, self._real = bootstrap, real
+            bootstrap._load_unlocked = self._loading
+        return self
+
+    def __exit__(self, *exc):
+        if self._bootstrap is not None:
+            self._bootstrap._load_unlocked = self._real
+            self._bootstrap = None
+        return False
+
+    def _loading(self, spec):
+        import sys
+
+        generators = _generator_objects()
+        drawn = [(put, get()) for get, put in generators]
+        environ, path = dict(os.environ), list(sys.path)
+        try:
+            return self._real(spec)
+        finally:
+            for put, state in drawn:
+                put(state)
+            for key in environ.keys() | os.environ.keys():
+                if environ.get(key) != os.environ.get(key):
+                    self.environ[key] = os.environ.get(key, _UNSET)
+            self.path.extend(x for x in sys.path if x not in path and x not in self.path)
+
+    def without_environ(self, environ) -> dict:
+        """``environ`` less the variables first imports set, where they hold
+        the value the import left."""
+        return {k: v for k, v in environ.items() if self.environ.get(k, _UNSET) != v}
+
+
+def _generator_objects() -> list:
+    """(read, write) of every global random generator already imported, the
+    objects themselves: the module functions may be the call guard's
+    interceptions, which must not take an import's undo for a reseed."""
+    import random
+    import sys
+
+    found = [(random._inst.getstate, random._inst.setstate)]
+    mtrand = sys.modules.get("numpy.random.mtrand")
+    legacy = getattr(mtrand, "_rand", None)
+    if legacy is not None:
+        found.append((legacy.get_state, legacy.set_state))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_rng_state"):
+        found.append((torch.get_rng_state, torch.set_rng_state))
+    return found
+
+
+# --- the global generators around a test's body ------------------------------
+
+
+def generators() -> dict:
+    """The global random generators' states, for :func:`generator_leaks`.
+
+    Taken around the test function itself: around the whole call phase,
+    other plugins reseed them on purpose (pytest-randomly, at every phase);
+    inside the body only the suite and the implementation run, and
+    Hypothesis seeds and restores them around each example."""
+    import random
+    import sys
+
+    state = {"random": random.getstate()}
+    numpy = sys.modules.get("numpy.random")
+    if numpy is not None:
+        state["numpy.random"] = numpy.get_state()
+    return state
+
+
+def generator_leaks(before: dict) -> list[str]:
+    """The generators the body left drawn from or reseeded, put back."""
+    import random
+    import sys
+
+    found = []
+    if random.getstate() != before["random"]:
+        random.setstate(before["random"])
+        found.append("random (global state reseeded or drawn from)")
+    numpy = sys.modules.get("numpy.random")
+    if numpy is not None and "numpy.random" in before and not _same_state(numpy.get_state(), before["numpy.random"]):
+        numpy.set_state(before["numpy.random"])
+        found.append("numpy.random (global state reseeded or drawn from)")
+    return found
 
 
 # --- tracebacks ------------------------------------------------------------------

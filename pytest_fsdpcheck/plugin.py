@@ -107,6 +107,17 @@ def pytest_runtest_call(item):
         return (yield)
 
 
+@pytest.hookimpl(wrapper=True, specname="pytest_pyfunc_call")
+def pytest_pyfunc_call_body(pyfuncitem):
+    # the body alone: other plugins reseed the global generators in the
+    # call phase's hooks around it
+    state = get_session(pyfuncitem.config)
+    if state is None or not collection.is_suite_item(pyfuncitem):
+        return (yield)
+    with verdicts.observed_body(pyfuncitem):
+        return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     state = get_session(pyfuncitem.config)

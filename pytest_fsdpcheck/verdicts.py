@@ -49,10 +49,11 @@ def observed_call(item, session):
     process-wide state an implementation must not leave changed."""
     from . import profiles
     from .fuzz import start_tally
-    from .isolation import LeakedGlobalState, global_state, leaks, restore
+    from .isolation import FirstImports, LeakedGlobalState, global_state, leaks, restore
     from .known import judge
 
     threads = _suite_threads()
+    imported = FirstImports().__enter__()
     before = global_state()
     impl = item.callspec.params["fsdpcheck_impl"]
     impl.start_test()
@@ -72,13 +73,15 @@ def observed_call(item, session):
         yield
         raised = False
     finally:
+        imported.__exit__(None, None, None)
         if pause_gc:
             gc.enable()
         _record(item, impl, tally)
         unhealthy = None if raised else _too_few_valid(item, tally)
-        found = leaks(before, global_state())
+        found = leaks(before, global_state(), imported)
         if found:
-            restore(before)
+            restore(before, imported)
+        found = sorted(found + item.__dict__.pop("_fsdpcheck_generators_left", []))
         _user_threads(threads)
         if found:
             if not raised:
@@ -88,6 +91,19 @@ def observed_call(item, session):
                 )
         if unhealthy:
             raise TooFewValidExamples(unhealthy)
+
+
+@contextlib.contextmanager
+def observed_body(item):
+    """Around a suite test's function itself: the global random generators
+    it must leave as it found them (see :func:`.isolation.generators`)."""
+    from .isolation import generator_leaks, generators
+
+    before = generators()
+    try:
+        yield
+    finally:
+        item._fsdpcheck_generators_left = generator_leaks(before)
 
 
 def _suite_threads() -> int:

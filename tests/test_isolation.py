@@ -224,9 +224,105 @@ def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkey
     before = isolation._process_state()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
     assert isolation.leaks(before, isolation._process_state()) == []
-    isolation._restore_process(before)
+    isolation._restore_process(before, isolation.FirstImports())
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = "/elsewhere"
     assert isolation.leaks(before, isolation._process_state()) == ["environ (TORCHINDUCTOR_CACHE_DIR)"]
-    isolation._restore_process(before)
+    isolation._restore_process(before, isolation.FirstImports())
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+
+
+# --- what a library does as it is first imported is not the implementation's
+
+
+def test_import_time_effects_of_a_lazily_imported_library_are_not_a_leak(pytester):
+    """A call that first imports a library drawing from the global
+    generators, setting an environment variable and extending the import
+    path as it loads (rich, Inductor, setuptools do) passes; an
+    implementation drawing from ``random`` in its own code still fails,
+    naming it. pytest-randomly, where installed, stays enabled: its reseeds
+    around every phase are not the implementation's either."""
+    import json
+    import os
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    lazy, draws = "tests.planted.misbehaving:ImportsLazily", "tests.planted.misbehaving:DrawsRandom"
+    result = pytester.runpytest_subprocess(
+        "--fsdpcheck", "-p", "no:xdist", "-rf", "--fsdpcheck-report", "report.json",
+        "--fsdpcheck-impl", lazy, "--fsdpcheck-impl", draws,
+        "-k", "test_states_with_modules or test_golden_traversal", timeout=600,
+    )
+    out = result.stdout.str()
+    matrix = json.loads((pytester.path / "report.json").read_text())["matrix"]
+    assert {inv: cell["outcome"] for inv, cell in matrix[lazy].items()} == dict.fromkeys(matrix[lazy], "pass"), out[-3000:]
+    assert "LeakedGlobalState" not in "".join(line for line in out.splitlines() if lazy in line)
+    assert matrix[draws]["TRV-3"]["outcome"] == "fail", out[-3000:]
+    assert f"{draws} left process-wide state changed: random (global state reseeded or drawn from)" in out, out[-3000:]
+
+
+def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, monkeypatch):
+    import importlib
+    import os
+    import random
+    import sys
+
+    import torch
+
+    from pytest_fsdpcheck import isolation
+
+    (tmp_path / "draws_at_import.py").write_text(
+        "import os, random, sys, torch\n"
+        "ID = random.getrandbits(24)\n"
+        "torch.rand(1)\n"
+        "os.environ['FSDPCHECK_IMPORTED'] = '1'\n"
+        "sys.path.append('/imported/vendor')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("FSDPCHECK_IMPORTED", raising=False)
+    before, generators = isolation._process_state(), (random.getstate(), torch.get_rng_state())
+    with isolation.FirstImports() as imported:
+        importlib.import_module("draws_at_import")
+    try:
+        assert (random.getstate(), torch.get_rng_state().equal(generators[1])) == (generators[0], True)
+        assert isolation.leaks(before, isolation._process_state(), imported) == []
+        isolation._restore_process(before, imported)
+        assert os.environ["FSDPCHECK_IMPORTED"] == "1" and "/imported/vendor" in sys.path
+        # the same changes made outside an import are the caller's own
+        os.environ["FSDPCHECK_IMPORTED"] = "2"
+        sys.path.append("/elsewhere")
+        assert isolation.leaks(before, isolation._process_state(), imported) == [
+            "environ (FSDPCHECK_IMPORTED)", "sys.path (added '/elsewhere')"]
+    finally:
+        sys.modules.pop("draws_at_import", None)
+        while "/imported/vendor" in sys.path:
+            sys.path.remove("/imported/vendor")
+        while "/elsewhere" in sys.path:
+            sys.path.remove("/elsewhere")
+    # and the watch ends with its block
+    assert importlib._bootstrap._load_unlocked is imported._real
+
+
+def test_inductors_own_environment_variable_is_not_a_leak_but_another_value_is(monkeypatch):
+    """Inductor (torch 2.10+) sets _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR
+    before loading each compiled module, always to one address: torch's
+    bookkeeping (the README's torchrun command failed FS2-9 on it)."""
+    import os
+
+    import torch
+
+    from pytest_fsdpcheck import isolation
+
+    guards = torch._C._dynamo.guards
+    if not hasattr(guards, "_torchinductor_pyobject_tensor_data_ptr"):
+        pytest.skip("this torch's Inductor has no such variable")
+    name = "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"
+    monkeypatch.delenv(name, raising=False)
+    before = isolation._process_state()
+    os.environ[name] = str(guards._torchinductor_pyobject_tensor_data_ptr)
+    assert isolation.leaks(before, isolation._process_state()) == []
+    os.environ[name] = "12345"
+    assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
+    isolation._restore_process(before, isolation.FirstImports())
+    assert name not in os.environ

@@ -204,3 +204,42 @@ class _TorchReseedingTraversal(ReferenceTraversal):
 
 class ReseedsTorch(Implementation):
     traversal = _TorchReseedingTraversal()
+
+
+class _RandomDrawingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import random
+
+        random.random()
+        return super().states_with_modules(root)
+
+
+class DrawsRandom(Implementation):
+    """Draws from the global generator in its own code: a change of its own."""
+
+    traversal = _RandomDrawingTraversal()
+
+
+#: imported anew by every call of ImportsLazily
+LAZY_MODULE = "tests.planted.lazy_import_effects"
+
+
+class _LazilyImportingTraversal(ReferenceTraversal):
+    def states_with_modules(self, root):
+        import importlib
+        import sys
+
+        # Forgotten first, so every call's import is a first import, as the
+        # first test's is in a process where the module is lazily imported.
+        sys.modules.pop(LAZY_MODULE, None)
+        importlib.import_module(LAZY_MODULE)
+        return super().states_with_modules(root)
+
+
+class ImportsLazily(Implementation):
+    """A correct implementation whose call first imports a library that
+    draws from the global generators, sets an environment variable and
+    extends the import path as it is imported (as rich, Inductor and
+    setuptools do): none of that is the implementation's behaviour."""
+
+    traversal = _LazilyImportingTraversal()
