@@ -4,6 +4,7 @@ and fails, and a violation carries what tells bugs apart (the exception's
 type and message pattern; every changed module and attribute; the factor,
 mode and rank, in tests/test_planted_distributed.py)."""
 
+import pytest
 from torch import fx, nn
 
 import tests.planted.known as planted
@@ -100,6 +101,64 @@ def test_fs2_8_internal_error_is_the_group_conflict_bug_only_with_its_exception(
     (wider,), ids = _explained_by(_impl("Wider", bug), _conflicts(SHARED))
     assert ids == [] and wider.error[0] == "KeyError"
     assert wider.message == alone.message  # what tells them apart is the exception, not the sentence
+
+
+# issue 27: m0 -> m1..m4; torch registers a new (DTensor) parameter for each one a
+# call shards, below that call's roots only, so ignored_params resolved after call 1
+# hold the new objects while an alias outside the first group holds the original
+STAR = dict(children=((1, 2, 3, 4), (), (), (), ()), params=(2, 2, 1, 0, 1))
+IGNORED = frozenset({(0, 1), (1, 0), (1, 1), (1, 2), (1, 3), (2, 1), (4, 0)})
+NEW_PARAMETERS = {
+    # the alias m0.tied (outside the first group) keeps the original m1.w0; (1, 0)
+    # ignores the new m1.w0, so call 2 takes the original again
+    "alias outside": (Fsdp2Plan(tree=TreeSpec(**STAR, tied=((1, 0),)),
+                                calls=(PlanCall((1, 4)), PlanCall((0,), IGNORED | {(0, 0)}))),
+                      "call 2 fully_shard(m0) accepted parameter m0.tied"),
+    # the alias m1.tied (inside the first group) is the new one; the original m0.w0,
+    # not ignored by (1, 2), is taken again
+    "alias inside": (Fsdp2Plan(tree=TreeSpec(**STAR, tied=((0, 1),)), calls=(PlanCall((1, 4)), PlanCall((0,), IGNORED))),
+                     "call 2 fully_shard(m0) accepted parameter m0.w0"),
+    # m1 is managed by both calls; the sharded m1.w1 it holds is ignored by call 2
+    # (no DTensor reaches the states, so no TypeError), m1.w0 was ignored by call 1
+    "ignored sharded": (Fsdp2Plan(tree=TreeSpec(**STAR, tied=((1, 0),)),
+                                  calls=(PlanCall((0,), frozenset({(1, 0)})), PlanCall((1, 4), frozenset({(1, 1), (4, 0)})))),
+                        "call 2 fully_shard(m1, m4) accepted module m1"),
+}
+
+
+def _plan_conflicts(impl, plan):
+    from pytest_fsdpcheck.conformance.test_fsdp2_plans import _takes, plan_fully_shard
+
+    taken = _takes(impl, plan)  # before 2.7 without ignored_params, before 2.5 one root per call
+    return (lambda i: plan_fully_shard(i, taken)), taken == plan
+
+
+@pytest.mark.parametrize("case", sorted(NEW_PARAMETERS))
+def test_fs2_8_torchs_new_parameters_are_the_group_conflict_bug(case):
+    from pytest_fsdpcheck.impls import load_implementation
+    from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+
+    bug = "fs2-group-conflict-not-rejected"
+    plan, accepted = NEW_PARAMETERS[case]
+    torch_impl = load_implementation("torch")
+    body, whole = _plan_conflicts(torch_impl, plan)
+    (torch_v,), ids = _explained_by(torch_impl, body)
+    assert ids == [bug], torch_v
+    if whole:
+        assert torch_v.message.startswith(accepted) and not torch_v.error, torch_v
+    (alone,), ids = _explained_by(_impl("Only", bug), body)
+    assert ids == [bug] and alone == torch_v
+    assert body(ReferenceImplementation()) == []
+
+
+@pytest.mark.parametrize(("variant", "case"), [("IgnoredShardedRaises", "ignored sharded"),
+                                               ("AliasRaises", "alias outside"), ("AliasRaises", "alias inside")])
+def test_fs2_8_torchs_exception_where_torch_accepts_is_not_the_group_conflict_bug(variant, case):
+    """Planted: the bug, plus torch's TypeError where torch accepts (an ignored
+    sharded parameter; an alias holding the original)."""
+    impl = getattr(planted, variant)()
+    (v,), ids = _explained_by(impl, _plan_conflicts(impl, NEW_PARAMETERS[case][0])[0])
+    assert ids == [] and v.error == ("TypeError", "Invariant encountered: value was None when it should not be")
 
 
 # m1 given to fully_shard twice, then the root: the second call re-applies it

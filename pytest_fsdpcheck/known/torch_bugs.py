@@ -201,10 +201,13 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         id="fs2-group-conflict-not-rejected",
         invariants=("FS2-8",),
         reason="fully_shard does not look for modules or parameters that an earlier fully_shard "
-        "group already manages: a shared module holding that group's sharded parameter fails "
-        "inside the DTensor or mesh code (an AssertionError about DP/TP meshes on 2.3-2.7, a "
-        "TypeError on 2.11+), and a parameter-free shared module or a parameter "
-        "tied across the groups is silently managed by both.",
+        "group already manages. Each group registers its sharded (DTensor) parameter in place of "
+        "the original under every name below its roots, and nowhere else; a later group whose "
+        "states take such a parameter fails inside the DTensor or mesh code (an AssertionError "
+        "about DP/TP meshes on 2.3-2.7, a TypeError on 2.11+). Anything else is silently managed "
+        "by both groups: a parameter-free shared module, a shared module whose sharded "
+        "parameters the later group ignores, a parameter tied across the groups (an alias "
+        "outside the earlier group still holds the original).",
         affects=">=2.3",
         seen=("2.3.1", "2.15.0"),
         reference={"fsdp2": {"group_conflicts": "torch"}},

@@ -128,11 +128,15 @@ class ReferenceFsdp2:
         deep trees raise ``RecursionError`` (FS2-6).
 
         ``group_conflicts="torch"``: ``fully_shard`` does not look for
-        modules or parameters an earlier group already manages (FS2-8). A
-        module managed by an earlier group that still holds a parameter that
-        group sharded raises torch's ``TypeError`` (the DTensor parameter is
-        mistaken for a tensor-parallel one); anything else is silently
-        managed twice.
+        modules or parameters an earlier group already manages (FS2-8).
+        Like torch, each call registers a new parameter object in place of
+        each one it shards, under every name below its roots that holds it
+        (an alias outside them keeps the original): later calls' ignored
+        parameters and conflicts are about those objects. A call whose
+        states hold an earlier call's new parameter raises torch's
+        ``TypeError`` (the DTensor is mistaken for a tensor-parallel one);
+        an ignored one is no state, so it is accepted, as is anything else:
+        managed twice, silently.
 
         ``scalar_params="accept"``: the states collected include scalar
         (0-dim) parameters, which fully_shard cannot shard (FS2-4).
@@ -157,8 +161,8 @@ class ReferenceFsdp2:
         # what earlier annotate calls managed / sharded
         self._managed_by = weakref.WeakKeyDictionary()  # module -> group number
         self._group_params: dict[int, int] = {}  # id(param) -> group number
-        self._params_alive: list = []  # keeps ids above valid
-        self._sharded_on = weakref.WeakKeyDictionary()  # module -> names of params an earlier group sharded
+        self._params_alive: list = []  # keeps ids above and below valid
+        self._sharded: set[int] = set()  # ids of the parameters torch mode registered in place of sharded ones
         self._groups = 0
         # roots an earlier annotate gave a group (mark_own_group only models one)
         self._applied = weakref.WeakKeyDictionary()  # module -> group number
@@ -322,11 +326,8 @@ class ReferenceFsdp2:
                             f"fully_shard: parameter {qualified_name(roots, module)}.{name} is already "
                             f"managed by another fully_shard group (group {self._group_params[id(p)]})"
                         )
-        else:
-            for module in managed:
-                sharded = self._sharded_on.get(module, ())
-                if any(name in sharded for name, _ in own_params(module)):
-                    raise TypeError(TORCH_DTENSOR_ERROR)
+        elif any(id(p) in self._sharded for p in params):
+            raise TypeError(TORCH_DTENSOR_ERROR)
         self._groups += 1
         group = self._groups
         for r in outermost_roots(roots):
@@ -334,11 +335,33 @@ class ReferenceFsdp2:
             self._applied[r] = group
         for module in managed:
             self._managed_by.setdefault(module, group)
-            names = {name for name, p in own_params(module) if id(p) in param_ids}
-            if names:
-                self._sharded_on.setdefault(module, set()).update(names)
             module._is_fsdp_managed_module = True
             module._fsdp_use_orig_params = True
         for p in params:
             self._group_params.setdefault(id(p), group)
         self._params_alive.extend(params)
+        if self._group_conflicts == "torch":
+            self._register_sharded(outermost_roots(roots), params)
+
+    def _register_sharded(self, roots, params) -> None:
+        """torch's ``FSDPParam`` sets its sharded parameter on every module
+        below the group's roots that registers the original (found by
+        ``named_modules``, other groups' and ignored modules included) and
+        nowhere else. Torch mode models it because the objects decide the
+        outcome of later calls: an ignored parameter resolved after this
+        call is the new one while an alias outside the roots still holds
+        the original, and only the new one is a DTensor."""
+        from torch import nn
+
+        new = {id(p): nn.Parameter(p.detach(), requires_grad=p.requires_grad) for p in params}
+        self._sharded.update(id(q) for q in new.values())
+        self._params_alive.extend(new.values())
+        seen, stack = set(), list(roots)
+        while stack:
+            module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            for name in [n for n, p in module._parameters.items() if p is not None and id(p) in new]:
+                module._parameters[name] = new[id(module._parameters[name])]
+            stack.extend(unique_children(module))

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pytest_fsdpcheck.impls.reference import ReferenceImplementation
 from pytest_fsdpcheck.known.reference_with import reference_with
 from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+from pytest_fsdpcheck.reference.fsdp2 import TORCH_DTENSOR_ERROR
 
 # Bugs with a predicate signature are not a switch of the reference: their
 # planted tests sit beside their check (fs2-gloo-grads-summed:
@@ -330,3 +331,61 @@ class AddressInConflictError:
         impl = ReferenceImplementation()
         impl.fsdp2 = _AddressNamesNothing(impl.fsdp2)
         vars(self).update(vars(impl))
+
+
+# --- issue 27: what the group-conflict bug does once torch's new parameter objects
+# --- are modelled; each declares the bug and must FAIL, never be "known"
+
+
+class _IgnoredShardedRaises:
+    """FS2-8: a managed module holding a parameter an earlier call sharded
+    fails with torch's TypeError even where this call ignores it (what the
+    torch-mode reference did before it modelled torch's new parameters;
+    torch accepts it)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def annotate(self, roots, mesh, ignored_params):
+        inner = self._inner
+        for module in inner.managed_modules(roots, ignored_params):
+            if any(id(p) in inner._sharded for p in module._parameters.values()):
+                raise TypeError(TORCH_DTENSOR_ERROR)
+        inner.annotate(roots, mesh, ignored_params)
+
+
+class _AliasRaises:
+    """FS2-8: an alias outside an earlier group, which still holds the
+    original parameter, fails with torch's TypeError as if it were the
+    sharded one (torch accepts it and manages it twice)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def annotate(self, roots, mesh, ignored_params):
+        inner = self._inner
+        params, _ = inner.managed_states(inner.managed_modules(roots, ignored_params), ignored_params)
+        if any(id(p) in inner._group_params for p in params):
+            raise TypeError(TORCH_DTENSOR_ERROR)
+        inner.annotate(roots, mesh, ignored_params)
+
+
+def _conflict_variant(wrapper):
+    def build(bug):
+        impl = reference_with([bug])
+        impl.fsdp2 = wrapper(impl.fsdp2)
+        impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+        return impl
+
+    return build
+
+
+IgnoredShardedRaises = _class("IgnoredShardedRaises", _conflict_variant(_IgnoredShardedRaises),
+                              BUGS["fs2-group-conflict-not-rejected"])
+AliasRaises = _class("AliasRaises", _conflict_variant(_AliasRaises), BUGS["fs2-group-conflict-not-rejected"])
