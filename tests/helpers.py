@@ -95,3 +95,34 @@ def printed_reproducers(lines) -> list[str]:
     if body:
         snippets.append("\n".join(body).strip() + "\n")
     return snippets
+
+
+class OthersWrites:
+    """For an inner pytest run in a folder: ``args`` load
+    tests/others_writes.py (from a folder of its own, ``pythonpath``, so a
+    run that must import the plugin from a wheel still does), and
+    ``names()`` gives the top-level names that other code than the plugin
+    created there. HOME moves to a folder of its own, so what CUDA and other
+    libraries keep per user (``~/.nv``, ``~/.cache``) is not written in the
+    run's folder either. Set through ``monkeypatch`` for runs that inherit
+    the environment."""
+
+    def __init__(self, monkeypatch, outside):
+        import os
+        import pathlib
+        import shutil
+
+        outside = pathlib.Path(outside)
+        for folder in ("home", "plugins"):
+            (outside / folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(pathlib.Path(__file__).with_name("others_writes.py"), outside / "plugins")
+        self.log = outside / "others-writes.txt"
+        self.log.write_text("")
+        self.pythonpath = str(outside / "plugins")
+        self.args = ["-p", "others_writes"]
+        monkeypatch.setenv("HOME", str(outside / "home"))
+        monkeypatch.setenv("OTHERS_WRITES_LOG", str(self.log))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([self.pythonpath, os.environ.get("PYTHONPATH", "")]))
+
+    def names(self) -> set[str]:
+        return set(self.log.read_text().split())

@@ -179,28 +179,43 @@ def _write(folder: pathlib.Path, files: dict) -> None:
 
 
 @pytest.fixture
-def run(pytester, monkeypatch):
+def run(pytester, monkeypatch, tmp_path_factory):
     """``run(args, files, ini)``: pytest in a subprocess in an empty folder."""
+    from tests.helpers import OthersWrites
+
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path), str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+    others = OthersWrites(monkeypatch, tmp_path_factory.mktemp("outside"))
 
     def go(args, files=(), ini=None, timeout=300):
         _write(pytester.path, dict(files))
         if ini:
             pytester.makeini(f"[pytest]\n{ini}\n")
         before = set(os.listdir(pytester.path))
-        result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args, timeout=timeout)
+        result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", *others.args, *args, timeout=timeout)
         result.folder = pytester.path
         # pytester's own files: the captured streams and the inner run's basetemp
         # (and Hypothesis' own cache of source constants, which it keeps in the
         # working directory whatever the settings)
         ours = {"__pycache__", "stdout", "stderr", "runpytest-current", ".hypothesis"}
-        new = set(os.listdir(pytester.path)) - before - ours
+        new = set(os.listdir(pytester.path)) - before - ours - others.names()
         result.left_behind = sorted(n for n in new if not n.startswith("runpytest-"))
         result.survivors = _processes_in(pytester.path)
         return result
 
     return go
+
+
+def test_files_other_tools_write_are_not_the_plugins(run):
+    """What other installed tools write as a run starts (pytest-benchmark's
+    folder, CUDA's per-user cache) is not left behind by the plugin; the
+    report the plugin writes still is (the faulty implementations below)."""
+    result = run(["-p", "tests.planted.other_tools", "--fsdpcheck", "--fsdpcheck-impl", "reference",
+                  "-k", "test_states_with_modules"])
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert (result.folder / ".benchmarks").is_dir()
+    assert (pathlib.Path(os.environ["HOME"]) / ".nv").is_dir() and not (result.folder / ".nv").exists()
+    assert result.left_behind == [], result.left_behind
 
 
 def _processes_in(folder: pathlib.Path) -> list[str]:

@@ -204,21 +204,24 @@ def pytest_sessionfinish(session):
 
 
 @pytest.mark.parametrize("mode", [["--collect-only"], []], ids=["collect-only", "run"])
-def test_idle_plugin_imports_no_torch_and_writes_nothing(pytester, mode):
+def test_idle_plugin_imports_no_torch_and_writes_nothing(pytester, mode, monkeypatch, tmp_path_factory):
+    from tests.helpers import OthersWrites
+
     pytester.makeconftest(IDLE_CONFTEST)
     pytester.makepyfile(test_tiny="def test_one():\n    assert 1 + 1 == 2\n")
     before = sorted(p.relative_to(pytester.path) for p in pytester.path.rglob("*"))
+    others = OthersWrites(monkeypatch, tmp_path_factory.mktemp("outside"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FSDPCHECK", "PYTEST_ADDOPTS"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *mode],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *others.args, "-s", *mode],
         cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # The plugin was loaded (so the check means something) but stayed idle.
     assert "LOADED=pytest_fsdpcheck.plugin" in proc.stdout.splitlines(), proc.stdout
     assert not any(line.startswith("fsdpcheck") for line in proc.stdout.splitlines()), proc.stdout
-    after = sorted(p.relative_to(pytester.path) for p in pytester.path.rglob("*"))
+    after = sorted(p.relative_to(pytester.path) for p in pytester.path.rglob("*") if p.relative_to(pytester.path).parts[0] not in others.names())
     assert after == before
 
 

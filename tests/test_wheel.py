@@ -48,7 +48,9 @@ def test_wheel_ships_one_top_level_package(wheel):
     assert not any(n.startswith(("conformance/", "fixtures/", "tests/")) for n in names)
 
 
-def test_suite_runs_from_installed_wheel(wheel, tmp_path):
+def test_suite_runs_from_installed_wheel(wheel, tmp_path, monkeypatch):
+    from tests.helpers import OthersWrites
+
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
@@ -65,20 +67,21 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path):
 
     empty = tmp_path / "empty"
     empty.mkdir()
+    others = OthersWrites(monkeypatch, tmp_path / "outside")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FSDPCHECK_IMPL", "PYTEST_ADDOPTS")}
     code = "import pytest_fsdpcheck.plugin as p, pytest_fsdpcheck.collection as c; print(p.__file__); print(c.conformance_dir())"
     where = _run([str(python), "-c", code], cwd=empty, env=env).stdout.split()
     assert all(pathlib.Path(w).is_relative_to(inner_site) for w in where), where
 
     proc = subprocess.run(
-        [str(python), "-m", "pytest", "-p", "no:cacheprovider", "--fsdpcheck", "-k", "test_states_with_modules",
+        [str(python), "-m", "pytest", "-p", "no:cacheprovider", *others.args, "--fsdpcheck", "-k", "test_states_with_modules",
          "--fsdpcheck-impl", "reference"],
-        cwd=empty, env=env, capture_output=True, text=True, timeout=600,
+        cwd=empty, env={**env, "PYTHONPATH": others.pythonpath}, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout, proc.stdout
     assert "test_traversal.py ." in proc.stdout, proc.stdout
-    assert list(empty.iterdir()) == []
+    assert [p.name for p in empty.iterdir() if p.name not in others.names()] == []
 
 
 def _history_releases() -> list[str]:
