@@ -259,18 +259,12 @@ class Guarded:
 
 def global_state() -> dict:
     """What a well-behaved implementation leaves as it found it."""
-    import logging
-
     import torch
     import torch.fx
 
     state = {
         "fx.Tracer": {k: v for k, v in vars(torch.fx.Tracer).items() if not k.startswith("__")},
-        "loggers": {
-            name: logger.level
-            for name, logger in logging.root.manager.loggerDict.items()
-            if isinstance(logger, logging.Logger) and name.split(".")[0] in ("torch", "pytest_fsdpcheck")
-        },
+        "loggers": _logger_levels(),
         "grad_enabled": torch.is_grad_enabled(),
         "default_dtype": torch.get_default_dtype(),
         # the plugin pins this to 1 for the session; an implementation changing it is a leak
@@ -287,6 +281,13 @@ def global_state() -> dict:
     state["process_group"] = dist.is_available() and dist.is_initialized()
     state.update(_process_state())
     return state
+
+
+def _logger_levels() -> dict:
+    import logging
+
+    return {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger) and name.split(".")[0] in ("torch", "pytest_fsdpcheck")}
 
 
 def _process_state() -> dict:
@@ -477,10 +478,8 @@ def leaks(before: dict, after: dict, imported: FirstImports | None = None) -> li
             continue
         if key in ("sys.meta_path", "sys.path_hooks"):
             a = [x for x in a if x in b or not _imported_during(x, before, after)]
-        if imported is not None and key == "environ":
-            a, b = imported.without_environ(a), imported.without_environ(b)
-        if imported is not None and key == "sys.path":
-            a = [x for x in a if x in b or x not in imported.path]
+        if imported is not None:
+            a, b = imported.excused(key, a, b)
         if key == "dynamo.config" and (b is None or a is None):
             continue  # Dynamo was first imported during the test
         if key == "loggers":
@@ -529,8 +528,10 @@ def restore(before: dict, imported: FirstImports | None = None) -> None:
     for k, v in tracer_attrs.items():
         if vars(torch.fx.Tracer).get(k) is not v:
             setattr(torch.fx.Tracer, k, v)
+    imported = imported or FirstImports()
     for name, level in before["loggers"].items():
-        logging.getLogger(name).setLevel(level)
+        if name not in imported.kept("loggers", _logger_levels()):
+            logging.getLogger(name).setLevel(level)
     torch.set_grad_enabled(before["grad_enabled"])
     torch.set_default_dtype(before["default_dtype"])
     if "num_threads" in before:
@@ -543,11 +544,12 @@ def restore(before: dict, imported: FirstImports | None = None) -> None:
             hooks.update(value)
     dynamo = _dynamo_config()
     if dynamo is not None and "dynamo.config" in before:
-        _load_config(dynamo, before["dynamo.config"])
+        now = _config_copy(dynamo)
+        _load_config(dynamo, {**before["dynamo.config"], **{k: now[k] for k in imported.kept("dynamo.config", now)}})
     dist = torch.distributed
     if not before["process_group"] and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _restore_process(before, imported or FirstImports())
+    _restore_process(before, imported)
 
 
 def _restore_process(before: dict, imported: FirstImports) -> None:
@@ -555,16 +557,17 @@ def _restore_process(before: dict, imported: FirstImports) -> None:
 
     after = _process_state()
     _stop_threads_and_children(before, after)
-    environ = imported.without_environ(before["environ"])
-    for key in [k for k, v in imported.without_environ(os.environ).items()
-                if k not in environ and k != "PYTEST_CURRENT_TEST" and not _torchs_bookkeeping(k, v)]:
+    kept = imported.kept("environ", os.environ)
+    environ = before["environ"]
+    for key in [k for k, v in os.environ.items()
+                if k not in environ and k not in kept and k != "PYTEST_CURRENT_TEST" and not _torchs_bookkeeping(k, v)]:
         del os.environ[key]
     for key, value in environ.items():
-        if os.environ.get(key) != value:
+        if os.environ.get(key) != value and key not in kept:
             os.environ[key] = value
     if before["cwd"] is not None and after["cwd"] != before["cwd"]:
         os.chdir(before["cwd"])
-    sys.path[:] = before["sys.path"] + [x for x in after["sys.path"] if x in imported.path and x not in before["sys.path"]]
+    sys.path[:] = before["sys.path"] + [x for x in after["sys.path"] if x in imported.kept("sys.path", after["sys.path"]) and x not in before["sys.path"]]
     for name in ("meta_path", "path_hooks"):
         hooks = getattr(sys, name)
         hooks[:] = [x for x in hooks if x in before["sys." + name] or _imported_during(x, before, after)]
@@ -573,7 +576,8 @@ def _restore_process(before: dict, imported: FirstImports) -> None:
                 hooks.insert(i, hook)
     if after["sys.path"] != before["sys.path"] or after["sys.path_hooks"] != before["sys.path_hooks"]:
         sys.path_importer_cache.clear()
-    sys.setrecursionlimit(before["recursion_limit"])
+    if not imported.kept("recursion_limit", sys.getrecursionlimit()):
+        sys.setrecursionlimit(before["recursion_limit"])
 
 
 def _stop_threads_and_children(before: dict, after: dict) -> None:
@@ -631,22 +635,26 @@ class FirstImports:
     library pulls in), so what it does to process-wide state depends on
     what is installed and on test order, never on the implementation: rich
     draws from ``random`` as it is imported, setuptools extends
-    ``sys.path``. Its draws from the global generators are undone as the
-    import ends, so the generators' stream does not depend on what is
-    installed either (Hypothesis, for the same reason, keeps them out of its
-    examples); what it sets in the environment or adds to the import path
-    is kept, as the module relies on it, and is not a leak. A change made
-    by the implementation's own code is judged as before, even inside a
-    module's first import when it is undone there.
+    ``sys.path``, other libraries set environment variables, logger levels,
+    Dynamo's config or the recursion limit. Its draws from the global
+    generators are undone as the import ends, so the generators' stream
+    does not depend on what is installed either (Hypothesis, for the same
+    reason, keeps them out of its examples). The rest is kept, as the
+    module relies on it, and is not a leak while it holds the value the
+    import left. A change made by the implementation's own code is judged
+    as before.
 
     Watching replaces the import system's loading step (CPython's
     ``importlib._bootstrap._load_unlocked``, through which every first import
-    goes) for the duration only; without it, nothing is excused."""
+    goes) for the duration only; the state is read around the outermost
+    import alone, so a library pulling in a thousand modules costs two
+    reads. Without that step, nothing is excused."""
 
     def __init__(self):
-        self.environ: dict[str, object] = {}  # name -> the value an import left (_UNSET: removed)
-        self.path: list[str] = []  # import path entries an import added
+        #: state key -> {entry: the value an import left (_UNSET: removed)}
+        self.changed: dict[str, dict] = {}
         self._bootstrap = self._real = None
+        self._depth = 0
 
     def __enter__(self):
         import sys
@@ -665,25 +673,69 @@ class FirstImports:
         return False
 
     def _loading(self, spec):
-        import sys
-
-        generators = _generator_objects()
-        drawn = [(put, get()) for get, put in generators]
-        environ, path = dict(os.environ), list(sys.path)
+        if self._depth:
+            self._depth += 1
+            try:
+                return self._real(spec)
+            finally:
+                self._depth -= 1
+        drawn = [(put, get()) for get, put in _generator_objects()]
+        before = _import_visible()
+        self._depth = 1
         try:
             return self._real(spec)
         finally:
+            self._depth = 0
             for put, state in drawn:
                 put(state)
-            for key in environ.keys() | os.environ.keys():
-                if environ.get(key) != os.environ.get(key):
-                    self.environ[key] = os.environ.get(key, _UNSET)
-            self.path.extend(x for x in sys.path if x not in path and x not in self.path)
+            after = _import_visible()
+            for key in after.keys() & before.keys():
+                self._note(key, before[key], after[key])
 
-    def without_environ(self, environ) -> dict:
-        """``environ`` less the variables first imports set, where they hold
-        the value the import left."""
-        return {k: v for k, v in environ.items() if self.environ.get(k, _UNSET) != v}
+    def _note(self, key, before, after) -> None:
+        changed = self.changed.setdefault(key, {})
+        if isinstance(after, dict) and isinstance(before, dict):
+            for k in before.keys() | after.keys():
+                if before.get(k, _UNSET) != after.get(k, _UNSET):
+                    changed[k] = after.get(k, _UNSET)
+        elif isinstance(after, list) and isinstance(before, list):
+            changed.update((x, True) for x in after if x not in before)
+        elif before != after:
+            changed[None] = after
+
+    def kept(self, key, now) -> set:
+        """The entries of ``key`` that hold, in ``now``, what an import left."""
+        changed = self.changed.get(key, {})
+        if isinstance(now, list):
+            return {x for x in now if x in changed}
+        if not hasattr(now, "items"):
+            return {None} if changed.get(None, _UNSET) == now else set()
+        return {k for k, v in changed.items() if now.get(k, _UNSET) == v}
+
+    def excused(self, key, after, before):
+        """``after`` and ``before`` as a leak check should compare them."""
+        kept = self.kept(key, after) if after is not None else set()
+        if not kept:
+            return after, before
+        if isinstance(after, list):
+            return [x for x in after if x in before or x not in kept], before
+        if not isinstance(after, dict):
+            return before, before
+        return ({k: v for k, v in after.items() if k not in kept},
+                {k: v for k, v in before.items() if k not in kept})
+
+
+def _import_visible() -> dict:
+    """What a module's import-time code may change that a leak check reads
+    and restore puts back, at a cost fit for every outermost first import."""
+    import sys
+
+    state = {"environ": dict(os.environ), "sys.path": list(sys.path),
+             "recursion_limit": sys.getrecursionlimit(), "loggers": _logger_levels()}
+    dynamo = _dynamo_config()
+    if dynamo is not None:
+        state["dynamo.config"] = _config_copy(dynamo)
+    return state
 
 
 def _generator_objects() -> list:

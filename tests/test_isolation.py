@@ -269,32 +269,50 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
     import sys
 
     import torch
+    import torch._dynamo
 
     from pytest_fsdpcheck import isolation
 
     (tmp_path / "draws_at_import.py").write_text(
-        "import os, random, sys, torch\n"
+        "import os, random, sys, torch, torch._dynamo\n"
+        "import draws_at_import_too\n"
         "ID = random.getrandbits(24)\n"
         "torch.rand(1)\n"
         "os.environ['FSDPCHECK_IMPORTED'] = '1'\n"
         "sys.path.append('/imported/vendor')\n"
+        "sys.setrecursionlimit(sys.getrecursionlimit() + 7)\n"
+    )
+    # an import the first one makes: its changes are read with the outer one's
+    (tmp_path / "draws_at_import_too.py").write_text(
+        "import random, torch._dynamo\n"
+        "random.random()\n"
+        "torch._dynamo.config.recompile_limit += 3\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("FSDPCHECK_IMPORTED", raising=False)
-    before, generators = isolation._process_state(), (random.getstate(), torch.get_rng_state())
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", torch._dynamo.config.recompile_limit)
+    limit = sys.getrecursionlimit()
+    before, generators = isolation.global_state(), (random.getstate(), torch.get_rng_state())
     with isolation.FirstImports() as imported:
         importlib.import_module("draws_at_import")
     try:
         assert (random.getstate(), torch.get_rng_state().equal(generators[1])) == (generators[0], True)
-        assert isolation.leaks(before, isolation._process_state(), imported) == []
-        isolation._restore_process(before, imported)
+        assert isolation.leaks(before, isolation.global_state(), imported) == []
+        isolation.restore(before, imported)
         assert os.environ["FSDPCHECK_IMPORTED"] == "1" and "/imported/vendor" in sys.path
+        assert sys.getrecursionlimit() == limit + 7
+        assert torch._dynamo.config.recompile_limit == before["dynamo.config"]["recompile_limit"] + 3
         # the same changes made outside an import are the caller's own
         os.environ["FSDPCHECK_IMPORTED"] = "2"
         sys.path.append("/elsewhere")
-        assert isolation.leaks(before, isolation._process_state(), imported) == [
-            "environ (FSDPCHECK_IMPORTED)", "sys.path (added '/elsewhere')"]
+        sys.setrecursionlimit(limit + 8)
+        torch._dynamo.config.recompile_limit += 1
+        assert isolation.leaks(before, isolation.global_state(), imported) == [
+            "dynamo.config (recompile_limit)", "environ (FSDPCHECK_IMPORTED)",
+            f"recursion_limit ({limit} -> {limit + 8})", "sys.path (added '/elsewhere')"]
     finally:
+        sys.setrecursionlimit(limit)
+        sys.modules.pop("draws_at_import_too", None)
         sys.modules.pop("draws_at_import", None)
         while "/imported/vendor" in sys.path:
             sys.path.remove("/imported/vendor")
