@@ -9,17 +9,28 @@ CUDA, 2 on CPU); SPL-16 also runs at world size 1. Under
 every rank sees every rank's results. One run per world size, device and
 check serves every implementation of the session: each rank runs every
 implementation, so the processes (the slow part) start once.
+
+Each rank also runs a control beside the implementations (SPL-16: eager
+DDP against the unsharded model; FS2-9: torch's own walk). When the world
+fails (a rank cannot join, or fails before any implementation ran) or the
+control fails the same check the same way, the failure would be the same
+for every implementation: the test is an environment error naming the
+world (backend, device, world size, hosts, visible GPUs), never a FAIL.
 """
 
 import pytest
 
+from pytest_fsdpcheck.checks import ConformanceFailure, EnvironmentFault
 from pytest_fsdpcheck.checks.distributed import (
     check_ddp_end_to_end,
     check_fsdp2_end_to_end,
+    ddp_environment,
+    fsdp2_environment,
     fsdp2_unchecked,
 )
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.known.judge import conform
+from pytest_fsdpcheck.report import PROP_ENVIRONMENT
 from pytest_fsdpcheck.session import get_session, world_size_for
 from pytest_fsdpcheck.torch_support import require_compile
 
@@ -84,6 +95,20 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0):
     )
 
 
+def _judge(request, impl, violations, example, environment) -> None:
+    """``conform``, except that a failure the world or the control shares
+    (``environment(violations)`` says why, or None) is an environment error:
+    known bugs are still asked first, since one may model exactly that."""
+    try:
+        conform(impl, violations, example)
+    except ConformanceFailure:
+        why = environment()
+        if why is None:
+            raise
+        request.node.user_properties.append((PROP_ENVIRONMENT, why))
+        raise EnvironmentFault(why) from None
+
+
 @pytest.mark.invariant("SPL-16")
 @pytest.mark.parametrize("scale", ["one", "runner"])
 def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, scale, request):
@@ -92,10 +117,12 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, s
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device, "ddp")
     # The ranks ran in other processes: the outcome is judged as it is, not replayed.
-    conform(
+    _judge(
+        request,
         fsdpcheck_impl,
         check_ddp_end_to_end(results, spec),
         _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "ddp", "check_ddp_end_to_end"),
+        lambda: ddp_environment(results, spec),
     )
 
 
@@ -121,10 +148,12 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
         pytest.skip(f"not provided: torch {torch.__version__}'s fully_shard takes no ignored_params (2.7+)")
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device, "fsdp2")
-    conform(
+    _judge(
+        request,
         fsdpcheck_impl,
         check_fsdp2_end_to_end(results, spec),
         _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end", _seed(request.config)),
+        lambda: fsdp2_environment(results, spec),
     )
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
     if unchecked:

@@ -27,11 +27,9 @@ COLLECTIVE_TIMEOUT_S = float(os.environ.get("FSDPCHECK_COLLECTIVE_TIMEOUT", "300
 _RANK0_ONLY = ("--fsdpcheck-report", "--junitxml", "--junit-xml", "--resultlog")
 
 
-def _device(argv: list[str]) -> str:
-    """``--fsdpcheck-device`` as given (cpu or cuda), else cuda where torch
-    sees a GPU. ``auto`` picks one: a rank runs on one device."""
-    import torch
-
+def _requested_device(argv: list[str]) -> str | None:
+    """``--fsdpcheck-device`` as given (cpu or cuda); None for auto or unset:
+    a rank runs on one device, chosen by :func:`~.runs.world.choose_device`."""
     for i, arg in enumerate(argv):
         value = None
         if arg.startswith("--fsdpcheck-device="):
@@ -40,7 +38,7 @@ def _device(argv: list[str]) -> str:
             value = argv[i + 1]
         if value in ("cpu", "cuda"):
             return value
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return None
 
 
 def _without(argv: list[str], options) -> list[str]:
@@ -57,6 +55,11 @@ def _without(argv: list[str], options) -> list[str]:
     return out
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0].strip() if lines else ''}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     missing = [name for name in ENV if name not in os.environ]
@@ -71,12 +74,50 @@ def main(argv: list[str] | None = None) -> int:
 
     from .collection import conformance_dir
     from .runs.ddp_run import TORCHRUN_ENV
+    from .runs.world import (
+        choose_device,
+        exchange_places,
+        here,
+        shared_gpus,
+        visible_gpus,
+        world_record,
+    )
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    device = _device(argv)
-    if device == "cuda":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    world_size = int(os.environ["WORLD_SIZE"])
+    requested = _requested_device(argv)
+    gpus = visible_gpus()
+    cuda = gpus > 0
+    timeout = timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+    try:
+        # the rendezvous store exists before any backend: the device is
+        # chosen on it, so no rank joins NCCL on a GPU another rank holds
+        store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+        choice = exchange_places(
+            store, here(rank, local_rank, gpus), world_size,
+            lambda places: choose_device(requested, cuda, shared_gpus(places)), COLLECTIVE_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - the world failed, not a check: one line naming it
+        print(f"pytest_fsdpcheck.distributed: environment (rank {rank} of {world_size}, "
+              f"MASTER_ADDR {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): the rendezvous failed: "
+              f"{_first_line(exc)}", file=sys.stderr)
+        return 1
+    if choice.stop:
+        print(f"pytest_fsdpcheck.distributed: {choice.stop}", file=sys.stderr)
+        return 4
+    if choice.note and rank == 0:
+        print(f"pytest_fsdpcheck.distributed: {choice.note}", file=sys.stderr)
+    device = choice.device
+    try:
+        if device == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(choice.backend, store=dist.PrefixStore("default_pg", store), rank=rank,
+                                world_size=world_size, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - the world failed, not a check: one line naming it
+        from .checks.distributed import describe_world
+
+        print(f"pytest_fsdpcheck.distributed: environment ({describe_world([{'world': world_record(choice.backend, device, world_size)}])}): "
+              f"rank {rank} could not join the process group: {_first_line(exc)}", file=sys.stderr)
+        return 1
     os.environ[TORCHRUN_ENV] = "1"
     args = [
         "--fsdpcheck", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",

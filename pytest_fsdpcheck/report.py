@@ -22,11 +22,16 @@ PROP_EXAMPLES = "fsdpcheck_examples"
 PROP_DIGEST = "fsdpcheck_examples_digest"
 PROP_RUN = "fsdpcheck_run"  # a property's examples, area, worker and generator features
 PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
+#: why a distributed check could not judge the implementation (the world or its control failed)
+PROP_ENVIRONMENT = "fsdpcheck_environment"
 
-# Worst first: a cell shows the worst outcome among its tests.
-RANK = ["fail", "unexpected pass", "divergence", "known", "pass", "skipped", "not provided"]
+# Worst first: a cell shows the worst outcome among its tests. An
+# environment error is below a FAIL (a real failure elsewhere in the cell
+# still shows) and above everything else (nothing was judged).
+RANK = ["fail", "error", "unexpected pass", "divergence", "known", "pass", "skipped", "not provided"]
 SYMBOL = {
     "fail": "FAIL",
+    "error": "ERROR",
     "unexpected pass": "XPASS",
     "divergence": "declared",
     "known": "known",
@@ -68,7 +73,8 @@ class Matrix:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
         if when == "call":
             test["seconds"] = round(report.duration, 4)
-        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN), ("run", PROP_RUN)):
+        for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN),
+                          ("run", PROP_RUN), ("environment", PROP_ENVIRONMENT)):
             if prop in props:
                 test[key] = props[prop]
         if when == "call" or (when == "setup" and not report.passed):
@@ -163,6 +169,8 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
         kind = "not provided" if not_provided else "skipped"
         return dict.fromkeys(invariants, kind)
     if report.failed:
+        if props.get(PROP_ENVIRONMENT):
+            return dict.fromkeys(invariants, "error")
         if violated:
             # a check may find a violation of an invariant its test is not
             # tagged with: that cell fails too, or the failure would be

@@ -77,7 +77,7 @@ def _build(config, settings: Settings) -> Session:
             impls[spec] = Guarded(load_implementation(spec), spec, settings.timeout_s)
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
-    devices = _devices(settings.device)
+    devices = _devices(settings.device, settings.world_size)
     if settings.profile == "ci":
         seed = None
     else:
@@ -146,15 +146,37 @@ def _fuzz_plan(config, settings: Settings, seed):
     return Plan(seed, settings.profile, machine, machines, workers, budget, deadline)
 
 
-def _devices(choice: str) -> list[str]:
+def _devices(choice: str, world_size: int | None = None) -> list[str]:
     import torch
 
     has_cuda = torch.cuda.is_available()
     if choice == "cuda" and not has_cuda:
         raise pytest.UsageError("fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device")
+    if choice == "cuda" and world_size is not None:
+        stop = _spawned_ranks_share_a_gpu(world_size, torch.cuda.device_count())
+        if stop:
+            raise pytest.UsageError(f"fsdpcheck: {stop}")
     if choice == "auto":
         return ["cpu", "cuda"] if has_cuda else ["cpu"]
     return [choice]
+
+
+def _spawned_ranks_share_a_gpu(world_size: int, gpus: int) -> str | None:
+    """The one-line reason the distributed checks' ranks, all started on
+    this host, cannot each have a GPU under a forced ``cuda``; None if they
+    can. Under torchrun the ranks exist already and chose their device
+    before this session (``python -m pytest_fsdpcheck.distributed``)."""
+    import os
+    import socket
+
+    from .runs.ddp_run import launched_by_torchrun
+    from .runs.world import Place, choose_device, shared_gpus
+
+    if launched_by_torchrun():
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    places = [Place(r, socket.gethostname(), gpus, visible, r) for r in range(world_size)]
+    return choose_device("cuda", True, shared_gpus(places)).stop
 
 
 def xdist_controller(config) -> bool:

@@ -307,7 +307,8 @@ def _unreproduced(session) -> list[tuple[str, object]]:
             cells = [(inv, spec) for inv in bug.invariants]
             if any((spec, inv) in session.deselected for inv in bug.invariants):
                 continue
-            ran = any(session.matrix.outcome(*cell) not in (None, "not provided", "skipped") for cell in cells)
+            # an environment error judged nothing: it cannot tell a bug gone
+            ran = any(session.matrix.outcome(*cell) not in (None, "not provided", "skipped", "error") for cell in cells)
             if ran and not session.matrix.known_examples.get((spec, bug.id)):
                 found.append((spec, bug))
     return found

@@ -45,26 +45,27 @@ def _ours(mark: str) -> list[int]:
     return pids
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
-def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
+def _run_agents(tmp_path, args, **env_extra) -> tuple[list, list[str]]:
+    """Two torchrun agents (one rank each, c10d rendezvous on localhost)
+    running ``python -m pytest_fsdpcheck.distributed *args``; their return
+    codes and outputs, once both ended. Neither may hang nor leave a process."""
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed")
     mark = uuid.uuid4().hex
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        GLOO_SOCKET_IFNAME="lo",  # the hostname's address need not exist in a container
-        FSDPCHECK_COMPILE_BACKEND="aot_eager",  # the launcher is under test, not inductor
-        FSDPCHECK_TEST_MARK=mark,
-    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "GLOO_SOCKET_IFNAME": "lo",  # the hostname's address need not exist in a container
+        "FSDPCHECK_COMPILE_BACKEND": "aot_eager",  # the launcher is under test, not inductor
+        "FSDPCHECK_TEST_MARK": mark,
+        **env_extra,
+    }
     port = _free_port()
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", mark,
-        "-m", "pytest_fsdpcheck.distributed",
-        "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
-        "--fsdpcheck-report", str(tmp_path / "report.json"),
+        "-m", "pytest_fsdpcheck.distributed", *args,
     ]
     agents, outputs = [], []
     try:
@@ -95,7 +96,15 @@ def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes left behind: {left}"
+    return agents, texts
 
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
+    agents, texts = _run_agents(tmp_path, [
+        "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
+        "--fsdpcheck-report", str(tmp_path / "report.json"),
+    ])
     reporters = [t for t in texts if "fsdpcheck conformance matrix" in t]
     assert len(reporters) == 1, "rank 0 alone reports:\n" + "\n".join(t[-3000:] for t in texts)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -105,6 +114,43 @@ def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     assert "SPL-16: rank 1: expected one compiled subgraph per planned bucket" in reporters[0]
     assert "SPL-16: rank 0" not in reporters[0]
     assert [a.returncode for a in agents] == [1, 1], [t[-2000:] for t in texts]
+
+
+PLANTED_WORLD = str(REPO / "tests" / "planted" / "world")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_two_agents_on_a_one_gpu_host_run_gloo_on_cpu(tmp_path):
+    """Issue 27's runner: two agents, one rank each, one GPU on the host. Both
+    ranks would take cuda:0 (NCCL fails both, and every implementation's
+    column with them): they run gloo on CPU, and rank 0 says why."""
+    agents, texts = _run_agents(
+        tmp_path, ["--fsdpcheck-impl", "reference", "-k", "test_compiled_ddp", "--fsdpcheck-report", str(tmp_path / "report.json")],
+        PYTHONPATH=os.pathsep.join([str(REPO), PLANTED_WORLD, os.environ.get("PYTHONPATH", "")]),
+        FSDPCHECK_PLANTED_WORLD="one-gpu")
+    assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
+    notes = [line for t in texts for line in t.splitlines() if "pytest_fsdpcheck.distributed: gloo on CPU" in line]
+    assert len(notes) == 1 and notes[0].endswith("2 ranks on host " + socket.gethostname()
+                                                 + " share 1 visible GPU (CUDA_VISIBLE_DEVICES=unset)"), notes
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["matrix"]["reference"]["SPL-16"]["outcome"] == "pass", report["matrix"]
+    assert report["header"]["devices"] == ["cpu"]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_forced_cuda_on_a_shared_gpu_stops_before_any_check(tmp_path):
+    """A user who forced CUDA there gets one line from every rank, exit 4,
+    and no check runs."""
+    agents, texts = _run_agents(
+        tmp_path, ["--fsdpcheck-impl", "reference", "--fsdpcheck-device", "cuda"],
+        PYTHONPATH=os.pathsep.join([str(REPO), PLANTED_WORLD, os.environ.get("PYTHONPATH", "")]),
+        FSDPCHECK_PLANTED_WORLD="one-gpu")
+    assert all(a.returncode != 0 for a in agents), [t[-3000:] for t in texts]
+    for text in texts:
+        stops = [line for line in text.splitlines() if "pytest_fsdpcheck.distributed: --fsdpcheck-device cuda, but" in line]
+        assert len(stops) == 1 and "2 ranks on host" in stops[0] and "NCCL needs a GPU of its own" in stops[0], text[-3000:]
+        # the worker's status reaches torchrun, whose agent reports it (with a traceback of its own)
+        assert "test session starts" not in text and "exitcode  : 4" in text, text[-3000:]
 
 
 def test_without_torchrun_it_says_how_to_start_it():

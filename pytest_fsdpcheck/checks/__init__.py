@@ -55,6 +55,15 @@ class ConformanceFailure(AssertionError):
         return "\n".join(lines)
 
 
+class EnvironmentFault(Exception):
+    """The check could not judge the implementation: the world it ran in
+    failed (rendezvous, backend, a rank that could not take part), or the
+    control run beside the implementation failed the same way. Not a
+    conformance failure: the matrix shows an error naming the environment,
+    never a FAIL in the implementation's column. The message starts with
+    ``environment (<backend> on <device>, world size N, host(s), GPUs)``."""
+
+
 def error_of(exc: BaseException) -> tuple[str, str]:
     """What :attr:`Violation.error` holds for ``exc``."""
     return type(exc).__name__, (str(exc).splitlines() or [""])[0]

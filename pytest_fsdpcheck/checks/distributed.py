@@ -136,8 +136,23 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
 
 
 def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: float, atol: float) -> list[str]:
-    import torch
+    out = _fsdp2_walk(result, step, mode)
+    grads = _wrong_gradients(result, step["grads"], rtol, atol)
+    factor = _uniform_factor(result, step["grads"], rtol, atol) if grads else None
+    if factor is not None:
+        # One statement for a uniform scaling, with its factor, told apart
+        # from any gradient that is wrong another way; and whether torch's
+        # own walk, in the same run, scales the same: only then is it
+        # torch's reduction (summing over ranks instead of averaging), not
+        # something the implementation did (a gradient hook firing twice).
+        grads = [f"every sharded gradient is {factor:g} times the unsharded gradient of the global batch"
+                 + _torch_walk_says(result, mode, factor, world_size, rtol, atol)]
+    return out + grads
 
+
+def _fsdp2_walk(result: dict, step: dict, mode: str) -> list[str]:
+    """What the implementation's walk decided, against the oracle: every
+    FS2-9 statement but the gradients."""
     oracle = result["oracle"]
     out: list[str] = []
     want_calls = oracle["calls"]
@@ -159,28 +174,25 @@ def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: floa
         out.append(f"expected sharded (DTensor) parameters {want_sharded}, found {step['dtensors']}")
     if mode == "compiled" and step.get("graphs", 1) < 1:
         out.append("torch.compile compiled no graph: the compiled step ran eagerly")
-    ignored = set(oracle["ignored"])
+    return out
+
+
+def _wrong_gradients(result: dict, got: dict, rtol: float, atol: float) -> list[str]:
+    import torch
+
+    ignored = set(result["oracle"]["ignored"])
     grads: list[str] = []
     for label, global_grad in result["reference"]["global"].items():
         local = label in ignored
         want = result["reference"]["local"][label] if local else global_grad
-        have = step["grads"].get(label)
+        have = got.get(label)
         which = "this rank's unsharded gradient (ignored: not reduced)" if local else "the unsharded gradient of the global batch"
         if have is None:
             grads.append(f"{label} has no gradient, expected {which}")
         elif have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
             diff = (have - want).abs().max().item() if have.shape == want.shape else f"shape {tuple(have.shape)}"
             grads.append(f"gradient of {label}: expected {which}, max abs difference {diff}")
-    factor = _uniform_factor(result, step["grads"], rtol, atol) if grads else None
-    if factor is not None:
-        # One statement for a uniform scaling, with its factor, told apart
-        # from any gradient that is wrong another way; and whether torch's
-        # own walk, in the same run, scales the same: only then is it
-        # torch's reduction (summing over ranks instead of averaging), not
-        # something the implementation did (a gradient hook firing twice).
-        grads = [f"every sharded gradient is {factor:g} times the unsharded gradient of the global batch"
-                 + _torch_walk_says(result, mode, factor, world_size, rtol, atol)]
-    return out + grads
+    return grads
 
 
 def _uniform_factor(result: dict, grads: dict, rtol: float, atol: float) -> float | None:
@@ -259,3 +271,109 @@ def fsdp2_unchecked(results: list[dict], spec: str) -> list[str]:
                     reasons["sharded parameters"] = ("torch's fully_shard built no readable parameter group: what each "
                                                      "call really sharded was not compared with the oracle")
     return [why if what == "FS2-9" else f"FS2-9 ({what}): {why}" for what, why in reasons.items()]
+
+
+# --- the world and the control: when a check cannot judge the implementation --------
+
+#: a rank's ``phase`` when it failed: the world's own, or the control's
+#: (no implementation had run); any other phase is charged to the check
+WORLD_PHASES = {
+    "world": "joining the process group",
+    "control": "the control step, before any implementation ran",
+    "exchange": "exchanging the ranks' results",
+}
+
+
+def describe_world(results: list[dict]) -> str:
+    """One line naming the world from the ranks' ``world`` records
+    (:func:`pytest_fsdpcheck.runs.world.world_record`): backend, device,
+    world size, each host with its visible GPUs."""
+    worlds = [r["world"] for r in results if r.get("world")]
+    if not worlds:
+        return "no rank recorded its world"
+    first = worlds[0]
+    hosts: dict[str, str] = {}
+    for world in worlds:
+        visible = world.get("visible")
+        hosts.setdefault(world.get("host", "?"), f"{world.get('gpus', '?')} visible GPU(s), CUDA_VISIBLE_DEVICES="
+                                                 f"{'unset' if visible is None else repr(visible)}")
+    where = "; ".join(f"host {host}: {gpus}" for host, gpus in sorted(hosts.items()))
+    return (f"{first.get('backend', '?')} on {first.get('device', '?')}, world size {first.get('world_size', '?')}, "
+            f"torch {first.get('torch', '?')}; {where}")
+
+
+def _environment(results: list[dict], why: str, spec: str) -> str:
+    return f"environment ({describe_world(results)}): {why}; not a verdict on {spec}"
+
+
+def _world_failed(results: list[dict]) -> str | None:
+    for result in results:
+        phase = result.get("phase")
+        if result.get("error") and phase in WORLD_PHASES:
+            return f"rank {result.get('rank')} failed while {WORLD_PHASES[phase]}: {_first_line(result['error'])}"
+    return None
+
+
+def ddp_environment(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
+    """Why SPL-16 cannot judge ``spec`` in this world, or None. The control
+    is eager DDP: its gradients must be the unsharded model's on the global
+    batch. When a rank could not join the process group or take the control
+    step, or the control's gradients are wrong, the same failure would be
+    reported for every implementation: it is the world's."""
+    import torch
+
+    why = _world_failed(results)
+    for result in results if why is None else ():
+        unsharded = result.get("unsharded")
+        if result.get("error") or unsharded is None:
+            continue
+        for name, want in unsharded.items():
+            have = result["eager"]["grads"].get(name)
+            if have is None or have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
+                diff = "missing" if have is None else (
+                    f"max abs difference {(have - want).abs().max().item():.3g}" if have.shape == want.shape else "shape")
+                why = (f"rank {result['rank']}: the control, eager DDP, fails the same check: its gradient of {name} "
+                       f"is not the unsharded model's on the global batch ({diff})")
+                break
+        if why:
+            break
+    return None if why is None else _environment(results, why, spec)
+
+
+def fsdp2_environment(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5) -> str | None:
+    """Why FS2-9 cannot judge ``spec`` in this world, or None: a rank could
+    not join the process group or take the control steps (torch's own walk
+    on a throwaway model, the unsharded model's gradients); or every
+    violation of ``spec`` is a wrong gradient that torch's own walk (the
+    control, ``torch_walk``) gives too, equal to the implementation's, in
+    the same run, while the implementation's walk matched the oracle."""
+    import torch
+
+    why = _world_failed(results)
+    if why is not None:
+        return _environment(results, why, spec)
+    shared = None
+    for result in results:
+        record = (result.get("impls") or {}).get(spec)
+        if result.get("error") or not record or record.get("error") or record.get("not_provided"):
+            return None
+        for mode in ("eager", "compiled"):
+            step = record[mode]
+            wrong = _wrong_gradients(result, step["grads"], rtol, atol)
+            if not wrong:
+                continue
+            control = (result.get("torch_walk") or {}).get(mode)
+            if _fsdp2_walk(result, step, mode) or not control or control.get("error"):
+                return None
+            # the same way: the control's gradients are the implementation's, label by label
+            theirs, ours = control["grads"], step["grads"]
+            if set(theirs) != set(ours) or any(
+                theirs[label].shape != grad.shape or not torch.allclose(theirs[label], grad, rtol=rtol, atol=atol)
+                for label, grad in ours.items()
+            ):
+                return None
+            shared = shared or f"rank {result['rank']}, {mode}: {wrong[0]}"
+    if shared is None:
+        return None
+    return _environment(results, "the control, torch's own walk, fails the same check with the same gradients in "
+                                 f"this world ({shared})", spec)

@@ -103,7 +103,7 @@ def cell(entry: dict, letters: dict) -> str:
     outcome = entry.get("outcome")
     if outcome == "known":
         return "known " + ",".join(sorted(letters.setdefault(b, chr(ord("A") + len(letters))) for b in entry.get("known", [])))
-    return {"fail": "FAIL", "not provided": "n/p", "unexpected pass": "XPASS", "divergence": "declared"}.get(outcome, outcome or "-")
+    return {"fail": "FAIL", "error": "ERROR", "not provided": "n/p", "unexpected pass": "XPASS", "divergence": "declared"}.get(outcome, outcome or "-")
 
 
 def table(results: list[dict]) -> list[str]:

@@ -134,18 +134,24 @@ def spawn_ranks(rank_main, make_job, world_size: int, timeout: float, prefix: st
 def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str, seed: int) -> list[dict]:
     import torch.distributed as dist
 
+    from .world import world_record
+
     rank = dist.get_rank()
-    result: dict = {"rank": rank, "error": None}
+    result: dict = {"rank": rank, "error": None, "phase": "world",
+                    "world": world_record(dist.get_backend(), device, dist.get_world_size())}
     try:
         if dist.get_world_size() != world_size:
             raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         # every rank builds rank 0's model (dev/fuzz draw a seed per process)
         seed = _all_gather(seed)[0]
-        result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs, seed))
+        result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs, seed, progress=result))
     except BaseException:  # noqa: BLE001 - reported with every rank's results
         result["error"] = traceback.format_exc(limit=8)
-    return _all_gather(result)
+    try:
+        return _all_gather(result)
+    except Exception:  # noqa: BLE001 - the world broke after the checks ran: this rank's record says so
+        return [{**result, "error": traceback.format_exc(limit=8), "phase": "exchange"}]
 
 
 def _all_gather(obj) -> list:
@@ -188,17 +194,22 @@ def _device(device: str, local_rank: int) -> torch.device:
 def _rank_main(rank: int, job: RankJob) -> None:
     import torch.distributed as dist
 
-    result: dict = {"rank": rank, "error": None}
+    from .world import world_record
+
+    backend = "nccl" if job.device == "cuda" else "gloo"
+    # phase: how far the rank got, so that a failure of the world (or of the
+    # control, before any implementation ran) is told from the check's own
+    result: dict = {"rank": rank, "error": None, "phase": "world"}
     initialized = False
     # Tiny tensors, and as many ranks as cores: intra-op threads would only
     # fight the other rank (and the xdist workers) for the CPU.
     torch.set_num_threads(1)
     try:
+        result["world"] = world_record(backend, job.device, job.world_size)
         if job.device == "cpu":
             # The loopback interface always exists; gloo's default choice
             # (the hostname's address) does not in every container.
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        backend = "nccl" if job.device == "cuda" else "gloo"
         device = _device(job.device, rank)
         from datetime import timedelta
 
@@ -210,7 +221,7 @@ def _rank_main(rank: int, job: RankJob) -> None:
             timeout=timedelta(seconds=60),
         )
         initialized = True
-        result.update(TASKS[job.task](rank, job.world_size, device, job.impl_specs, job.seed))
+        result.update(TASKS[job.task](rank, job.world_size, device, job.impl_specs, job.seed, progress=result))
     except BaseException:  # noqa: BLE001 - reported to the parent, never raised across ranks
         result["error"] = traceback.format_exc(limit=8)
     finally:
@@ -220,17 +231,26 @@ def _rank_main(rank: int, job: RankJob) -> None:
         torch.save(result, Path(job.out_dir) / f"rank{rank}.pt")
 
 
-def _train_and_record(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+def _train_and_record(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
+                      progress: dict | None = None) -> dict:
     import copy
 
     import torch._dynamo
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    progress = {} if progress is None else progress
+    progress["phase"] = "control"
     torch.manual_seed(0)
     model = GeneratedMLP().to(device)
     # Rank-dependent data: the all-reduce then changes every gradient.
-    generator = torch.Generator().manual_seed(1000 + rank)
-    x = torch.randn(BATCH, WIDTHS[0], generator=generator).to(device)
+    batches = [torch.randn(BATCH, WIDTHS[0], generator=torch.Generator().manual_seed(1000 + r)).to(device)
+               for r in range(world_size)]
+    x = batches[rank]
+    # The control's expectation: DDP averages the ranks' gradients, which is
+    # the gradient of the mean loss over every rank's batch.
+    unsharded = copy.deepcopy(model)
+    (sum(unsharded(b).square().mean() for b in batches) / world_size).backward()
+    unsharded_grads = {n: p.grad.detach().cpu().clone() for n, p in unsharded.named_parameters()}
 
     def step(forward, ddp_module):
         optimizer = torch.optim.SGD(ddp_module.parameters(), lr=STEP_LR)
@@ -245,6 +265,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     device_ids = [device.index] if device.type == "cuda" else None
     eager = DDP(copy.deepcopy(model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
     eager_loss, eager_grads, eager_params = step(eager, eager)
+    progress["phase"] = "compiled"
 
     handed, reasons = [], []
 
@@ -271,6 +292,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     finally:
         ddp_backend.DDPOptimizer.compile_fn = original_compile_fn
 
+    progress["phase"] = "plans"
     return {
         "ddp_bucket_bytes_cap": compiled_ddp.bucket_bytes_cap,
         "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
@@ -278,6 +300,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         "compiled_subgraphs": len(reasons),
         "reasons": reasons,
         "plans": {spec: _plans(spec, handed) for spec in impl_specs},
+        "unsharded": unsharded_grads,
         "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
         "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
     }
@@ -304,10 +327,11 @@ def _plans(spec: str, handed) -> dict:
         return {"error": traceback.format_exc(limit=6), "not_provided": False, "buckets": []}
 
 
-def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
+           progress: dict | None = None) -> dict:
     from .fsdp2_run import fsdp2_task
 
-    return fsdp2_task(rank, world_size, device, impl_specs, seed)
+    return fsdp2_task(rank, world_size, device, impl_specs, seed, progress)
 
 
 #: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step

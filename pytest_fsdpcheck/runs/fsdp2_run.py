@@ -315,7 +315,8 @@ def probe_internals(device) -> dict:
     return unchecked
 
 
-def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0) -> dict:
+def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
+               progress: dict | None = None) -> dict:
     """This rank's records for every implementation (process group up);
     the model is :func:`end_to_end_model` of ``seed`` (the same on every rank).
 
@@ -324,6 +325,8 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     checker tells torch's runtime from the implementation by it."""
     from ..impls import load_implementation
 
+    progress = {} if progress is None else progress
+    progress["phase"] = "control"  # torch's own walk on a throwaway model, the unsharded gradients
     spec, calls = end_to_end_model(seed)
     base = build_model(spec, seed)
     names = {}
@@ -339,6 +342,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
               "unchecked": unchecked, "torch_walk": {}}
     if "FS2-9" in unchecked:
         return result
+    progress["phase"] = "impls"
     for spec in impl_specs:
         try:
             area = load_implementation(spec).fsdp2
