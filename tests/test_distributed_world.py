@@ -246,3 +246,20 @@ def test_a_control_wrong_the_same_way_is_an_environment_error_while_a_healthy_wo
     # compiled DDP still equals eager DDP there, as SPL-16 states: the reference passes, a
     # failing control is only asked about once there is a failure to explain
     assert tests["reference-cpu-runner"]["outcome"] == tests["reference-cpu-one"]["outcome"] == "passed"
+
+
+def test_fs2_9_a_runtime_that_sums_for_every_walk_is_an_environment_error_while_a_wrong_walk_fails(run_suite, monkeypatch):
+    import pathlib
+
+    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).parent / "planted" / "world"))
+    monkeypatch.setenv("FSDPCHECK_PLANTED_WORLD", "summing-fsdp2")
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")  # the world is under test, not inductor
+    wrong_walk = "tests.planted.distributed:DropsFirstLeaf"
+    impls = ["reference", wrong_walk]
+    result, report = run_suite(*impls, k="test_fully_shard_end_to_end")
+    outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
+    assert outcomes == {"reference": "error", wrong_walk: "fail"}, outcomes
+    (test,) = [t for nodeid, t in report["tests"].items() if "[reference" in nodeid]
+    assert test["environment"].startswith("environment (gloo on cpu, world size 2, torch "), test
+    assert "the control, torch's own walk, fails the same check with the same gradients" in test["environment"]
+    result.stdout.fnmatch_lines(["*FS2-9: rank 0, eager: fully_shard call 1 (*): expected managed modules*"])

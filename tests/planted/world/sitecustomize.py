@@ -6,6 +6,9 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
   as a sum instead of a mean, as a misbehaving backend would. The control
   (eager DDP) and the compiled run are then wrong alike, whatever the
   implementation under test.
+- ``summing-fsdp2``: ``fully_shard`` reduces gradients with a sum instead
+  of a mean (what ``fs2-gloo-grads-summed`` saw on torch 2.7 and 2.8), for
+  whatever walk drives it: torch's own walk (the FS2-9 control) included.
 - ``one-gpu``: every process is told it sees one GPU where ranks choose
   their device (issue 27's runner: two torchrun agents, one rank each, on
   a host with one GPU); nothing else believes in it.
@@ -32,3 +35,12 @@ if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "one-gpu":
     import pytest_fsdpcheck.runs.world as _world
 
     _world.visible_gpus = lambda: 1
+
+if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "summing-fsdp2":
+    from torch.distributed import ReduceOp
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+
+    def _sum_factors(*args, **kwargs):
+        return None, None, ReduceOp.SUM, ReduceOp.SUM
+
+    _fsdp_collectives._get_gradient_divide_factors = _sum_factors
