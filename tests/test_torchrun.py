@@ -6,7 +6,9 @@ One run shows all of it: SPL-16 and FS2-9 pass for torch and the reference
 at torchrun's world size; a splitter that is wrong on rank 1 only fails
 rank 0's verdict and both agents' exit status; rank 0 alone reports; nothing
 hangs (deadline, then the agents' process groups are killed) and no
-process is left behind.
+process is left behind. The README's own command runs as users copy it,
+with default options (Inductor compiling in each rank); the other runs
+compile with aot_eager, since the launcher is what they test.
 """
 
 import json
@@ -45,10 +47,11 @@ def _ours(mark: str) -> list[int]:
     return pids
 
 
-def _run_agents(tmp_path, args, **env_extra) -> tuple[list, list[str]]:
+def _run_agents(tmp_path, args, command=None, **env_extra) -> tuple[list, list[str]]:
     """Two torchrun agents (one rank each, c10d rendezvous on localhost)
-    running ``python -m pytest_fsdpcheck.distributed *args``; their return
-    codes and outputs, once both ended. Neither may hang nor leave a process."""
+    running ``python -m pytest_fsdpcheck.distributed *args``, or
+    ``command(port, mark)``'s torchrun arguments; their return codes and
+    outputs, once both ended. Neither may hang nor leave a process."""
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed")
@@ -57,16 +60,15 @@ def _run_agents(tmp_path, args, **env_extra) -> tuple[list, list[str]]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "GLOO_SOCKET_IFNAME": "lo",  # the hostname's address need not exist in a container
-        "FSDPCHECK_COMPILE_BACKEND": "aot_eager",  # the launcher is under test, not inductor
         "FSDPCHECK_TEST_MARK": mark,
         **env_extra,
     }
     port = _free_port()
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+    command = [sys.executable, "-m", "torch.distributed.run", *(command(port, mark) if command else [
+        "--nnodes", "2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", mark,
         "-m", "pytest_fsdpcheck.distributed", *args,
-    ]
+    ])]
     agents, outputs = [], []
     try:
         for n in range(2):
@@ -99,12 +101,36 @@ def _run_agents(tmp_path, args, **env_extra) -> tuple[list, list[str]]:
     return agents, texts
 
 
+def _readme_command(port: int) -> list[str]:
+    """The README's several-machines torchrun command, as a user copies it,
+    for two agents of one rank each on this machine."""
+    import shlex
+
+    lines = (REPO / "README.md").read_text().splitlines()
+    (first,) = [i for i, line in enumerate(lines) if line.startswith("torchrun --nnodes N ")]
+    text = lines[first].rstrip("\\") + " " + lines[first + 1].strip()
+    words = shlex.split(text.replace(" N ", " 2 ").replace(" G ", " 1 ").replace("HOST:29400", f"localhost:{port}"))
+    assert words[0] == "torchrun" and "N" not in words and "G" not in words, words
+    return words[1:]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_the_readmes_torchrun_command_passes_as_written(tmp_path):
+    """Default options, as users run it: Inductor compiles FS2-9's step in
+    each rank (it set an environment variable and imported setuptools there,
+    which were charged to torch as leaks)."""
+    agents, texts = _run_agents(tmp_path, [], command=lambda port, mark: _readme_command(port))
+    assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
+    report = json.loads((tmp_path / "fsdpcheck.json").read_text())
+    assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {"SPL-16": "pass", "FS2-9": "pass"}
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
 def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     agents, texts = _run_agents(tmp_path, [
         "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
         "--fsdpcheck-report", str(tmp_path / "report.json"),
-    ])
+    ], FSDPCHECK_COMPILE_BACKEND="aot_eager")  # the launcher is under test here, not inductor
     reporters = [t for t in texts if "fsdpcheck conformance matrix" in t]
     assert len(reporters) == 1, "rank 0 alone reports:\n" + "\n".join(t[-3000:] for t in texts)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -127,7 +153,7 @@ def test_two_agents_on_a_one_gpu_host_run_gloo_on_cpu(tmp_path):
     agents, texts = _run_agents(
         tmp_path, ["--fsdpcheck-impl", "reference", "-k", "test_compiled_ddp", "--fsdpcheck-report", str(tmp_path / "report.json")],
         PYTHONPATH=os.pathsep.join([str(REPO), PLANTED_WORLD, os.environ.get("PYTHONPATH", "")]),
-        FSDPCHECK_PLANTED_WORLD="one-gpu")
+        FSDPCHECK_PLANTED_WORLD="one-gpu", FSDPCHECK_COMPILE_BACKEND="aot_eager")
     assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
     notes = [line for t in texts for line in t.splitlines() if "pytest_fsdpcheck.distributed: gloo on CPU" in line]
     assert len(notes) == 1 and notes[0].endswith("2 ranks on host " + socket.gethostname()
