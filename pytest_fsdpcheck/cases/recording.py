@@ -1,9 +1,10 @@
 """Recording a plan's real ``fully_shard`` calls.
 
 :func:`record_plan` runs ``case.plan(model, mesh)`` on a world-of-one gloo
-mesh on CPU while every binding of ``fully_shard`` in every loaded module
-(torch's own import paths, the plan's globals, a framework module that
-imported it) is a recorder: each call's arguments and order, what torch's
+mesh on CPU while ``fully_shard`` itself records (:func:`_intercepted`:
+the function object's code is swapped for the plan's duration, so every
+reference to it, wherever it is held, reaches the recorder): each call's
+arguments and order, what torch's
 walk and state collection returned inside it, the parameters its group
 sharded, and an exception it raised. A call that raises is recorded and the
 plan goes on (it gets its module back), so the rules about the whole plan
@@ -21,6 +22,7 @@ import copy
 import functools
 import importlib
 import sys
+import types
 from dataclasses import dataclass, field
 
 _FULLY_SHARD_HOMES = (
@@ -118,6 +120,63 @@ def _incompatible(model) -> set[int]:
 
     key = _mod("torch.distributed._composable.contract").REGISTRY_KEY
     return {id(m) for m in model.modules() if INCOMPATIBLE_APIS & set(m.__dict__.get(key) or ())}
+
+
+def _trampoline_code(freevars: int):
+    """Code of ``(*args, _fsdpcheck_call, **kwargs) -> _fsdpcheck_call(*args,
+    **kwargs)`` with ``freevars`` free variables: a function's ``__code__``
+    may only be swapped for one whose free variables match its closure."""
+    names = [f"_fsdpcheck_free{i}" for i in range(freevars)]
+    lines = ["def _outer():"]
+    lines += [f"    {n} = None" for n in names]
+    lines += ["    def fully_shard(*args, _fsdpcheck_call, **kwargs):"]
+    lines += [f"        {n}" for n in names]
+    lines += ["        return _fsdpcheck_call(*args, **kwargs)", "    return fully_shard"]
+    space: dict = {}
+    exec("\n".join(lines), space)  # noqa: S102 - fixed source, no user input
+    code = space["_outer"]().__code__
+    assert len(code.co_freevars) == freevars
+    return code
+
+
+@contextlib.contextmanager
+def _intercepted(originals, recorder, plan):
+    """Inside the block every call of one of ``originals`` is
+    ``recorder(untouched, *args, **kwargs)``, ``untouched`` a copy of the
+    function as it was.
+
+    A plan may hold ``fully_shard`` anywhere (an attribute, a closure, a
+    container, a ``functools.partial``, a framework's decorator), where no
+    binding can be found and replaced; so the function object itself is
+    changed: its ``__code__`` becomes a trampoline to the recorder, and its
+    code, defaults and keyword defaults are put back after the block.
+    ``fully_shard`` is torch's ``contract`` wrapper, a plain function on
+    every release with FSDP2 (2.3 on), whose closure (``func``,
+    ``state_cls``) the untouched copy shares. An original that is not a
+    plain function (a callable object) falls back to replacing its
+    bindings in loaded modules and the plan's globals."""
+    swapped, bound = [], []
+    for fn in originals:
+        if isinstance(fn, types.FunctionType):
+            untouched = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+            untouched.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
+            functools.update_wrapper(untouched, fn)
+            swapped.append((fn, untouched, fn.__code__, fn.__defaults__, fn.__kwdefaults__))
+        else:
+            bound.append(fn)
+    try:
+        for fn, untouched, _, _, _ in swapped:
+            fn.__code__ = _trampoline_code(len(fn.__code__.co_freevars))
+            fn.__defaults__ = None
+            fn.__kwdefaults__ = {"_fsdpcheck_call": functools.partial(recorder, untouched)}
+        with contextlib.ExitStack() as stack:
+            for fn in bound:
+                replacement = functools.update_wrapper(functools.partial(recorder, fn), fn)
+                stack.enter_context(_patched([fn], replacement, plan))
+            yield
+    finally:
+        for fn, _, code, defaults, kwdefaults in swapped:
+            fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
 
 
 @contextlib.contextmanager
@@ -220,7 +279,6 @@ def record_plan(case) -> RecordedPlan:
     originals = fully_shard_originals()
     if not originals:
         raise ImportError("this torch has no fully_shard")
-    original = originals[0]
     # the plan shards a copy: the case's own model stays as the factory made it
     pristine = case.model
     model = _pristine(case)
@@ -229,7 +287,7 @@ def record_plan(case) -> RecordedPlan:
     current: list = [None]
     from torch.distributed._composable_state import _get_module_state  # noqa: F401 - present wherever fully_shard is
 
-    def recorder(module, *args, **kwargs):
+    def recorder(original, module, *args, **kwargs):
         if current[0] is not None:  # fully_shard calling itself: not the plan's call
             return original(module, *args, **kwargs)
         as_list = not isinstance(module, nn.Module)
@@ -261,9 +319,8 @@ def record_plan(case) -> RecordedPlan:
         calls.append(call)
         return result
 
-    functools.update_wrapper(recorder, original)
     plan_error = None
-    with mesh_of_this_world() as mesh, _watching_walk(current), _patched(originals, recorder, case.plan):
+    with mesh_of_this_world() as mesh, _watching_walk(current), _intercepted(originals, recorder, case.plan):
         for qualname in case.replicate:
             from ..impls.composable import mark_composable_api
 
