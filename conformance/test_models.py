@@ -20,6 +20,31 @@ def _run(name, case, impl):
     checks.run_check(checks.CHECKS[name][0], case, impl)
 
 
+@pytest.fixture
+def fsdpcheck_case_built(request, fsdpcheck_model_case):
+    """The case built and probed once, before any implementation runs: the
+    user's mistake (a plan that raises, a model on the meta device, inputs
+    that do not fit, an output that is not tensors) is this setup's one-line
+    error, and every check of the case is n/p instead of a FAIL in an
+    implementation's column."""
+    from pytest_fsdpcheck.cases import CaseError
+    from pytest_fsdpcheck.report import PROP_CASE_ERROR
+
+    try:
+        checks.run_check(checks.check_case, fsdpcheck_model_case)
+        error = None
+    except CaseError as exc:
+        error = str(exc)
+    if error is not None:  # outside the except: no chained traceback under the one line
+        request.node.user_properties.append((PROP_CASE_ERROR, {"model": fsdpcheck_model_case, "error": error}))
+        pytest.fail(error, pytrace=False)
+    return fsdpcheck_model_case
+
+
+def test_model_case(fsdpcheck_case_built):
+    """No implementation is judged here: the case is the user's."""
+
+
 @pytest.mark.invariant(*checks.CHECKS["check_plan_rules"][1])
 def test_model_plan_rules(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_plan_rules", fsdpcheck_model_case, fsdpcheck_impl)

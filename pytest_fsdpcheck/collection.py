@@ -90,6 +90,11 @@ def impl_id(session, callspec) -> str | None:
 
 def parametrize(metafunc, session) -> None:
     """One item per implementation (and graph form, device, shard) of a suite test."""
+    if ("fsdpcheck_impl" not in metafunc.fixturenames and "fsdpcheck_model_case" in metafunc.fixturenames
+            and session is not None and is_suite_test(metafunc.definition)):
+        # the user's case itself (test_model_case): one item per model, in no implementation's column
+        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[_model_id(m) for m in session.models])
+        return
     if "fsdpcheck_impl" not in metafunc.fixturenames or not is_suite_test(metafunc.definition):
         return
     if session is None:

@@ -24,6 +24,8 @@ PROP_RUN = "fsdpcheck_run"  # a property's examples, area, worker and generator 
 PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 #: why a distributed check could not judge the implementation (the world or its control failed)
 PROP_ENVIRONMENT = "fsdpcheck_environment"
+#: a user's model case that is the user's mistake: {"model": spec, "error": one line}
+PROP_CASE_ERROR = "fsdpcheck_case_error"
 
 # Worst first: a cell shows the worst outcome among its tests. An
 # environment error is below a FAIL (a real failure elsewhere in the cell
@@ -55,6 +57,8 @@ class Matrix:
         self.known_examples: dict[tuple[str, str], int] = defaultdict(int)
         self.known_in_cell: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.known_order: list[tuple[str, str]] = []  # (impl, bug id), numbered from 1 in the matrix
+        #: model spec -> its one-line case error (no implementation's cell)
+        self.case_errors: dict[str, str] = {}
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -62,6 +66,12 @@ class Matrix:
 
     def record(self, report) -> None:
         props = _props(report)
+        case_error = props.get(PROP_CASE_ERROR)
+        if case_error is not None:
+            if report.failed:
+                self.case_errors[case_error["model"]] = case_error["error"]
+                self.per_test[report.nodeid] = {"outcome": "error", "case_error": case_error["error"]}
+            return
         invariants = props.get(PROP_INVARIANTS)
         impl = props.get(PROP_IMPL)
         if not invariants or impl is None:
@@ -366,6 +376,8 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.write_line(line)
     for line in _known_lines(session, unreproduced):
         tr.write_line(line)
+    for error in session.matrix.case_errors.values():
+        tr.write_line(f"case error (yours, no implementation judged on it): {error}", red=True)
     for entry in stale:
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
     for inv, impl in unexpected:
@@ -399,6 +411,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
                 "not_provided_but_expected": [{"invariant": i, "implementation": "torch", "reason": r}
                                               for i, r in unprovided],
                 "known_bugs": _known_json(session, unreproduced),
+                "case_errors": dict(session.matrix.case_errors),
                 **({"exposure": _exposure_json(exposures)} if exposures else {}),
                 "exploration": explored,
             },

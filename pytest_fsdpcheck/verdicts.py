@@ -325,6 +325,8 @@ def exposures(session) -> dict:
 
     found = {}
     for spec in session.models:
+        if spec in session.matrix.case_errors:
+            continue  # reported once, as the case's error
         try:
             found[spec] = ex.exposure(ex.case_of(spec))
         except Exception as exc:  # noqa: BLE001 - one model's replay failing must not hide the others'

@@ -20,7 +20,7 @@ def test_helper_from_a_plain_test_file(pytester, monkeypatch):
         from pytest_fsdpcheck.cases import parametrize_with_checks
         from tests.planted.plans import good, tied_split
 
-        @parametrize_with_checks([good, "tests.planted.plans:plain", tied_split])
+        @parametrize_with_checks([good, "tests.planted.plans:plain", tied_split, "tests.planted.mistakes:plan_raises"])
         def test_fsdp(case, check):
             check(case)
         """
@@ -28,12 +28,18 @@ def test_helper_from_a_plain_test_file(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-rfs")
     outcomes = result.parseoutcomes()
     text = result.stdout.str()
-    # tied_split breaks PLN-1 (plan rules), and its real step fails FS2-9 (torch
-    # refuses a tied parameter in two groups); everything else passes or is not provided
+    # tied_split breaks PLN-1: judged by the plan rules only, FS2-9 is n/p with
+    # that reason (its real step failing is the plan's mistake, not torch's);
+    # plan_raises is the case's error, once, in one line: every other check skips
     assert outcomes.get("failed") == 2, text
     assert "test_fsdp[tied_split-check_plan_rules]" in text
-    assert "test_fsdp[tied_split-check_plan_end_to_end]" in text
     assert "PLN-1" in text and "from tests.planted.plans import tied_split" in text
-    assert "FS2-9: rank 0, eager: the plan's step failed" in text
-    assert outcomes.get("passed", 0) >= 14, text
+    assert "not provided: the plan breaks PLN-1" in text
+    assert "FAILED test_user.py::test_fsdp[tied_split-check_plan_end_to_end]" not in text
+    from tests.helpers import failure_sections
+
+    section = failure_sections(result.outlines)["test_fsdp[tests.planted.mistakes:plan_raises-check_case]"]
+    assert section.strip() == "model tests.planted.mistakes:plan_raises: plan raised KeyError: 'x'", section
+    assert "SKIPPED [9]" in text and "plan raised KeyError: 'x' (the case's error, reported once by check_case)" in text
+    assert outcomes.get("passed", 0) >= 17, text
     assert "not provided: case 'plain' gives no FSDP2 plan" in text

@@ -172,7 +172,8 @@ def build_case(factory, **kwargs) -> ModelCase:
     :class:`ModelCase`; anything else is a one-line :class:`CaseError`."""
     from torch import nn
 
-    label = getattr(factory, "__qualname__", repr(factory))
+    # named as the user names it (package.module:factory), so the one line says whose it is
+    label = _factory_ref(factory) or getattr(factory, "__qualname__", repr(factory))
     try:
         made = factory(**kwargs)
     except CaseError:

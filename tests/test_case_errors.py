@@ -1,0 +1,99 @@
+"""A user's mistake is the user's (issue 28 item 4): a plan or factory that
+raises, a model on the meta device, example inputs that do not fit, an
+output that is not floating-point tensors, a plan that calls nothing. Each
+is found when the case is first built and reported once, in one line naming
+the factory, as the case's error: every check of it is skipped, no
+implementation's column shows a FAIL. A plan breaking PLN-1/PLN-2 is judged
+by PLN only: FS2-9 is n/p with that reason."""
+
+import pytest
+
+pytest.importorskip("torch.distributed.fsdp")
+
+from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
+from tests.planted import mistakes, plans  # noqa: E402
+
+REF = "tests.planted.mistakes"
+
+MISTAKES = [
+    ("plan_raises", "plan raised KeyError: 'x'"),
+    ("plan_idle", "plan made no fully_shard call"),
+    ("on_meta", "model is on the meta device (embed.weight has no data)"),
+    ("inputs_misfit", "example inputs do not fit: RuntimeError: Expected tensor for argument #1 'indices'"),
+    ("int_output", "forward returned a torch.int64 tensor, expected floating-point tensors"),
+    ("python_int_output", "forward returned int, expected tensors"),
+]
+
+
+@pytest.mark.parametrize(("name", "cause"), MISTAKES)
+def test_the_case_error_is_one_line_naming_the_factory(name, cause):
+    case = build_case(getattr(mistakes, name))
+    problem = checks.case_problem(case)
+    assert problem is not None and problem.startswith(f"model {REF}:{name}: {cause}"), problem
+    assert "\n" not in problem and len(problem) < 300
+    with pytest.raises(CaseError) as info:
+        checks.check_case(case)
+    assert str(info.value) == problem
+
+
+@pytest.mark.parametrize(("name", "cause"), MISTAKES)
+def test_no_check_is_charged_with_it(name, cause, monkeypatch):
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    for check_name, (check, _) in checks.CHECKS.items():
+        if check is checks.check_case:
+            continue
+        for impl in ("torch", "reference"):
+            with pytest.raises(pytest.skip.Exception) as info:
+                checks.run_check(check, f"{REF}:{name}", impl)
+            assert cause in str(info.value) and "reported once by check_case" in str(info.value), check_name
+            assert not str(info.value).startswith("not provided"), "skipped, not n/p: the case could not run"
+
+
+def test_a_raising_factory_is_named_by_its_module():
+    with pytest.raises(CaseError, match=rf"^model factory {REF}:factory_raises\(\) raised KeyError: 'x'$"):
+        build_case(mistakes.factory_raises)
+
+
+def test_a_drawn_configuration_that_raises_is_the_cases_error_shrunk():
+    with pytest.raises(CaseError, match=rf"^model {REF}:drawn_raises\(depth=2\): plan raised KeyError: 'x'$"):
+        checks.run_check(checks.check_case, mistakes.drawn_raises)
+    # the other checks judge the configurations that build (depth 1) and pass
+    checks.run_check(checks.check_plan_rules, mistakes.drawn_raises)
+    checks.run_check(checks.check_fsdp2_walk, mistakes.drawn_raises, "reference")
+
+
+@pytest.mark.parametrize(("factory", "rule"), [(plans.tied_split, "PLN-1"), (plans.shared_module, "PLN-2")])
+def test_a_plan_breaking_a_grouping_rule_is_judged_by_pln_only(factory, rule, monkeypatch):
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    case = build_case(factory)
+    assert checks.case_problem(case) is None  # the plan's mistake is PLN's, not a case error
+    with pytest.raises(pytest.skip.Exception, match=rf"^not provided: the plan breaks {rule} \("):
+        checks.check_plan_end_to_end(case, "torch", world_size=2)
+
+
+def test_a_run_reports_each_mistake_once_and_fails_no_cell(run_suite):
+    models = ["plan_raises", "on_meta", "inputs_misfit", "int_output"]
+    extra = [arg for name in models for arg in ("--fsdpcheck-model", f"{REF}:{name}")]
+    result, report = run_suite("torch", "reference", k="test_model", extra=["-p", "no:randomly", *extra])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == len(models) and not outcomes.get("failed"), outcomes
+    text = "\n".join(result.outlines)
+    # one error per case, each one line under its header: no traceback, no plugin source
+    from tests.helpers import failure_sections
+
+    sections = failure_sections(result.outlines)
+    for name, cause in MISTAKES:
+        if name not in models:
+            continue
+        header = f"ERROR at setup of test_model_case[{REF}.{name}]"
+        assert sections[header].strip().startswith(f"model {REF}:{name}: {cause}"), sections[header]
+        assert len(sections[header].strip().splitlines()) == 1
+        assert report["case_errors"][f"{REF}:{name}"].startswith(f"model {REF}:{name}: {cause}")
+    assert "Traceback" not in text and "def " not in text
+    for impl, cells in report["matrix"].items():
+        assert {cell["outcome"] for cell in cells.values()} == {"skipped"}, (impl, cells)
+    errors = [t for t in report["tests"].values() if t["outcome"] == "error"]
+    assert len(errors) == len(models) and all("case_error" in t for t in errors)
+    assert "case error (yours, no implementation judged on it): model tests.planted.mistakes:plan_raises" in text
+    assert "known-bug exposure of tests.planted.mistakes" not in text
