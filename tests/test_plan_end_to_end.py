@@ -75,3 +75,112 @@ def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
     monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
     with pytest.raises(pytest.skip.Exception, match="fully_shard's runtime runs on CPU from torch 2.7"):
         checks.check_plan_end_to_end(case_of("tests.planted.plans:good"), checks._torch_impl(), world_size=2)
+
+
+# --- issue 28: the plan's own precision, and randomness in the step ------------------
+
+
+def _run_as_planned(spec):
+    """The ranks with the plan's groups (its recorded calls' policies), as the check runs them."""
+    from pytest_fsdpcheck.cases.checks import case_builder, plan_groups
+    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.runs.plan_run import run_plan_ranks
+
+    case = case_of(spec)
+    return run_plan_ranks(case_builder(case), world_size=2, timeout=240, groups=plan_groups(case))
+
+
+def test_plan_groups_follow_the_recorded_policies():
+    from pytest_fsdpcheck.cases.checks import plan_groups
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    groups = plan_groups(case_of("tests.planted.plans:bf16_last_block"))
+    assert [g.roots for g in groups] == [("layers.0",), ("layers.1",), ("",)]
+    assert {(g.param_dtype, g.reduce_dtype) for g in groups} == {(torch.bfloat16, torch.float32)}
+    assert "layers.1.mlp.2.weight" in groups[1].params
+    assert {"embed.weight", "norm.weight"} <= set(groups[2].params)  # the root's own; lm_head is tied to embed
+    assert all(g.param_dtype is None for g in plan_groups(case_of("tests.planted.plans:good")))
+
+
+@pytest.mark.parametrize("spec", ["bf16", "bf16_last_block"])
+def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
+    """Issue 28 item 1: bf16 compute with fp32 reduction (torchtitan's
+    default), reshard_after_forward=False on the last block: the control
+    computes at the same precision, so the comparison is exact up to the
+    reduction's order (it FAILed every parameter against an fp32 control)."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
+
+
+@pytest.mark.parametrize(("spec", "params", "modes", "words"), [
+    # the gradient summed over the ranks, not averaged: 2x
+    ("bf16_doubled", "layers.1.", ("eager", "compiled"), "differs from the unsharded model's at the plan's precision"),
+    # the reduction never runs: no gradient on the sharded parameters
+    ("bf16_dropped", "layers.0.", ("eager", "compiled"), "is None"),
+    # fp32 reduction asked for, bf16 done: half a bf16 ulp of the sum, beyond the fp32 reduction's
+    # tolerance; a compiled step's allowance for fused bf16 kernels covers it, so eager only
+    ("bf16_reduced_in_bf16", "", ("eager",), "(bfloat16 compute, float32 reduction;"),
+])
+def test_wrong_bf16_plan_fails_fs2_9(fast_compile, spec, params, modes, words):
+    violations = check_plan_end_to_end(_run_as_planned(f"tests.planted.plans:{spec}"))
+    assert violations and {v.invariant for v in violations} == {"FS2-9"}
+    for v in violations:
+        assert f"the gradient of {params}" in v.message and words in v.message, v.message
+    assert {(v.message.split(",")[0], v.message.split(",")[1].split(":")[0].strip()) for v in violations} == {
+        (f"rank {r}", mode) for r in (0, 1) for mode in modes}
+
+
+@pytest.mark.parametrize("spec", ["dropout", "dropout_bf16", "batchnorm"])
+def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
+    """Issue 28 item 2: nn.Dropout and a random mask in the forward (and
+    BatchNorm in train mode, which passed before) pass, in fp32 and bf16:
+    both runs seed the generator just before the forward. Dropout FAILed
+    ('max abs difference 0.0584') with no hint of the cause."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    case = case_of(f"tests.planted.plans:{spec}")
+    assert case.model.training
+    checks.check_plan_end_to_end(case, checks._torch_impl(), world_size=2)
+
+
+def test_rank_weights_make_a_skipped_reduction_visible(fast_compile):
+    """Every rank takes the same inputs, so without the ranks' loss weights a
+    plan whose groups never reduce would pass (each rank's own gradient is the
+    mean). Rank 1's loss counts twice: its gradient alone is 4/3 of the mean."""
+    from pytest_fsdpcheck.runs.plan_run import rank_weight
+
+    assert [rank_weight(r) for r in range(4)] == [1.0, 2.0, 1.0, 2.0]
+    records = _run("tests.planted.plans:good")
+    for record in records:
+        assert record["weight"] == rank_weight(record["rank"])
+        assert torch.equal(record["eager"]["grads"]["layers.0.mlp.0.weight"],
+                           record["reference"]["layers.0.mlp.0.weight"])
+
+
+def _low_records(have, want, precision, mode_grads=None):
+    return [{"rank": 0, "error": None, "world_size": 2, "reference": {"w": want}, "precision": {"w": precision},
+             "eager": {"error": None, "grads": {"w": have}},
+             "compiled": {"error": None, "grads": {"w": mode_grads if mode_grads is not None else have}}}]
+
+
+def test_checker_tolerance_follows_the_plans_dtypes():
+    want = torch.tensor([1.0, 0.5, -0.25])
+    bf16_ulp = want.clone()
+    bf16_ulp[0] += 2 ** -8  # one bf16 rounding of the largest entry
+    plan = ("bfloat16", "float32")
+    # eager: fp32 reduction's slack only, the bf16 rounding shows
+    eager_only = check_plan_end_to_end(_low_records(bf16_ulp, want, plan, mode_grads=want))
+    assert [v.message.split(":")[0] for v in eager_only] == ["rank 0, eager"]
+    assert "(bfloat16 compute, float32 reduction; allowed: 2 x eps(float32)" in eager_only[0].message
+    # compiled: fused bf16 kernels may round once where eager rounds twice
+    assert check_plan_end_to_end(_low_records(want, want, plan, mode_grads=bf16_ulp)) == []
+    # a reduction in bf16 asked for: bf16's slack in both modes
+    assert check_plan_end_to_end(_low_records(bf16_ulp, want, ("bfloat16", "bfloat16"))) == []
+    # doubled is doubled at any precision
+    doubled = check_plan_end_to_end(_low_records(2 * want, want, ("bfloat16", "bfloat16")))
+    assert len(doubled) == 2 and "4 x eps(bfloat16) for fused kernels" in doubled[1].message
+    # a gradient in another dtype than the parameter's
+    assert "has dtype bfloat16" in check_plan_end_to_end(_low_records(want.bfloat16(), want, plan))[0].message

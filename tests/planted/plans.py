@@ -143,3 +143,121 @@ def rank_scaled_plan(model, mesh):  # FS2-9: one rank's shard of layers.1.mlp.2.
 
 def rank_scaled():
     return _case("rank_scaled", rank_scaled_plan)
+
+
+# --- FS2-9 at the plan's own precision (issue 28) ------------------------------------
+
+def _bf16_policy(reduce_dtype=torch.float32):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+
+
+def bf16_plan(model, mesh):  # correct: every group computes in bf16 and reduces in fp32
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=_bf16_policy())
+    fully_shard(model, mesh=mesh, mp_policy=_bf16_policy())
+
+
+def bf16_last_block_plan(model, mesh):  # correct: the issue's plan (torchtitan's default)
+    for i, layer in enumerate(model.layers):
+        last = i == len(model.layers) - 1
+        fully_shard(layer, mesh=mesh, mp_policy=_bf16_policy(), reshard_after_forward=not last)
+    fully_shard(model, mesh=mesh, mp_policy=_bf16_policy())
+
+
+def bf16_doubled_plan(model, mesh):  # wrong: layers.1's gradients summed over the ranks, not averaged
+    bf16_plan(model, mesh)
+    model.layers[1].set_gradient_divide_factor(1.0)
+    model.layers[1].set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+
+
+def bf16_dropped_plan(model, mesh):  # wrong: layers.0's gradients never reduced (sync left off)
+    bf16_plan(model, mesh)
+    model.layers[0].set_requires_gradient_sync(False, recurse=False)
+
+
+def bf16_reduced_in_bf16_plan(model, mesh):
+    """Wrong: every call asks for fp32 reduction, but the groups are then
+    told bf16 (a framework patching the policy after the call, or an FSDP
+    that ignores reduce_dtype): gradients are summed over the ranks in bf16."""
+    bf16_plan(model, mesh)
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        group = state()._fsdp_param_group if state is not None else None
+        if group is not None:
+            group.mp_policy = _bf16_policy(reduce_dtype=torch.bfloat16)
+
+
+def bf16():
+    return _case("bf16", bf16_plan)
+
+
+def bf16_last_block():
+    return _case("bf16_last_block", bf16_last_block_plan)
+
+
+def bf16_doubled():
+    return _case("bf16_doubled", bf16_doubled_plan)
+
+
+def bf16_dropped():
+    return _case("bf16_dropped", bf16_dropped_plan)
+
+
+def bf16_reduced_in_bf16():
+    return _case("bf16_reduced_in_bf16", bf16_reduced_in_bf16_plan)
+
+
+# --- FS2-9 with randomness in the step (issue 28) ------------------------------------
+
+class DropoutBlock(Block):
+    def __init__(self, p=0.1):
+        super().__init__()
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return x + self.drop(self.mlp(self.norm(x)))
+
+
+class DropoutLM(TinyLM):
+    """TinyLM with dropout in every block and a random mask drawn in the root's forward."""
+
+    def __init__(self, depth=2):
+        super().__init__(depth=depth, tied=False)
+        self.layers = nn.ModuleList(DropoutBlock() for _ in range(depth))
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        h = h * (torch.rand_like(h) > 0.05)  # a random mask of the framework's own
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.norm(h))
+
+
+def dropout():
+    torch.manual_seed(0)
+    return ModelCase("dropout", DropoutLM(), _inputs(), plan=untied_plan)
+
+
+def dropout_bf16():
+    torch.manual_seed(0)
+    return ModelCase("dropout_bf16", DropoutLM(), _inputs(), plan=bf16_last_block_plan)
+
+
+class BatchNormLM(TinyLM):
+    def __init__(self):
+        super().__init__(tied=False)
+        self.bn = nn.BatchNorm1d(WIDTH)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        h = self.bn(h.transpose(1, 2)).transpose(1, 2)
+        for layer in self.layers:
+            h = layer(h)
+        return self.lm_head(self.norm(h))
+
+
+def batchnorm():
+    torch.manual_seed(0)
+    return ModelCase("batchnorm", BatchNormLM(), _inputs(), plan=untied_plan)
