@@ -14,9 +14,18 @@ import functools
 import re
 
 from ..checks import ConformanceFailure, Violation, error_of
-from .model import ModelCase, build_case, load_factory, strategies_of, unit_names
+from .model import (
+    CaseError,
+    ModelCase,
+    _one_line,
+    build_case,
+    load_factory,
+    strategies_of,
+    unit_names,
+)
 
 _RECORDED: dict = {}
+_PROBED: dict = {}
 
 
 def _skip(reason: str):
@@ -67,6 +76,122 @@ def recorded(case: ModelCase):
     if hit is None or hit[0] is not case:
         hit = _RECORDED[key] = (case, record_plan(case))
     return hit[1]
+
+
+def case_problem(case: ModelCase) -> str | None:
+    """The user's mistake in ``case``, one line naming its factory, or None
+    (probed once per case object, before any implementation runs): a model
+    or inputs on the meta device, inputs the model's forward rejects, an
+    output holding no floating-point tensor, a plan that raises or makes no
+    ``fully_shard`` call. Every check needs what these break, so a check on
+    such a case would charge the user's mistake to the implementation."""
+    # each check builds its own case from the factory: probe a configuration once
+    key = (case.factory_ref, repr(case.factory_kwargs)) if case.factory_ref else id(case)
+    hit = _PROBED.get(key)
+    if hit is None or (not case.factory_ref and hit[0] is not case):
+        cause = _meta_problem(case) or _forward_problem(case) or _plan_problem(case)
+        hit = _PROBED[key] = (case, None if cause is None else f"{case_label(case)}: {cause}")
+    return hit[1]
+
+
+def case_label(case: ModelCase) -> str:
+    """``model pkg.module:factory(k=v)``, as the user names it; ``case 'name'`` without a factory."""
+    if case.factory_ref:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in case.factory_kwargs)
+        return f"model {case.factory_ref}" + (f"({kwargs})" if kwargs else "")
+    return f"case {case.name!r}"
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    text = _one_line(exc)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _meta_problem(case) -> str | None:
+    import torch
+
+    for name, tensor in [*case.model.named_parameters(), *case.model.named_buffers()]:
+        if tensor.is_meta:
+            return f"model is on the meta device ({name} has no data); build it on a real device"
+    for i, x in enumerate(case.example_inputs):
+        if isinstance(x, torch.Tensor) and x.is_meta:
+            return f"example input {i} is on the meta device"
+    return None
+
+
+def _forward_problem(case) -> str | None:
+    import torch
+
+    from .recording import _pristine
+
+    model = _pristine(case)
+    try:
+        with torch.no_grad():
+            out = model(*case.example_inputs)
+    except Exception as exc:  # noqa: BLE001 - the user's model and inputs, in one line
+        return f"example inputs do not fit: {_first_line(exc)}"
+    return _output_problem(out)
+
+
+def _output_problem(out) -> str | None:
+    """Why ``out`` cannot give a loss (every check that steps or compares
+    gradients takes one from its floating-point tensors), or None."""
+    import torch
+
+    tensors = []
+
+    def walk(obj):
+        if isinstance(obj, torch.Tensor):
+            tensors.append(obj)
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                walk(value)
+        elif isinstance(obj, (tuple, list)):
+            for value in obj:
+                walk(value)
+        elif hasattr(obj, "to_tuple"):  # transformers' ModelOutput
+            walk(obj.to_tuple())
+
+    walk(out)
+    if any(t.is_floating_point() for t in tensors):
+        return None
+    if isinstance(out, torch.Tensor):
+        return f"forward returned a {out.dtype} tensor, expected floating-point tensors"
+    if tensors:
+        return f"forward returned a {type(out).__name__} of {tensors[0].dtype} tensors, expected floating-point tensors"
+    return f"forward returned {type(out).__name__}, expected tensors"
+
+
+def _plan_problem(case) -> str | None:
+    if case.plan is None:
+        return None
+    import torch
+
+    from ..impls.torch_fsdp2 import fsdp2_available
+
+    if not (torch.distributed.is_available() and fsdp2_available()):
+        return None  # the FSDP2 checks are n/p: nothing runs the plan
+    record = recorded(case)
+    if record.plan_error is not None:
+        return f"plan raised {_first_line(record.plan_error)}"
+    if not record.calls:
+        return "plan made no fully_shard call"
+    return None
+
+
+def check_case(case, impl=None):
+    """The case itself: raises :class:`CaseError` (one line naming the
+    factory and the cause) where it is the user's mistake (:func:`case_problem`);
+    every other check on such a case is n/p, so the mistake is reported once."""
+    _resolve(case, impl)
+
+
+def _raise_plan_error(record):
+    """The plan's own mistake as a one-line :class:`CaseError`, for callers
+    that record a plan outside the checks (the known-bug exposure)."""
+    problem = _plan_problem(record.case)
+    if problem is not None:
+        raise CaseError(f"{case_label(record.case)}: {problem}")
 
 
 def _require_plan(case, impl):
@@ -128,20 +253,10 @@ def check_plan_rules(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
-    _raise_plan_error(record)
     model = record.pristine
     violations = check_plan(model, _calls_on(record, model), _replicate_on(record, model))
     if violations:
         raise ConformanceFailure(violations, reproducer(case, "check_plan_rules", impl))
-
-
-def _raise_plan_error(record):
-    if record.plan_error is not None:
-        exc = record.plan_error
-        raise RuntimeError(f"the plan of case {record.case.name!r} raised outside fully_shard: "
-                           f"{type(exc).__name__}: {exc}") from exc
-    if not record.calls:
-        raise RuntimeError(f"the plan of case {record.case.name!r} made no fully_shard call")
 
 
 def check_fsdp2_walk(case, impl=None):
@@ -153,7 +268,6 @@ def check_fsdp2_walk(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
-    _raise_plan_error(record)
     if any(len(c.roots) > 1 for c in record.calls) and not getattr(impl.fsdp2, "several_roots", True):
         _skip("the plan shards several modules in one call; this implementation's fully_shard takes one")
     if any(c.ignored is not None for c in record.calls) and not getattr(impl.fsdp2, "takes_ignored_params", True):
@@ -196,7 +310,6 @@ def check_fsdp2_recorded(case, impl=None):
     if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
         _skip("the recorded fully_shard calls are the installed torch's own")
     record = recorded(case)
-    _raise_plan_error(record)
     model = record.pristine
     calls = _calls_on(record, model)
     oracle = OracleInput(model, _replicate_on(record, model))
@@ -234,7 +347,6 @@ def check_fully_shard_calls(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
-    _raise_plan_error(record)
 
     def body(impl):
         area = impl.fsdp2
@@ -595,6 +707,23 @@ def plan_groups(case) -> tuple:
     return tuple(groups)
 
 
+def _grouping_broken(case) -> str | None:
+    """Why FS2-9 has nothing to judge where the plan breaks PLN-1 or PLN-2:
+    a parameter in two groups (or a tied one split) is sharded, reduced and
+    rejected as each torch release happens to, so its gradients would charge
+    the plan's mistake to torch. PLN judges the plan; FS2-9 is n/p."""
+    from ..checks.plan import check_plan
+
+    record = recorded(case)
+    model = record.pristine
+    broken = [v for v in check_plan(model, _calls_on(record, model), _replicate_on(record, model))
+              if v.invariant in ("PLN-1", "PLN-2")]
+    if not broken:
+        return None
+    return (f"the plan breaks {broken[0].invariant} ({broken[0].message}): judged by PLN only, "
+            "FS2-9's gradients mean nothing for it")
+
+
 def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
     ranks, gloo), one step with the case's inputs on every rank, eagerly and
@@ -624,6 +753,9 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     if not expected_provided("fsdp2.cpu_runtime", torch.__version__):
         _skip("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
               f"from torch {first_release('fsdp2.cpu_runtime')}")
+    broken = _grouping_broken(case)
+    if broken is not None:
+        _skip(broken)
     violations = judge(run_plan_ranks(case_builder(case), world_size, groups=plan_groups(case)))
     from ..known.judge import conform
 
@@ -632,6 +764,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
 
 #: every check, by name, with the invariants it checks
 CHECKS = {
+    "check_case": (check_case, ()),
     "check_plan_rules": (check_plan_rules, ("PLN-1", "PLN-2", "PLN-3", "PLN-4")),
     "check_fsdp2_walk": (check_fsdp2_walk, ("FS2-1", "FS2-2", "FS2-3", "FS2-4", "FS2-5")),
     "check_fsdp2_recorded": (check_fsdp2_recorded, ("FS2-1", "FS2-4")),
@@ -656,6 +789,9 @@ def _resolve(case, impl):
         impl = _torch_impl()
     if not isinstance(case, ModelCase):
         raise TypeError(f"a check takes a ModelCase, got {type(case).__name__}; run factories with run_check")
+    problem = case_problem(case)
+    if problem is not None:
+        raise CaseError(problem)
     return case, impl
 
 
@@ -672,12 +808,13 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
     one case when it declares none."""
     source = as_factory_or_case(case_or_factory)
     if isinstance(source, ModelCase):
-        return check(source, impl)
+        return _on_case(check, source, impl)
     strategies = strategies_of(source)
     if not strategies:
-        return check(build_case(source), impl)
-    from hypothesis import HealthCheck, given, settings
+        return _on_case(check, build_case(source), impl)
+    from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
 
     from .. import profiles
 
@@ -686,9 +823,39 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
     @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck))
     @given(kwargs=st.fixed_dictionaries(strategies))
     def drawn(kwargs):
-        check(build_case(source, **kwargs), impl)
+        if check is check_case:
+            return check(build_case(source, **kwargs), impl)
+        try:
+            case = build_case(source, **kwargs)
+            problem = case_problem(case)
+        except CaseError:
+            problem = True
+        # a configuration the user got wrong is check_case's finding, not this check's
+        assume(problem is None)
+        check(case, impl)
 
-    drawn()
+    try:
+        drawn()
+    except CaseError as exc:
+        # one line already naming the shrunk configuration: not Hypothesis' notes under it
+        raise CaseError(str(exc)) from None
+    except Unsatisfiable:
+        _not_judged(f"every drawn configuration of {_source_id(source)} is a case error (see check_case)")
+
+
+def _on_case(check, case, impl):
+    if check is not check_case:
+        problem = case_problem(case)
+        if problem is not None:
+            _not_judged(f"{problem} (the case's error, reported once by check_case)")
+    return check(case, impl)
+
+
+def _not_judged(reason: str):
+    # skipped, not n/p: the implementation could have run, the case could not
+    import pytest
+
+    pytest.skip(reason)
 
 
 def _source_id(source) -> str:
@@ -723,4 +890,11 @@ def parametrize_with_checks(cases_or_factories, impl=None, max_examples: int = 1
 
 
 def _bound(fn, case, impl=None, max_examples=10):
-    return run_check(fn, case, impl, max_examples)
+    try:
+        return run_check(fn, case, impl, max_examples)
+    except CaseError as exc:
+        error = str(exc)
+    import pytest
+
+    # the user's mistake in one line, without the plugin's frames under it
+    pytest.fail(error, pytrace=False)
