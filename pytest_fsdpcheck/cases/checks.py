@@ -80,7 +80,7 @@ def recorded(case: ModelCase):
 
 def case_problem(case: ModelCase) -> str | None:
     """The user's mistake in ``case``, one line naming its factory, or None
-    (probed once per case object, before any implementation runs): a model
+    (probed once per configuration, before any implementation runs): a model
     or inputs on the meta device, inputs the model's forward rejects, an
     output holding no floating-point tensor, a plan that raises or makes no
     ``fully_shard`` call. Every check needs what these break, so a check on
@@ -90,7 +90,8 @@ def case_problem(case: ModelCase) -> str | None:
     hit = _PROBED.get(key)
     if hit is None or (not case.factory_ref and hit[0] is not case):
         cause = _meta_problem(case) or _forward_problem(case) or _plan_problem(case)
-        hit = _PROBED[key] = (case, None if cause is None else f"{case_label(case)}: {cause}")
+        # a factory's configurations are many under fuzz: keep their messages, not their models
+        hit = _PROBED[key] = (None if case.factory_ref else case, None if cause is None else f"{case_label(case)}: {cause}")
     return hit[1]
 
 
