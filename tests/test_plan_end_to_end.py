@@ -160,6 +160,15 @@ def test_rank_weights_make_a_skipped_reduction_visible(fast_compile):
                            record["reference"]["layers.0.mlp.0.weight"])
 
 
+def test_an_ignored_parameter_keeps_its_ranks_own_gradient(fast_compile):
+    """FSDP2 never reduces an ignored parameter: with the ranks' loss weights
+    its gradient is each rank's own (twice as large on rank 1), and the control says so."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    checks.check_plan_end_to_end(case_of("tests.planted.plans:ignored"), checks._torch_impl(), world_size=2)
+
+
 def _low_records(have, want, precision, mode_grads=None):
     return [{"rank": 0, "error": None, "world_size": 2, "reference": {"w": want}, "precision": {"w": precision},
              "eager": {"error": None, "grads": {"w": have}},

@@ -261,3 +261,14 @@ class BatchNormLM(TinyLM):
 def batchnorm():
     torch.manual_seed(0)
     return ModelCase("batchnorm", BatchNormLM(), _inputs(), plan=untied_plan)
+
+
+def ignored_plan(model, mesh):  # correct: an ignored parameter is never reduced: each rank keeps its own gradient
+    ignored = {model.layers[0].mlp[0].weight}
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, ignored_params=ignored)
+
+
+def ignored():
+    return _case("ignored", ignored_plan)
