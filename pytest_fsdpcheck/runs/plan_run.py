@@ -206,7 +206,9 @@ def _control(model, inputs, groups, rank: int, world_size: int):
                 hooks.extend(_precision_hooks(module, group))
     try:
         torch.manual_seed(STEP_SEED)
-        _loss(functional_call(model, low, inputs)).backward()
+        # an fp32 plan's control is the model's own forward, untouched
+        output = functional_call(model, low, inputs) if low else model(*inputs)
+        _loss(output).backward()
     finally:
         for hook in hooks:
             hook.remove()
