@@ -122,6 +122,10 @@ def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     # fp32 reduction asked for, bf16 done: half a bf16 ulp of the sum, beyond the fp32 reduction's
     # tolerance; a compiled step's allowance for fused bf16 kernels covers it, so eager only
     ("bf16_reduced_in_bf16", "", ("eager",), "(bfloat16 compute, float32 reduction;"),
+    # a reduce-scatter that keeps each rank's own chunk: a third off on both ranks, with the
+    # ranks' loss weights; with equal contributions (before issue 28) the fp32 one passed
+    ("bf16_unreduced", "layers.0.", ("eager", "compiled"), "differs from the unsharded model's at the plan's"),
+    ("unreduced", "layers.0.", ("eager", "compiled"), "differs from the unsharded model's (max abs"),
 ])
 def test_wrong_bf16_plan_fails_fs2_9(fast_compile, spec, params, modes, words):
     violations = check_plan_end_to_end(_run_as_planned(f"tests.planted.plans:{spec}"))

@@ -272,3 +272,35 @@ def ignored_plan(model, mesh):  # correct: an ignored parameter is never reduced
 
 def ignored():
     return _case("ignored", ignored_plan)
+
+
+def _local_reduce_scatter():
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    class LocalReduceScatter(DefaultReduceScatter):
+        """Each rank keeps its own chunk: no communication, nothing averaged."""
+
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            output_tensor.copy_(input_tensor.view(group.size(), -1)[group.rank()].view_as(output_tensor))
+            return None
+
+    return LocalReduceScatter()
+
+
+def bf16_unreduced_plan(model, mesh):  # wrong: layers.0's gradients never leave their rank
+    bf16_plan(model, mesh)
+    model.layers[0].set_custom_reduce_scatter(_local_reduce_scatter())
+
+
+def bf16_unreduced():
+    return _case("bf16_unreduced", bf16_unreduced_plan)
+
+
+def unreduced_plan(model, mesh):  # wrong, fp32: layers.0's gradients never leave their rank
+    untied_plan(model, mesh)
+    model.layers[0].set_custom_reduce_scatter(_local_reduce_scatter())
+
+
+def unreduced():
+    torch.manual_seed(0)
+    return ModelCase("unreduced", TinyLM(tied=False), _inputs(), plan=unreduced_plan)
