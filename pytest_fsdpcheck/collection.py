@@ -270,7 +270,7 @@ def share_budget(session, items) -> None:
     the budget set."""
     if session.plan is None or session.plan.budget_s is None:
         return
-    from .fuzz import Slicer
+    from .fuzz import FIRST_ROUND_S, Slicer
 
     def is_budgeted(item):
         props = dict(item.user_properties)
@@ -285,7 +285,53 @@ def share_budget(session, items) -> None:
 
     items.sort(key=key)
     budgeted = [item.nodeid for item in items if is_budgeted(item)]
-    session.slicer = Slicer(session.plan, {nodeid: i for i, nodeid in enumerate(budgeted)})
+    fixed, builds = {}, {}
+    for item in items:
+        if is_suite_item(item) and not is_budgeted(item) and PROP_NOT_PROVIDED not in dict(item.user_properties):
+            fixed[item.nodeid] = fixed_cost_s(item)
+            model = getattr(getattr(item, "callspec", None), "params", {}).get("model")
+            if item.path.name == _CORPUS_MODULE and isinstance(model, str):
+                # the first test of a corpus model in a process builds and captures it
+                builds[item.nodeid] = (model, _BUILD_SECONDS if model.startswith("hf_") else 0.2)
+    rounds = {item.nodeid: _ROUND_SECONDS.get(_name(item), FIRST_ROUND_S) for item in items if is_budgeted(item)}
+    # collecting took this many wall seconds per CPU second of this process:
+    # how much the cores are shared, by the other workers and anything else
+    import time
+
+    cpu = time.process_time() - session.started_cpu
+    contention = (time.time() - session.started) / cpu if cpu > 0.5 else 1.0
+    session.slicer = Slicer(session.plan, {nodeid: i for i, nodeid in enumerate(budgeted)}, fixed,
+                            builds=builds, rounds=rounds, contention=contention)
+
+
+#: What a fixed suite test (one that cannot be cut short) costs on one free
+#: core, for a time budget to count it before starting it: the mean of its
+#: cost class, measured serially on a quiet 2-core VM (torch 2.13 CPU,
+#: 2026-11-25; single call 0.045 s over 98 tests, large inputs 0.66 s over
+#: 23 of which the four 100,000-module trees take 2.3-2.9 s, corpus 0.34 s
+#: over 30), and the distributed checks one by one (their
+#: ranks, spawned, importing torch and compiling with Inductor; the first
+#: run on a machine compiles cold, about 2x).
+_CLASS_SECONDS = {"single call": 0.05, "large inputs": 0.35, "corpus": 0.35, "compile": 0.5, "processes": 10.0}
+_TEST_SECONDS = {"test_fully_shard_end_to_end": 12.0, "test_compiled_ddp_matches_plan_and_eager": 6.0}
+
+
+#: building and capturing one of the corpus's real architectures (hf_*),
+#: paid by the first test of the model in a process: 1.2-3.3 s, serial
+_BUILD_SECONDS = 2.5
+
+
+#: One round of the properties whose rounds take longest (torch, serial,
+#: same VM; the others take FIRST_ROUND_S or less): a property's first round
+#: starts only if this much, scaled by the load, is left.
+_ROUND_SECONDS = {"test_agrees_with_ddp_assignment": 1.2, "test_exec_order": 1.1, "test_split_plan": 1.0,
+                  "test_compiled_split": 1.0, "test_annotate": 0.9, "test_matches_reference": 0.7}
+
+
+def fixed_cost_s(item) -> float:
+    if "100000" in item.nodeid:  # the 100,000-module trees: 2.3-2.9 s each, the rest of their class 0.1-1 s
+        return 3.0
+    return _TEST_SECONDS.get(_name(item)) or _CLASS_SECONDS[COST_CLASSES[cost_class(item)]]
 
 
 def _with_saved_failures(session, items) -> set[str]:

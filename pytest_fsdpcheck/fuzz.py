@@ -132,7 +132,11 @@ class Plan:
     machines: int = 1
     workers: int = 1  # shards per property on this machine
     budget_s: float | None = None
-    deadline: float | None = None  # time.time() when the budget is spent
+    #: time.time() when the budget is spent: set by the first test (:meth:`Slicer.start`)
+    deadline: float | None = None
+    #: under xdist, the file where the first worker to start a test writes when
+    #: (:func:`shared_start`): every worker's clock starts then
+    clock_path: str | None = None
 
     @property
     def streams(self) -> int:
@@ -149,23 +153,167 @@ class Plan:
         return args
 
 
-class Slicer:
-    """Each remaining property item's share of the time left: the items still
-    to run on all workers share ``workers`` x the remaining wall time."""
+#: The reason of a suite test a time budget left out (a skip: its cells say
+#: "skipped", and nothing is concluded from the tests it did not run).
+BUDGET_SKIP = "fsdpcheck: not run within the --fsdpcheck-fuzz-time budget"
 
-    def __init__(self, plan: Plan, positions: dict[str, int]):
+
+#: A property item's first round (its ``ci`` example count) on one free
+#: core: the mean over the suite's properties, serial, quiet 2-core VM,
+#: torch 2.13 CPU (2026-11-25: 24.9 s for 39 items, one shrinking a failure).
+FIRST_ROUND_S = 0.5
+
+
+def available_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _load_average() -> float:
+    """Runnable processes over the last minute: on a shared machine other
+    jobs take cores from the budget too."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def shared_start(path: str, now: float) -> float:
+    """When the run's first test started: ``now``, written to ``path``, if
+    this process is the first to ask, else what the first one wrote. xdist
+    starts giving a worker tests as soon as it has collected, whatever the
+    others are doing: under -n N on fewer cores the last worker may start
+    a minute after the first, and one clock keeps the run's end where the
+    first test plus the budget puts it."""
+    temporary = f"{path}.{os.getpid()}"
+    with open(temporary, "w") as out:
+        out.write(repr(now))
+    try:
+        os.link(temporary, path)  # atomic: exactly one process publishes its time
+        return now
+    except FileExistsError:
+        return read_start(path) or now
+    finally:
+        os.unlink(temporary)
+
+
+def read_start(path: str | None) -> float | None:
+    try:
+        with open(path) as f:
+            return float(f.read())
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+class Slicer:
+    """Admission and shares under a time budget, in one process (a worker).
+
+    The clock starts with this process's first test (:meth:`start`): under
+    xdist every worker gets its first tests once all of them have collected,
+    so the workers' clocks start together and start-up is not counted. Every
+    suite test is then admitted only if it fits in what is left: a fixed
+    case (one that cannot be cut short: ranks, goldens, compiles) if its
+    estimated cost does, a property item if half a round does. The remaining
+    property items on all workers share ``workers`` x the time left."""
+
+    def __init__(self, plan: Plan, positions: dict[str, int], fixed_costs: dict[str, float] | None = None,
+                 cpus: int | None = None, builds: dict | None = None, rounds: dict[str, float] | None = None,
+                 contention: float = 1.0):
         self.plan = plan
         self.positions = positions  # nodeid -> index among the budgeted items
+        self.fixed_costs = fixed_costs or {}  # nodeid -> estimated seconds on one free core
+        self.builds = builds or {}  # nodeid -> (what it builds once per process, seconds)
+        self.rounds = rounds or {}  # property nodeid -> estimated seconds of a round on one free core
+        self._built: set = set()
+        # wall seconds per estimated second: the workers beyond the cores share
+        # them; measured as the fixed cases run here (:meth:`fixed_done`)
+        cpus = cpus or available_cpus()
+        self.load = self._contention = max(1.0, plan.workers / cpus, _load_average() / cpus, contention)
+        self._estimated = 0.0
+        self._measured = 0.0
+        self._first_rounds: list[float] = []
+        self._warm = False
+        # kept for the properties' first rounds: fixed cases stop short of it
+        self.reserve = min(plan.budget_s / 2, len(positions) * FIRST_ROUND_S * self.load / max(1, plan.workers))
+
+    def start(self, now: float | None = None) -> float:
+        if self.plan.deadline is None:
+            now = time.time() if now is None else now
+            started = shared_start(self.plan.clock_path, now) if self.plan.clock_path else now
+            self.plan.deadline = started + self.plan.budget_s
+        return self.plan.deadline
+
+    def admit(self, nodeid: str, now: float | None = None) -> str | None:
+        """None if the suite test ``nodeid`` may start now, else why not (a
+        skip reason starting with :data:`BUDGET_SKIP`)."""
+        now = time.time() if now is None else now
+        left = self.start(now) - now
+        if nodeid in self.positions:
+            # a first round (the median of those run here) fits before the deadline
+            rounds = sorted(self._first_rounds)
+            # the first property of a process also pays Hypothesis' start: twice the mean
+            need = rounds[len(rounds) // 2] if rounds else 2 * FIRST_ROUND_S * self.load
+            need = max(need, self.rounds.get(nodeid, 0.0) * self.load)
+            what = f"a first round takes about {need:.1f} s here"
+        elif nodeid in self.fixed_costs:
+            built, build_s = self.builds.get(nodeid, (None, 0.0))
+            need = (self.fixed_costs[nodeid] + (build_s if built not in self._built else 0.0)) * self.load
+            left -= self.reserve
+            what = (f"a fixed case of about {need:.1f} s here, and {self.reserve:.1f} s kept for the "
+                    "properties' first rounds")
+        else:
+            return None
+        if left > need:
+            if nodeid in self.builds:
+                self._built.add(self.builds[nodeid][0])
+            return None
+        return f"{BUDGET_SKIP} ({self.plan.budget_s:g} s): {what}, {max(0.0, left):.1f} s of it left"
+
+    def fixed_done(self, nodeid: str, seconds: float) -> None:
+        estimate = self.fixed_costs.get(nodeid)
+        if estimate is None:
+            return
+        if not self._warm:
+            # a process's first test pays its lazy imports: not a measure of the load
+            self._warm = True
+            return
+        self._estimated += estimate
+        self._measured += seconds
+        if self._estimated >= 2.0:  # enough evidence to correct the guess
+            # never below the cores' contention: the estimates are class means,
+            # and a run of the class's cheapest tests says nothing of the load
+            self.load = max(self._contention, self._measured / self._estimated)
+
+    def first_round_done(self, seconds: float) -> None:
+        self._first_rounds.append(seconds)
 
     def item_deadline(self, nodeid: str, now: float | None = None, last_here: bool = False) -> float:
         """``last_here``: nothing else is left for this worker (pytest's
         ``nextitem`` is None), so the item keeps its core busy to the end."""
         if last_here:
-            return self.plan.deadline
+            return self.start(now)
         now = time.time() if now is None else now
-        left = max(0.0, self.plan.deadline - now)
-        remaining = max(1, len(self.positions) - self.positions.get(nodeid, 0))
+        left = max(0.0, self.start(now) - now)
+        remaining = max(1, len(self.positions) - self._started_before(nodeid))
         return min(self.plan.deadline, now + left * max(1, self.plan.workers) / remaining)
+
+    def _started_before(self, nodeid: str) -> int:
+        """Property items started before this one: its position in a serial
+        run; under xdist, which hands out consecutive items in chunks (a
+        worker may start the last items first), the count on the shared
+        clock's folder, where every worker marks each item it starts."""
+        if not self.plan.clock_path:
+            return self.positions.get(nodeid, 0)
+        folder = os.path.dirname(self.plan.clock_path)
+        mark = hashlib.blake2b(nodeid.encode(), digest_size=8).hexdigest()
+        try:
+            with open(os.path.join(folder, f"item-{mark}"), "x"):
+                pass
+            return sum(name.startswith("item-") for name in os.listdir(folder)) - 1
+        except OSError:
+            return self.positions.get(nodeid, 0)
 
 
 # --- running a property -------------------------------------------------------------
@@ -274,8 +422,12 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
             fn(**args)
             rounds += 1
             now = time.time()
-            # another round only if it ends nearer the deadline than stopping now
-            if now + (now - started) / rounds / 2 >= deadline:
+            if rounds == 1 and slicer is not None:
+                slicer.first_round_done(now - started)
+            # another round only if it ends nearer the item's deadline than
+            # stopping now, and never one planned to end past the budget
+            round_s = (now - started) / rounds
+            if now + round_s / 2 >= deadline or now + round_s > plan.deadline:
                 break
             if rounds == 1:
                 # saved examples were replayed by the first round

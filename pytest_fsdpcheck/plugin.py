@@ -12,6 +12,9 @@ collected.
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from . import collection, options, verdicts
@@ -87,15 +90,40 @@ def pytest_collection_finish(session):
     state = get_session(session.config)
     if state is not None:
         collection.share_budget(state, session.items)
+        if state.slicer is not None:
+            # what the first test would import, imported while starting up:
+            # a time budget's clock starts with the first test
+            verdicts.warm_up()
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     # Under a time budget a worker's last item runs to the deadline. xdist
     # holds a worker's last item back until it has more or shuts down, so
     # ``nextitem is None`` means nothing else will come to this worker.
     if nextitem is None and collection.is_suite_test(item):
         item._fsdpcheck_last_here = True
+    state = get_session(item.config)
+    slicer = state.slicer if state is not None else None
+    started = time.time()
+    try:
+        return (yield)
+    finally:
+        if slicer is not None and not getattr(item, "_fsdpcheck_budget_skip", False):
+            slicer.fixed_done(item.nodeid, time.time() - started)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Under a time budget a suite test starts only if it fits in what is left.
+    state = get_session(item.config)
+    if state is None or state.slicer is None or not collection.is_suite_item(item):
+        return
+    reason = state.slicer.admit(item.nodeid)
+    if reason is not None:
+        item._fsdpcheck_budget_skip = True
+        collection.record_deselected(state, [item])  # nothing is concluded from a test not run
+        pytest.skip(reason)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -153,6 +181,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             state.pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_unconfigure(config):
+    state = get_session(config)
+    clock = state.plan.clock_path if state is not None and state.plan is not None else None
+    if clock is not None and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(os.path.dirname(clock), ignore_errors=True)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     state = get_session(session.config)
@@ -174,8 +211,13 @@ class XdistHooks:
         state = get_session(node.config)
         if state is not None and state.seed is not None:
             node.workerinput["fsdpcheck_seed"] = state.seed
-        if state is not None and state.plan is not None and state.plan.deadline is not None:
-            node.workerinput["fsdpcheck_deadline"] = state.plan.deadline
+        plan = state.plan if state is not None else None
+        if plan is not None and plan.budget_s is not None:
+            if plan.clock_path is None:
+                import tempfile
+
+                plan.clock_path = os.path.join(tempfile.mkdtemp(prefix="fsdpcheck-clock-"), "started")
+            node.workerinput["fsdpcheck_clock"] = plan.clock_path
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 
 from .catalog import INVARIANTS, sort_key
+from .fuzz import BUDGET_SKIP
 
 PROP_INVARIANTS = "fsdpcheck_invariants"
 PROP_IMPL = "fsdpcheck_impl"
@@ -335,6 +336,17 @@ class MatrixRecorder:
 
     def pytest_runtest_logreport(self, report):
         self.session.matrix.record(report)
+        plan = self.session.plan
+        if plan is not None and plan.budget_s is not None:
+            if plan.deadline is None:
+                # the xdist controller runs no test: its clock is its workers' first test's
+                from .fuzz import read_start
+
+                started = read_start(plan.clock_path) or getattr(report, "start", None)
+                if started:
+                    plan.deadline = started + plan.budget_s
+            if report.skipped and BUDGET_SKIP in str(report.longrepr):
+                self.session.budget_skipped.append(report.nodeid)
 
 
 def _header_json(session) -> dict:
@@ -393,6 +405,10 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
             lines = render(found, spec) if isinstance(found, list) else [f"known-bug exposure of {spec}: not worked out ({found})"]
             for line in lines:
                 tr.write_line(line)
+    if session.budget_skipped:
+        tr.write_line(f"fsdpcheck: {len(session.budget_skipped)} suite tests not run within the fuzz time "
+                      f"({session.plan.budget_s:g} s, counted from the first test): skipped; a larger "
+                      "--fsdpcheck-fuzz-time runs them", yellow=True)
     explored = exploration(session.matrix.per_test, time.time() - session.started)
     if session.profile != "ci" and explored["examples"]:
         tr.section("fsdpcheck exploration")
@@ -435,7 +451,8 @@ def _plan_json(session) -> dict:
     if plan is None:
         return {}
     return {"shard": f"{plan.machine + 1}/{plan.machines}", "workers": plan.workers,
-            "fuzz_time_s": plan.budget_s, "deadline": plan.deadline, "database": session.database}
+            "fuzz_time_s": plan.budget_s, "deadline": plan.deadline, "database": session.database,
+            "not_run_in_budget": list(session.budget_skipped)}
 
 
 def _known_lines(session, unreproduced) -> list[str]:

@@ -41,7 +41,10 @@ class Session:
     #: HypoFuzz is collecting: its engine needs the default database and no derandomize
     under_hypofuzz: bool = False
     started: float = 0.0
+    started_cpu: float = 0.0  # time.process_time() at ``started``: collection's wall/CPU ratio is the contention
     slicer: object = None  # each property item's share of a time budget
+    #: node ids of the suite tests a time budget left out (skipped)
+    budget_skipped: list = field(default_factory=list)
     pytest_session: object = None  # pytest's Session, whose exit status the summary may still set
     #: users' model factories (--fsdpcheck-model, entry points), each checked loadable at start
     models: tuple = ()
@@ -112,6 +115,7 @@ def _build(config, settings: Settings) -> Session:
         world_size=settings.world_size,
         plan=_fuzz_plan(config, settings, seed),
         started=time.time(),
+        started_cpu=time.process_time(),
     )
 
 
@@ -139,11 +143,14 @@ def _fuzz_plan(config, settings: Settings, seed):
 
     worker = getattr(config, "workerinput", {})
     budget = settings.fuzz_time_s
-    deadline = worker.get("fsdpcheck_deadline") or (None if budget is None else time.time() + budget)
+    # the budget's clock starts with the first test (fuzz.Slicer.start), not here:
+    # under -n N the workers' start-up, on fewer cores than N, may outlast a short budget
+    deadline = None
     # the controller counts the workers it will start (for the header and report)
     workers = worker.get("workercount") or (config.getoption("numprocesses") if xdist_controller(config) else 1)
     machine, machines = settings.shard
-    return Plan(seed, settings.profile, machine, machines, workers, budget, deadline)
+    return Plan(seed, settings.profile, machine, machines, workers, budget, deadline,
+                clock_path=worker.get("fsdpcheck_clock"))
 
 
 def _devices(choice: str, world_size: int | None = None) -> list[str]:

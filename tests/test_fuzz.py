@@ -162,3 +162,35 @@ def test_fuzz_time_keeps_every_worker_busy_until_the_budget(run_suite):
         round_s = max(t["seconds"] / t["run"]["rounds"] for t in mine)
         assert header["deadline"] - round_s - 2 <= last <= header["deadline"] + round_s + 2, (worker, last, header)
     assert all(t["run"]["rounds"] >= 1 and t["run"]["examples"] >= 100 for t in shards.values())
+
+
+def test_fuzz_time_holds_at_8_workers_from_the_first_test(run_suite):
+    """Under -n 8 (on any number of cores) the budget is counted from the
+    first test, on one clock for every worker, and the run ends within it:
+    fixed cases (large trees, goldens) that do not fit are skipped with the
+    budget's reason, and no property starts a round it cannot finish. Start-up
+    (8 workers importing torch) is measured, reported and not counted. The
+    margin is generous (a loaded 2-core box runs everything several times
+    slower than estimated); before this rule, the same run overran by the
+    whole of its fixed cases plus one round of each of its 48 property items."""
+    budget = 15
+    k = "test_large_trees or test_golden_traversal or test_golden_fsdp2 or test_handles or test_root_states"
+    launched = time.time()
+    result, report = run_suite("reference", k=k, extra=["--fsdpcheck-fuzz-time", f"{budget}s", "-n", "8"])
+    ended = time.time()
+    assert result.ret == 0, "\n".join(result.outlines[-40:])
+    header = report["header"]
+    first_test = header["deadline"] - budget
+    startup = first_test - launched
+    after_startup = ended - first_test
+    print(f"start-up {startup:.1f} s, then {after_startup:.1f} s for a {budget} s budget")
+    assert startup > 0, header
+    # the JSON report, the summary and the workers' shutdown come after the last test
+    assert after_startup <= budget + 20, (startup, after_startup)
+    skipped = set(header["not_run_in_budget"])
+    tests = report["tests"]
+    assert skipped <= set(tests)
+    assert all(t["outcome"] == "skipped" for nodeid, t in tests.items() if nodeid in skipped)
+    assert any(t["outcome"] == "passed" for t in tests.values()), "nothing ran within the budget"
+    if skipped:
+        assert "not run within the fuzz time" in result.stdout.str()

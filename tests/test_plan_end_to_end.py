@@ -150,10 +150,11 @@ def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
     checks.check_plan_end_to_end(case, checks._torch_impl(), world_size=2)
 
 
-def test_rank_weights_make_a_skipped_reduction_visible(fast_compile):
+def test_ranks_weigh_their_loss_and_the_fp32_control_matches_exactly(fast_compile):
     """Every rank takes the same inputs, so without the ranks' loss weights a
     plan whose groups never reduce would pass (each rank's own gradient is the
-    mean). Rank 1's loss counts twice: its gradient alone is 4/3 of the mean."""
+    mean: the planted ``unreduced`` plan did). Rank 1's loss counts twice, and
+    the control's mean of the weighted gradients is exact for a correct plan."""
     from pytest_fsdpcheck.runs.plan_run import rank_weight
 
     assert [rank_weight(r) for r in range(4)] == [1.0, 2.0, 1.0, 2.0]

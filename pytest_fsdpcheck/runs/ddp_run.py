@@ -89,19 +89,55 @@ def run_ranks(world_size: int, device: str, impl_specs, timeout: float = 120.0, 
         return _run_in_torchrun_world(world_size, device, tuple(impl_specs), task, seed)
     return spawn_ranks(
         _rank_main, lambda out_dir: RankJob(world_size, device, free_port(), tuple(impl_specs), out_dir, task, seed),
-        world_size, timeout, "fsdpcheck-ranks-")
+        world_size, timeout, "fsdpcheck-ranks-", device=device)
 
 
-def spawn_ranks(rank_main, make_job, world_size: int, timeout: float, prefix: str) -> list[dict]:
+#: The ranks' own environment (never this process's): one intra-op thread
+#: (tiny tensors; as many ranks as there are, beside every xdist worker, on
+#: a machine whose cores torch would otherwise give to each of them), and
+#: Inductor compiling in the rank itself rather than starting a pool of one
+#: compile process per core in every rank.
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+def rank_environment(device: str) -> dict[str, str]:
+    """What a rank started for ``device`` runs with: :data:`RANK_ENV`, and
+    on CPU no visible GPU, so nothing in a gloo rank initialises CUDA (its
+    context, and its libraries, cost seconds per rank where a GPU is present)."""
+    env = dict(RANK_ENV)
+    if device != "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+@contextlib.contextmanager
+def _children_environment(env: dict[str, str]):
+    """``env`` in ``os.environ`` only while the ranks are started (spawned
+    children copy it then); this process's own values are put back."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def spawn_ranks(rank_main, make_job, world_size: int, timeout: float, prefix: str, device: str = "cpu") -> list[dict]:
     """Start ``world_size`` processes running ``rank_main(rank, job)``, with
     ``job = make_job(out_dir)`` for a fresh folder where each rank saves
     ``rank{r}.pt``; wait at most ``timeout`` seconds, kill what is left, and
-    return every rank's record (``error`` set for one that died or timed out)."""
+    return every rank's record (``error`` set for one that died or timed out).
+    The ranks run with :func:`rank_environment` of ``device``."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix=prefix) as out_dir:
         job = make_job(out_dir)
-        context = mp.start_processes(rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
+        with _children_environment(rank_environment(device)):
+            context = mp.start_processes(rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout
         timed_out = False
         try:
