@@ -102,12 +102,14 @@ def test_plan_groups_follow_the_recorded_policies():
     assert all(g.param_dtype is None for g in plan_groups(case_of("tests.planted.plans:good")))
 
 
-@pytest.mark.parametrize("spec", ["bf16", "bf16_last_block"])
+@pytest.mark.parametrize("spec", ["bf16", "bf16_last_block", "bf16_casts"])
 def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     """Issue 28 item 1: bf16 compute with fp32 reduction (torchtitan's
     default), reshard_after_forward=False on the last block: the control
     computes at the same precision, so the comparison is exact up to the
-    reduction's order (it FAILed every parameter against an fp32 control)."""
+    reduction's order (it FAILed every parameter against an fp32 control).
+    ``bf16_casts`` takes fp32 inputs, which the control must cast where the
+    policy does (without the casts it fails in LayerNorm's mixed dtypes)."""
     from pytest_fsdpcheck.cases import checks
     from pytest_fsdpcheck.known.exposure import case_of
 

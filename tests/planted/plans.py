@@ -304,3 +304,32 @@ def unreduced_plan(model, mesh):  # wrong, fp32: layers.0's gradients never leav
 def unreduced():
     torch.manual_seed(0)
     return ModelCase("unreduced", TinyLM(tied=False), _inputs(), plan=unreduced_plan)
+
+
+class FloatMLP(nn.Module):
+    """Floating-point inputs, so a policy's input and output casts matter."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.head = nn.Linear(WIDTH, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def bf16_casts_plan(model, mesh):  # correct: fp32 inputs cast at the root, blocks.0's output cast back to fp32
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    for i, block in enumerate(model.blocks):
+        fully_shard(block, mesh=mesh, mp_policy=MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32 if i == 0 else None))
+    fully_shard(model, mesh=mesh, mp_policy=_bf16_policy())
+
+
+def bf16_casts():
+    torch.manual_seed(0)
+    x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(1))
+    return ModelCase("bf16_casts", FloatMLP(), (x,), plan=bf16_casts_plan)
