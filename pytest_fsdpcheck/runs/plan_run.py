@@ -87,7 +87,7 @@ def run_plan_ranks(build, world_size: int = 2, timeout: float = 180.0, groups=No
     and reduction; ``None`` reduces every parameter with no casts."""
     groups = None if groups is None else tuple(groups)
     return spawn_ranks(_rank_main, lambda out_dir: PlanJob(world_size, free_port(), out_dir, build, groups),
-                       world_size, timeout, "fsdpcheck-plan-")
+                       world_size, timeout, "fsdpcheck-plan-", device="cpu")
 
 
 def _rank_main(rank: int, job: PlanJob) -> None:
