@@ -139,21 +139,9 @@ def _output_problem(out) -> str | None:
     gradients takes one from its floating-point tensors), or None."""
     import torch
 
-    tensors = []
+    from ..runs.plan_run import output_tensors
 
-    def walk(obj):
-        if isinstance(obj, torch.Tensor):
-            tensors.append(obj)
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (tuple, list)):
-            for value in obj:
-                walk(value)
-        elif hasattr(obj, "to_tuple"):  # transformers' ModelOutput
-            walk(obj.to_tuple())
-
-    walk(out)
+    tensors = output_tensors(out)
     if any(t.is_floating_point() for t in tensors):
         return None
     if isinstance(out, torch.Tensor):

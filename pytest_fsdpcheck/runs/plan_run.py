@@ -257,25 +257,27 @@ def _precision_hooks(module, group):
     return hooks
 
 
+def output_tensors(output) -> list:
+    """Every tensor in what a model returns, through tuples, lists, dicts and
+    dataclass-like outputs, in order."""
+    found, pending = [], [output]
+    while pending:
+        obj = pending.pop()
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif isinstance(obj, dict):
+            pending.extend(reversed(list(obj.values())))
+        elif isinstance(obj, (tuple, list)):
+            pending.extend(reversed(obj))
+        elif hasattr(obj, "to_tuple"):  # transformers' ModelOutput
+            pending.append(obj.to_tuple())
+    return found
+
+
 def _loss(output) -> torch.Tensor:
     """A scalar from whatever the model returns: every floating tensor in it
-    (through tuples, lists, dicts and dataclass-like outputs) squared and averaged."""
-    found = []
-
-    def walk(obj):
-        if isinstance(obj, torch.Tensor):
-            if obj.is_floating_point():
-                found.append(obj)
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (tuple, list)):
-            for value in obj:
-                walk(value)
-        elif hasattr(obj, "to_tuple"):  # transformers' ModelOutput
-            walk(obj.to_tuple())
-
-    walk(output)
+    squared and averaged."""
+    found = [t for t in output_tensors(output) if t.is_floating_point()]
     if not found:
         raise TypeError(f"the model's output ({type(output).__name__}) holds no floating-point tensor to take a loss of")
     total = found[0].float().square().mean()
