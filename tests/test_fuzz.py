@@ -74,11 +74,12 @@ def test_ci_profile_keeps_no_database(suite, pytester):
 
 
 def test_a_shard_replays_exactly_on_one_process(suite):
-    """The header's seed and a worker's shard give the same examples serially."""
+    """The header's seed and a worker's shard give the same examples serially
+    (their generated streams: a worker may first replay what the other saved)."""
     _, sharded = suite("--fsdpcheck-profile", "fuzz", "--fsdpcheck-seed", "5", "-n", "2",
-                       "--fsdpcheck-database", "db-a", "-p", "tests.planted.noshrink")
+                       "--fsdpcheck-database", "db-a", "-p", "tests.planted.generate_only")
     _, serial = suite("--fsdpcheck-profile", "fuzz", "--fsdpcheck-seed", "5", "--fsdpcheck-shard", "2/2",
-                      "--fsdpcheck-database", "db-b", "-p", "tests.planted.noshrink")
+                      "--fsdpcheck-database", "db-b", "-p", "tests.planted.generate_only")
     by_worker = list(sharded.values())
     assert serial["main"] in by_worker, (serial, sharded)
     assert by_worker[0] != by_worker[1], "both shards ran the same examples"

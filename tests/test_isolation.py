@@ -290,7 +290,8 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("FSDPCHECK_IMPORTED", raising=False)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", torch._dynamo.config.recompile_limit)
+    # put back by hand: monkeypatch's undo deletes a torch config entry for good
+    recompile_limit = torch._dynamo.config.recompile_limit
     limit = sys.getrecursionlimit()
     before, generators = isolation.global_state(), (random.getstate(), torch.get_rng_state())
     with isolation.FirstImports() as imported:
@@ -312,6 +313,7 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
             f"recursion_limit ({limit} -> {limit + 8})", "sys.path (added '/elsewhere')"]
     finally:
         sys.setrecursionlimit(limit)
+        torch._dynamo.config.recompile_limit = recompile_limit
         sys.modules.pop("draws_at_import_too", None)
         sys.modules.pop("draws_at_import", None)
         while "/imported/vendor" in sys.path:
