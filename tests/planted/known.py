@@ -308,16 +308,20 @@ for _bug_id in WIDER:
     globals()[class_name("Wider", _bug_id)] = _class(class_name("Wider", _bug_id), _wider, BUGS[_bug_id])
 
 
-class _AddressNamesNothing:
-    """FS2-8: rejects a shared module with a RuntimeError that names only a
-    mesh object's address (a two-character module name such as ``c4`` can
-    occur inside it)."""
+class _FSDP2Wrapper:
+    """The reference's fsdp2 area with one method changed by a subclass."""
 
     def __init__(self, inner):
         self._inner = inner
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+class _AddressNamesNothing(_FSDP2Wrapper):
+    """FS2-8: rejects a shared module with a RuntimeError that names only a
+    mesh object's address (a two-character module name such as ``c4`` can
+    occur inside it)."""
 
     def annotate(self, roots, mesh, ignored_params):
         try:
@@ -337,17 +341,11 @@ class AddressInConflictError:
 # --- are modelled; each declares the bug and must FAIL, never be "known"
 
 
-class _IgnoredShardedRaises:
+class _IgnoredShardedRaises(_FSDP2Wrapper):
     """FS2-8: a managed module holding a parameter an earlier call sharded
     fails with torch's TypeError even where this call ignores it (what the
     torch-mode reference did before it modelled torch's new parameters;
     torch accepts it)."""
-
-    def __init__(self, inner):
-        self._inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
     def annotate(self, roots, mesh, ignored_params):
         inner = self._inner
@@ -357,16 +355,10 @@ class _IgnoredShardedRaises:
         inner.annotate(roots, mesh, ignored_params)
 
 
-class _AliasRaises:
+class _AliasRaises(_FSDP2Wrapper):
     """FS2-8: an alias outside an earlier group, which still holds the
     original parameter, fails with torch's TypeError as if it were the
     sharded one (torch accepts it and manages it twice)."""
-
-    def __init__(self, inner):
-        self._inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
     def annotate(self, roots, mesh, ignored_params):
         inner = self._inner
