@@ -18,6 +18,7 @@ from tests.planted import plans  # noqa: E402
     (plans.unsharded_root, "PLN-3", "norm.weight"),
     (plans.unsharded_root, "PLN-4", "never sharded"),
     (plans.root_first, "PLN-4", "not last"),
+    (plans.tied_half_ignored, "PLN-1", "embed.weight (lm_head: call 4, embed: call 3)"),
 ])
 def test_planted_plan_fails_with_its_id(factory, invariant, names):
     with pytest.raises(ConformanceFailure) as info:
@@ -33,6 +34,20 @@ def test_correct_plan_passes_every_fsdp2_check():
                   checks.check_fully_shard_calls):
         check(case)
         check(case, "reference") if check is not checks.check_fsdp2_recorded else None
+
+
+@pytest.mark.parametrize("impl", ["torch", "reference"])
+def test_a_tied_weight_every_reaching_call_ignores_is_not_pln_1(impl):
+    """Issue 28 item 5: PLN-1 is two groups managing one tied parameter. The
+    root's call ignores embed.weight (tied to lm_head, which its bias keeps
+    in the root's group): no group manages it, torch's recorded groups hold
+    it nowhere, and it was 'split across groups: [embed.weight (lm_head:
+    call 3, embed: no group)]' for torch and the reference alike."""
+    case = build_case(plans.tied_ignored)
+    record = checks.recorded(case)
+    assert [c.error for c in record.calls] == [None] * 3
+    assert not any("embed.weight" in c.sharded or "lm_head.weight" in c.sharded for c in record.calls)
+    checks.run_check(checks.check_plan_rules, case, impl)
 
 
 def test_plain_function_recorded_with_list_call():

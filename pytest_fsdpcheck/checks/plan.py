@@ -121,6 +121,25 @@ def plan_groups(model, calls, replicate=()) -> list[tuple[list, list]]:
     return out
 
 
+def rejected_call(model, calls, replicate=()) -> str | None:
+    """The first call the spec rejects outright (FS2-4: a scalar parameter
+    it would shard, which cannot be split on dim 0), as ``call N
+    fully_shard(...) would shard the 0-dim parameter NAME``; None where every
+    call is one FSDP2 accepts. Such a plan cannot run on any implementation."""
+    calls = [(tuple(roots), ignored) for roots, ignored in calls]
+    oracle = OracleInput(model, replicate)
+    earlier: list = []
+    for k, (roots, ignored) in enumerate(calls):
+        oracle.at(roots, earlier, ignored)
+        _, _, scalar = expected_states(oracle, expected_managed(oracle))
+        if scalar is not None:
+            module = oracle.label(oracle.modules[scalar[0]])
+            name = scalar[1] if module == "<root>" else f"{module}.{scalar[1]}"
+            return f"call {k + 1} {_call_label(oracle, roots)} would shard the 0-dim parameter {name}"
+        earlier += [oracle.modules[i] for i in effective_roots(oracle.spec)]
+    return None
+
+
 def _call_label(oracle, roots) -> str:
     return "fully_shard(" + ", ".join(oracle.label(r) for r in roots) + ")"
 
@@ -165,20 +184,26 @@ def check_plan(model, calls, replicate=()) -> list[Violation]:
     if twice:
         out.append(Violation("PLN-2", f"modules reachable from two groups, managed twice: {short(twice, 4)}"))
 
-    # PLN-1: a parameter registered by several modules, whose modules' groups differ
+    # PLN-1: a parameter registered by several modules, managed by a group that
+    # not all of them are in (two groups, or one group and a module outside
+    # it); one that every call reaching it ignores is in no group, a plain
+    # tensor wherever it is used
     owners: dict[int, list] = {}
     params_by_id = {}
     for m in oracle.modules:
         for p in _own(m)[0]:
             owners.setdefault(id(p), []).append(m)
             params_by_id[id(p)] = p
-    ignored_everywhere = set.intersection(*[{id(p) for p in (ign or ())} for _, ign in calls]) if calls else set()
+    managing: dict[int, set] = {}
+    for k, (_managed, params) in enumerate(groups):
+        for p in params:
+            managing.setdefault(id(p), set()).add(k)
     split = []
     for pid, mods in owners.items():
-        if len(mods) < 2 or pid in ignored_everywhere:
+        by = managing.get(pid, set())
+        if len(mods) < 2 or not by:
             continue
-        where = {group_of.get(id(m)) for m in mods}
-        if len(where) > 1:
+        if len(by) > 1 or {group_of.get(id(m)) for m in mods} != by:
             parts = [f"{oracle.label(m)}: {'call ' + str(group_of[id(m)] + 1) if id(m) in group_of else 'no group'}" for m in mods]
             split.append(f"{oracle.label(params_by_id[pid])} ({', '.join(parts)})")
     if split:

@@ -333,3 +333,35 @@ def bf16_casts():
     torch.manual_seed(0)
     x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(1))
     return ModelCase("bf16_casts", FloatMLP(), (x,), plan=bf16_casts_plan)
+
+
+# --- issue 28 item 5: checks on users' plans that can fail for their reason ----------
+
+def tied_ignored_plan(model, mesh):
+    """Correct: the tied weight is ignored by the one call reaching it (the
+    root's), so it is in no group and a plain tensor in both modules; the
+    head's bias keeps lm_head in the root's group, embed (all ignored, no
+    buffer) in none. Not PLN-1: no two groups manage the weight."""
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh, ignored_params={model.embed.weight})
+
+
+def tied_ignored():
+    torch.manual_seed(0)
+    model = TinyLM()
+    model.lm_head = nn.Linear(WIDTH, 16)
+    model.lm_head.weight = model.embed.weight
+    return ModelCase("tied_ignored", model, _inputs(), plan=tied_ignored_plan)
+
+
+def tied_half_ignored_plan(model, mesh):  # PLN-1: embed's group manages the tied weight, lm_head's call ignores it
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model.embed, mesh=mesh)
+    fully_shard(model, mesh=mesh, ignored_params={model.embed.weight})
+
+
+def tied_half_ignored():
+    case = tied_ignored()
+    return ModelCase("tied_half_ignored", case.model, case.example_inputs, plan=tied_half_ignored_plan)
