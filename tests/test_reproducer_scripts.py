@@ -96,3 +96,20 @@ def test_every_printed_reproducer_reproduces(run_suite, tmp_path, area):
             problems.append(f"{name}: expected an AssertionError naming one of {sorted(ids)}, got:\n"
                             f"{snippet}\n{out[-2000:]}")
     assert not problems, "\n\n".join(problems)
+
+
+def test_a_models_fs2_9_reproducer_runs_its_spawned_ranks(tmp_path, monkeypatch):
+    """FS2-9's ranks are spawned and re-import the script: unguarded, each
+    rank ran the check again and died ("rank 0 failed: died without a
+    result") even for a plan that passes. The printed script, run as a user
+    runs it, passes for the planted good plan."""
+    from pytest_fsdpcheck.cases import build_case, load_factory
+    from pytest_fsdpcheck.cases.checks import reproducer
+
+    # Dynamo and AOTAutograd without Inductor's C++ builds in each rank
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    case = build_case(load_factory("tests.planted.plans:good"))
+    script = tmp_path / "repro_fs2_9.py"
+    script.write_text(reproducer(case, "check_plan_end_to_end", None))
+    proc = _run(script)
+    assert proc.returncode == 0, script.read_text() + "\n" + (proc.stdout + proc.stderr)[-3000:]
