@@ -22,6 +22,8 @@ MISTAKES = [
     ("inputs_misfit", "example inputs do not fit: RuntimeError: Expected tensor for argument #1 'indices'"),
     ("int_output", "forward returned a torch.int64 tensor, expected floating-point tensors"),
     ("python_int_output", "forward returned int, expected tensors"),
+    # a call the spec rejects (FS2-4); it was FS2-7 FAIL for torch and the reference
+    ("scalar_param", "plan's call 4 fully_shard(<root>) would shard the 0-dim parameter scale, which FSDP2 rejects"),
 ]
 
 

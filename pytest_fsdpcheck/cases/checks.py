@@ -165,6 +165,14 @@ def _plan_problem(case) -> str | None:
         return f"plan raised {_first_line(record.plan_error)}"
     if not record.calls:
         return "plan made no fully_shard call"
+    from ..checks.plan import rejected_call
+
+    model = record.pristine
+    rejected = rejected_call(model, _calls_on(record, model), _replicate_on(record, model))
+    if rejected is not None:
+        # FS2-4: FSDP2 rejects it, so no implementation can be judged on the plan
+        return (f"plan's {rejected}, which FSDP2 rejects (a scalar cannot be sharded on dim 0): "
+                "pass it in ignored_params or give it a dimension")
     return None
 
 

@@ -93,3 +93,21 @@ def drawn_raises(depth=1):
     other check judges depth 1 only."""
     torch.manual_seed(0)
     return ModelCase("drawn_raises", TinyLM(depth=depth), _inputs(), plan=_deep_raising_plan)
+
+
+class ScaledLM(TinyLM):
+    """A learnable 0-dim temperature on the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, tokens):
+        return super().forward(tokens) * self.scale
+
+
+def scalar_param():
+    """The root's call would shard the 0-dim ``scale``, which FSDP2 rejects
+    (FS2-4): the plan's mistake, not FS2-7 for torch and the reference."""
+    torch.manual_seed(0)
+    return ModelCase("scalar_param", ScaledLM(), _inputs(), plan=good_plan)
