@@ -54,13 +54,19 @@ def is_suite_test(node) -> bool:
 def add_suite_paths(config) -> None:
     """The suite's path among the run's paths (``config.args``: the
     positional arguments, never an option's value). With no paths given the
-    suite is all that runs; with paths, the suite runs beside them unless one
+    suite is all that runs under ``--fsdpcheck``, and runs beside the
+    project's own tests where the ini file enables it; with paths, the suite runs beside them unless one
     is inside it. A suite file named bare, as the summary prints a test id
     (``test_traversal.py::test_root_states[torch]``), and missing here, is
     the suite's; any other missing path stays missing, for pytest to say so."""
     suite = conformance_dir()
     if config.args_source != pytest.Config.ArgsSource.ARGS:
-        config.args[:] = [str(suite)]
+        if config.getoption("fsdpcheck", None):
+            config.args[:] = [str(suite)]
+        elif not any(inside(suite, Path(arg)) or inside(arg, suite) for arg in config.args):
+            # enabled in the ini file: a plain `pytest -k test_mine` is still the
+            # project's run (testpaths, or the folder pytest runs in), the suite beside it
+            config.args.append(str(suite))
         return
     picked = False
     for i, arg in enumerate(config.args):

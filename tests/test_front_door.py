@@ -399,6 +399,23 @@ def test_a_users_fixture_of_the_same_name_is_left_alone(run):
     assert (plain.folder / "settings-True.txt").read_text() == (plain.folder / "settings-False.txt").read_text()
 
 
+def test_enabled_in_the_ini_file_the_projects_own_tests_are_still_collected(run):
+    # `fsdpcheck = true` in pytest.ini: a plain `pytest -k test_mine` ran the
+    # suite alone and deselected everything (exit 5, not a word); the project's
+    # tests are collected as without the plugin, the suite beside them
+    files = {"test_user.py": USER_FIXTURE}
+    ini = "fsdpcheck = true\nfsdpcheck_impl = reference"
+    mine = run(["-k", "test_mine"], files, ini)
+    _no_traceback(mine)
+    mine.assert_outcomes(passed=1)
+    both = run(["-k", "test_mine or test_handles"], files, ini)
+    _no_traceback(both)
+    both.assert_outcomes(passed=2)
+    # on the command line, `--fsdpcheck` with no paths is still the suite alone
+    alone = run(["--fsdpcheck", "-k", "test_mine or test_handles"], files, ini)
+    alone.assert_outcomes(passed=1)
+
+
 def test_ini_relative_divergence_file_is_read_from_the_ini_folder(run, pytester):
     (pytester.path / "sub").mkdir()
     (pytester.path / "div.toml").write_text("[[divergence]]\nmatch = 'TRV-7'\nimplementation = 'reference'\nreason = 'x'\n")
