@@ -174,6 +174,12 @@ def build_case(factory, **kwargs) -> ModelCase:
 
     # named as the user names it (package.module:factory), so the one line says whose it is
     label = _factory_ref(factory) or getattr(factory, "__qualname__", repr(factory))
+    missing = _required_arguments(factory, kwargs)
+    if missing:
+        raise CaseError(
+            f"model factory {label} takes a required argument {missing[0]!r} the suite cannot give: give it a "
+            f"default, or declare its strategy with @pytest_fsdpcheck.cases.model_factory({missing[0]}=<strategy>)"
+        )
     try:
         made = factory(**kwargs)
     except CaseError:
@@ -200,6 +206,17 @@ def build_case(factory, **kwargs) -> ModelCase:
         case, name=name, factory=factory, factory_ref=_factory_ref(factory),
         factory_kwargs=tuple(sorted(kwargs.items())),
     )
+
+
+def _required_arguments(factory, kwargs) -> list[str]:
+    """The factory's parameters without a default that ``kwargs`` does not
+    give (the suite calls it with keyword arguments only)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or extension callable: its call says
+        return []
+    return [p.name for p in params if p.default is p.empty and p.name not in kwargs
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def _kwargs(kwargs) -> str:
