@@ -12,12 +12,13 @@ from pytest_fsdpcheck.checks.fsdp2 import (
     expected_managed,
     world_of_one,
 )
-from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2 import (
     build_fsdp2,
     fsdp2_deep_chain,
     fsdp2_diamond_chain,
+    fsdp2_ignored_diamonds,
     fsdp2_specs,
     fsdp2_wide_tree,
     fully_shard_specs,
@@ -189,4 +190,28 @@ def test_linear_growth(fsdpcheck_impl):
         violations = [Violation("FS2-6", "managed_modules raised RecursionError on a wide tree")]
     else:
         violations = check_linear_growth("FS2-6", times[small], times[large], large // small, 10, "modules (wide)")
+    conform(fsdpcheck_impl, violations)
+
+
+@pytest.mark.invariant("FS2-6")
+def test_linear_growth_shared_ignored(fsdpcheck_impl):
+    """The ignore rule on shared subtrees: diamond chains 4x as long, every
+    parameter below the root ignored, may cost at most ~10x the time. An
+    implementation deciding a shared module once per path to it is
+    exponential in the chains' length: its long run is cut once the ratio
+    is broken, never waited for."""
+    _require(fsdpcheck_impl, "takes_ignored_params", "no ignored_params")
+    # diamonds per chain, 128 chains: over a thousand modules either way, so
+    # both sides pay the same cache misses; 33 levels stay below any recursion limit
+    short, long = 4, 16
+    area = fsdpcheck_impl.fsdp2
+    builts = {n: build_fsdp2(fsdp2_ignored_diamonds(n, chains=128), area) for n in (short, long)}
+
+    def run(n):
+        return lambda: area.managed_modules(builts[n].roots, builts[n].ignored)
+
+    violations = check_managed(builts[short], run(short)())
+    if not violations:
+        violations = check_growth_within("FS2-6", run(short), run(long), long // short, 10,
+                                         "diamond chains (ignore rule on shared modules)")
     conform(fsdpcheck_impl, violations)

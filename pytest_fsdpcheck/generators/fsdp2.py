@@ -219,6 +219,27 @@ def fsdp2_diamond_chain(diamonds: int, ignored: bool = False) -> Fsdp2Spec:
     return _shape(_with_params(children, 2), ignored)
 
 
+def fsdp2_ignored_diamonds(diamonds: int, chains: int = 16) -> Fsdp2Spec:
+    """``chains`` diamond chains of ``diamonds`` diamonds each under a root
+    whose own parameter is kept; every module below it has one parameter,
+    ignored, and no buffer. So the ignore rule drops everything below the
+    root, deciding each module from all of its children: the bottom of a
+    chain is below each top by 2**diamonds paths, and only an implementation
+    that remembers its decisions (one per module) stays linear (FS2-6)."""
+    children: list[tuple[int, ...]] = [()]
+    tops = []
+    for _ in range(chains):
+        top = len(children)
+        tops.append(top)
+        for d in range(diamonds):
+            t = top + 3 * d
+            children += [(t + 1, t + 2), (t + 3,), (t + 3,)]
+        children.append(())
+    children[0] = tuple(tops)
+    tree = TreeSpec(tuple(children), params=(1,) * len(children))
+    return Fsdp2Spec(tree, ignored=frozenset((i, 0) for i in range(1, tree.size)))
+
+
 def _shape(tree: TreeSpec, ignored: bool) -> Fsdp2Spec:
     if not ignored:
         return Fsdp2Spec(tree)

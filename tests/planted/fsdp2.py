@@ -70,6 +70,19 @@ class _NoRootReduction(ReferenceFsdp2):
         return out
 
 
+class _IgnoreRuleNoMemo(ReferenceFsdp2):
+    # The ignore rule decides a module from its whole subtree, again for every
+    # path reaching it: right, and linear on trees, exponential on diamonds.
+    def _ignorable(self, module, ignored, memo):
+        stack = [module]
+        while stack:
+            m = stack.pop()
+            if not self._own_ignorable(m, ignored):
+                return False
+            stack.extend(unique_children(m))
+        return True
+
+
 class _Recursive(ReferenceFsdp2):
     def __init__(self):
         super().__init__(recursive=True)
@@ -121,6 +134,7 @@ IgnoresOwnParamsOnly = _impl(_IgnoresOwnParamsOnly)
 KeepsIgnoredParams = _impl(_KeepsIgnoredParams)
 NoRootReduction = _impl(_NoRootReduction)
 ParamsOnly = _impl(_ParamsOnly)
+IgnoreRuleNoMemo = _impl(_IgnoreRuleNoMemo)
 RecursiveWalk = _impl(_Recursive)
 NoFlags = _impl(_NoFlags)
 NoConflictCheck = _impl(_NoConflictCheck)
@@ -133,6 +147,7 @@ PLANTED = {
     "tests.planted.fsdp2:KeepsIgnoredParams": ("FS2-4", "test_managed_states"),
     "tests.planted.fsdp2:NoRootReduction": ("FS2-5", "test_several_roots"),
     "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
+    "tests.planted.fsdp2:IgnoreRuleNoMemo": ("FS2-6", "test_linear_growth_shared_ignored"),
     "tests.planted.fsdp2:NoFlags": ("FS2-7", "test_fully_shard_flags"),
     "tests.planted.fsdp2:NoConflictCheck": ("FS2-8", "test_fully_shard_conflicts"),
 }
