@@ -2,6 +2,7 @@
 model meets the tied-parameter splitting bugs, an untied one none of them;
 predicate-only bugs are listed as "run on that release to know"; the CLI."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -69,6 +70,18 @@ def test_tied_model_meets_the_tied_parameter_bugs(tied):
     lines = render(found, "tied")
     assert f"  bucket plan, dynamo-form graph: bucket 0 counts {nbytes:,} bytes twice (embed.weight): " \
            "spl-param-counted-per-use, torch 2.5–2.15" in lines
+
+
+def test_a_bug_is_listed_only_in_a_form_a_release_of_its_range_produces(tied):
+    # the per-use counting as if it had been measured on 2.0-2.3 only: every
+    # release of that range captures module-form graphs, so the dynamo-form
+    # graph's difference is not an exposure (it was listed, "torch none measured")
+    case, _found = tied
+    older = dataclasses.replace(BY_ID["spl-param-counted-per-use"], affects="<2.4")
+    found = exposure(case, [older])
+    assert {(e.bug, e.form, e.releases) for e in found} == {("spl-param-counted-per-use", "module", "2.0–2.3")}
+    # and a bug whose range no measured release falls in is not listed at all
+    assert exposure(case, [dataclasses.replace(older, affects=">=3.0")]) == []
 
 
 def test_untied_model_meets_no_tied_parameter_bug(untied):

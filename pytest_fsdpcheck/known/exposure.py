@@ -18,7 +18,8 @@ captures, the module form is the model traced by ``torch.fx`` with
 ``call_module``/``get_attr`` nodes, as Dynamo hands it to DDPOptimizer
 before :data:`DYNAMO_INLINES_FROM`. A form's exposure holds only on the
 releases whose Dynamo produces that form; the release range reported is
-the bug's measured range cut down to those.
+the bug's measured range cut down to those, and a bug is listed only where
+that leaves a release (no bug of torch < 2.5 in a dynamo-form graph).
 
     python -m pytest_fsdpcheck.known exposure --model pkg.module:factory
 """
@@ -397,10 +398,16 @@ def _form_releases(form: str | None):
     return lambda minor: True
 
 
+def shown_on(bug, form: str | None = None) -> list[tuple[int, int]]:
+    """The measured minor releases in ``bug``'s range whose Dynamo gives
+    ``form`` (any form: ``None``): where a model can meet it."""
+    return [m for m in MEASURED if bug.applies_to_version(f"{m[0]}.{m[1]}.0") and _form_releases(form)(m)]
+
+
 def releases(bug, form: str | None = None) -> str:
     """The measured minor releases the model meets ``bug`` on, as ranges
     ("2.4–2.15"; "2.0–2.3, 2.5"), or "none measured"."""
-    hit = [m for m in MEASURED if bug.applies_to_version(f"{m[0]}.{m[1]}.0") and _form_releases(form)(m)]
+    hit = shown_on(bug, form)
     if not hit:
         return "none measured"
     spans, start, prev = [], hit[0], hit[0]
@@ -451,7 +458,8 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
                 return reference_with([bug])
 
             if area == "splitting":
-                for form in bug.forms or ("dynamo", "module"):
+                # a form no release in the bug's range gives its Dynamo: no model meets it there
+                for form in [f for f in bug.forms or ("dynamo", "module") if shown_on(bug, f)]:
                     g = graph(form)
                     if not isinstance(g, tuple):
                         continue
@@ -462,7 +470,7 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
                     if diffs:
                         found.append(_exposure(bug, area, "; ".join(diffs), form))
                 continue
-            if area not in _OUTCOMES or spec_outcome(area) is _NOT_CHECKED:
+            if area not in _OUTCOMES or not shown_on(bug) or spec_outcome(area) is _NOT_CHECKED:
                 continue
             diffs = _differences(area, plain[area], _OUTCOMES[area](case, buggy))
             if diffs:
@@ -480,7 +488,7 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
         return True
 
     for bug in bugs:
-        if bug.predicate is None:
+        if bug.predicate is None or not shown_on(bug):
             continue
         areas = [a for a in sorted(_bug_areas(bug)) if provided(a)]
         if areas:
