@@ -85,30 +85,55 @@ def test_golden_exec_order(fsdpcheck_impl, model):
     _compare(fsdpcheck_impl, model, "exec order", f"corpus.render_exec_order({model!r}, impl.exec_order)")
 
 
-@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-4", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-15")
-@pytest.mark.parametrize("model", MODELS)
-def test_corpus_split_invariants(fsdpcheck_impl, model):
-    """The splitting checkers on the graph Dynamo really captured; where no
-    bucket was extended, DDP's own assignment of the same parameter bytes
-    must group the nodes alike."""
-
+def _corpus_split_input(impl, model):
+    """The captured graph, its facts, the corpus caps and the graph's form;
+    a skip where this implementation's splitting does not take that form."""
     from pytest_fsdpcheck.checks import splitting as chk
 
     _require_capture(model)
     spec = CORPUS[model]
-    cap, first = spec.bucket_bytes_cap, spec.first_bucket_cap
     _, gm, example_inputs, _ = captured(model)
-
-    def body(impl):
-        return chk.check_captured_split(impl.splitting, gm, example_inputs, chk.graph_facts(gm, example_inputs),
-                                        cap, first)
-
     # Dynamo kept modules as call_module nodes before it inlined them (torch < 2.5):
     # such a capture is a module-form graph, and only module-form bugs explain it.
     form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
-    if form not in accepted_forms(fsdpcheck_impl.splitting):
+    if form not in accepted_forms(impl.splitting):
         pytest.skip(f"not provided: this torch's Dynamo captured {model} as a {form}-form graph, "
                     f"which this implementation's splitting does not accept")
+    return gm, example_inputs, chk.graph_facts(gm, example_inputs), spec.bucket_bytes_cap, spec.first_bucket_cap, form
+
+
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-4", "SPL-5", "SPL-6", "SPL-7", "SPL-8")
+@pytest.mark.parametrize("model", MODELS)
+def test_corpus_split_invariants(fsdpcheck_impl, model):
+    """The splitting checkers on the graph Dynamo really captured."""
+
+    from pytest_fsdpcheck.checks import splitting as chk
+
+    gm, example_inputs, facts, cap, first, form = _corpus_split_input(fsdpcheck_impl, model)
+
+    def body(impl):
+        return chk.check_captured_split(impl.splitting, gm, example_inputs, facts, cap, first)
+
+    conform(fsdpcheck_impl, body, form=form)
+
+
+@pytest.mark.invariant("SPL-15")
+@pytest.mark.parametrize("model", MODELS)
+def test_corpus_ddp_assignment(fsdpcheck_impl, model):
+    """Where the spec's plan extends no bucket, DDP's own assignment of the
+    same parameter bytes groups the nodes as the plan does; elsewhere n/p
+    with the reason (never a pass that compared nothing)."""
+
+    from pytest_fsdpcheck.checks import splitting as chk
+
+    gm, example_inputs, facts, cap, first, form = _corpus_split_input(fsdpcheck_impl, model)
+    reason = chk.ddp_assignment_unjudgeable(gm, example_inputs, facts, cap, first)
+    if reason is not None:
+        pytest.skip(f"not provided: {model}: {reason}")
+
+    def body(impl):
+        return chk.check_captured_assignment(impl.splitting, gm, example_inputs, facts, cap, first)
+
     conform(fsdpcheck_impl, body, form=form)
 
 

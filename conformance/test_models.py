@@ -70,6 +70,11 @@ def test_model_buckets(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_buckets", fsdpcheck_model_case, fsdpcheck_impl)
 
 
+@pytest.mark.invariant(*checks.CHECKS["check_bucket_assignment"][1])
+def test_model_bucket_assignment(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_bucket_assignment", fsdpcheck_model_case, fsdpcheck_impl)
+
+
 @pytest.mark.invariant(*checks.CHECKS["check_traversal"][1])
 def test_model_traversal(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_traversal", fsdpcheck_model_case, fsdpcheck_impl)
@@ -78,6 +83,11 @@ def test_model_traversal(fsdpcheck_impl, fsdpcheck_model_case):
 @pytest.mark.invariant(*checks.CHECKS["check_annotation"][1])
 def test_model_annotation(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_annotation", fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_annotation_ignored"][1])
+def test_model_annotation_ignored(fsdpcheck_impl, fsdpcheck_model_case):
+    _run("check_annotation_ignored", fsdpcheck_model_case, fsdpcheck_impl)
 
 
 @pytest.mark.invariant(*checks.CHECKS["check_exec_order"][1])

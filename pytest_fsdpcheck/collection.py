@@ -207,6 +207,7 @@ _TEST_COST = {
     "test_dynamo_effect": "compile",
     "test_compiled_split": "compile",
     "test_model_buckets": "compile",
+    "test_model_bucket_assignment": "compile",
     "test_model_plan_end_to_end": "processes",
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..checks import ConformanceFailure, Violation, error_of
+from ..checks import ConformanceFailure, Violation, error_of, short
 from .model import (
     CaseError,
     ModelCase,
@@ -534,9 +534,10 @@ def check_bucket_assignment(case, impl=None):
 # --- FSDP1: traversal and annotation ------------------------------------------------
 
 
-def _fsdp1_tree(case: ModelCase, traversal=None):
+def _fsdp1_tree(case: ModelCase, traversal=None, ignored: tuple = ()):
     """The case's model (a copy) as a generated tree: its FSDP1 units as
-    states (the root's is the root state), ``replicate`` marks."""
+    states (the root's is the root state), ``replicate`` marks, the modules
+    named in ``ignored`` as its ignored set."""
     import copy
 
     from ..checks.plan import topological_modules
@@ -553,7 +554,8 @@ def _fsdp1_tree(case: ModelCase, traversal=None):
     children = tuple(tuple(index[id(c)] for c in m._modules.values() if c is not None) for m in modules)
     spec = TreeSpec(children=children, states=tuple(states), root_states=frozenset({0}),
                     handled_states=frozenset(range(len(units))),
-                    replicate=frozenset(index[id(model.get_submodule(n))] for n in case.replicate))
+                    replicate=frozenset(index[id(model.get_submodule(n))] for n in case.replicate),
+                    ignored=frozenset(index[id(model.get_submodule(n))] for n in ignored))
     tree = BuiltTree(spec, model, modules)
     if traversal is not None:
         attach_states(tree, traversal)
@@ -599,30 +601,93 @@ def check_traversal(case, impl=None):
     _judge(impl, case, "check_traversal", body)
 
 
-def check_annotation(case, impl=None):
-    """ANN-1..6 on the case's model (no module ignored), both flag values."""
-    from ..checks.annotation import check_annotated, check_idempotent, snapshot
+def plan_ignored_modules(case: ModelCase) -> tuple[str, ...]:
+    """Qualified names of the modules the plan's ``fully_shard`` calls
+    ignore: each has parameters of its own, all of them among some call's
+    ``ignored_params``. Empty without a plan, on a torch without
+    ``fully_shard``, or where no call ignores parameters."""
+    if case.plan is None:
+        return ()
+    from ..impls.torch_fsdp2 import fsdp2_available
 
-    case, impl = _resolve(case, impl)
-    if getattr(impl, "annotation", None) is None:
-        _skip("this implementation has no annotation area")
+    if not fsdp2_available():
+        return ()
+    record = recorded(case)
+    model = record.pristine
+    params = dict(model.named_parameters(remove_duplicate=False))
+    ignored = {id(params[n]) for call in record.calls for n in call.ignored or () if n in params}
+    found = []
+    for name, module in model.named_modules():
+        own = [p for p in module._parameters.values() if p is not None]
+        if own and all(id(p) in ignored for p in own):
+            found.append(name)
+    return tuple(found)
+
+
+def _not_ignored_below(case, ignored: tuple) -> list[str]:
+    """The modules under one of ``ignored`` that are not ignored themselves:
+    what ANN-3 is about."""
+    below = []
+    for name in ignored:
+        module = case.model.get_submodule(name)
+        for sub_name, _ in module.named_modules(prefix=name):
+            if sub_name != name and sub_name not in ignored and sub_name not in below:
+                below.append(sub_name)
+    return below
+
+
+def _annotation_body(case, ignored: tuple):
+    """ANN-1..6 after annotating a copy of the model with the modules named
+    in ``ignored`` as ignored, with both flag values."""
+    from ..checks.annotation import check_annotated, check_idempotent, snapshot
 
     def body(impl):
         out = []
         for flag in (True, False):
-            tree = _fsdp1_tree(case)
+            tree = _fsdp1_tree(case, ignored=ignored)
+            modules = {tree.modules[i] for i in tree.spec.ignored}
             before = snapshot(tree)
-            impl.annotation.annotate(tree.root, set(), flag)
+            impl.annotation.annotate(tree.root, set(modules), flag)
             out += check_annotated(tree, before, flag)
             once = snapshot(tree)
-            impl.annotation.annotate(tree.root, set(), flag)
+            impl.annotation.annotate(tree.root, set(modules), flag)
             twice = snapshot(tree)
-            impl.annotation.annotate(tree.root, set(), not flag)
+            impl.annotation.annotate(tree.root, set(modules), not flag)
             out += check_idempotent(tree, once, twice, snapshot(tree), flag)
             out = _tree_named(out, tree)
         return out
 
-    _judge(impl, case, "check_annotation", body)
+    return body
+
+
+def _require_annotation(impl):
+    if getattr(impl, "annotation", None) is None:
+        _skip("this implementation has no annotation area")
+
+
+def check_annotation(case, impl=None):
+    """ANN-1, 4, 5, 6 on the case's model, with the modules its plan ignores
+    as the ignored set (so a violation of ANN-2 or ANN-3 fails too), both
+    flag values."""
+    case, impl = _resolve(case, impl)
+    _require_annotation(impl)
+    _judge(impl, case, "check_annotation", _annotation_body(case, plan_ignored_modules(case)))
+
+
+def check_annotation_ignored(case, impl=None):
+    """ANN-3 where the plan ignores a module with a descendant that is not
+    ignored itself (that descendant must still be annotated); n/p, with the
+    reason, elsewhere: with nothing below an ignored module, no annotation
+    can break it."""
+    case, impl = _resolve(case, impl)
+    _require_annotation(impl)
+    ignored = plan_ignored_modules(case)
+    if not ignored:
+        _skip(f"case {case.name!r}: its plan ignores no module (no module has all of its own parameters "
+              "in a fully_shard call's ignored_params)")
+    if not _not_ignored_below(case, ignored):
+        _skip(f"case {case.name!r}: every module below the ones its plan ignores ({short(ignored, 4)}) is ignored too")
+    _judge(impl, case, "check_annotation_ignored", _annotation_body(case, ignored))
 
 
 # --- exec order ---------------------------------------------------------------------
@@ -809,7 +874,8 @@ CHECKS = {
     "check_buckets": (check_buckets, ("SPL-2", "SPL-3", "SPL-4", "SPL-5", "SPL-6", "SPL-7", "SPL-8")),
     "check_bucket_assignment": (check_bucket_assignment, ("SPL-15",)),
     "check_traversal": (check_traversal, ("TRV-1", "TRV-2", "TRV-3", "TRV-4", "TRV-6", "TRV-7", "TRV-9")),
-    "check_annotation": (check_annotation, ("ANN-1", "ANN-3", "ANN-4", "ANN-5", "ANN-6")),
+    "check_annotation": (check_annotation, ("ANN-1", "ANN-4", "ANN-5", "ANN-6")),
+    "check_annotation_ignored": (check_annotation_ignored, ("ANN-3",)),
     "check_exec_order": (check_exec_order, ("EXO-2", "EXO-3", "EXO-4", "EXO-5", "EXO-6")),
     "check_plan_end_to_end": (check_plan_end_to_end, ("FS2-9",)),
 }

@@ -22,6 +22,10 @@ class Violation:
     #: pattern its message matches (``KnownBug.raises``), or a replay with
     #: the bug's switch raised the same type with the same message pattern.
     error: tuple[str, str] | tuple[()] = field(default=(), compare=False)
+    #: what the message shortens, in full (every parameter a bucket lists
+    #: wrongly, say): not shown, but part of the violation's identity, so a
+    #: known bug explains it only when the whole of it is the same
+    evidence: tuple = field(default=(), repr=False)
 
     def __str__(self) -> str:
         return f"{self.invariant}: {self.message}" + (f" ({self.detail})" if self.detail else "")

@@ -6,6 +6,13 @@ bucketing code: parameter tensors are found through the graph module's own
 modules/attributes (module form) or by position in ``example_inputs``
 (Dynamo form), and every size is recomputed. Each parameter is attributed to
 the latest node that reads it, so it is counted once over the whole plan.
+
+A plan names its parameters by id. In a graph Dynamo really captured, a
+placeholder's ``example_value`` is a FakeTensor standing for the real input
+(torch's DDPOptimizer lists the fakes' ids): :func:`real_ids` maps each fake
+back to the real tensor, so the checkers always compare real parameters and
+a bucket listing the wrong ones is told from one listing fakes of the right
+ones.
 """
 
 from __future__ import annotations
@@ -29,16 +36,41 @@ class GraphFacts:
     attributed: dict[str, int] = field(default_factory=dict)  # node -> bytes counted there
     attributed_ids: dict[str, set] = field(default_factory=dict)
     total: int = 0  # bytes of all distinct counted parameters
+    #: id of a placeholder's example value (a fake) -> id of the real input behind it
+    real: dict[int, int] = field(default_factory=dict)
+    #: every tensor a node reads that counts zero -> (name, why: "DDP-ignored", "frozen", "not a parameter")
+    uncounted: dict[int, tuple[str, str]] = field(default_factory=dict)
+
+    def real_id(self, pid: int) -> int:
+        """The real tensor's id for an id a plan lists (a fake's or a real one)."""
+        return self.real.get(pid, pid)
 
 
-def _counted(tensor) -> bool:
+def _uncounted_reason(tensor) -> str | None:
+    """Why ``tensor`` counts zero towards a bucket, or None when it counts."""
     import torch
 
-    return (
-        isinstance(tensor, torch.nn.Parameter)
-        and tensor.requires_grad
-        and getattr(tensor, "_ddp_ignored", False) is not True
-    )
+    if not isinstance(tensor, torch.nn.Parameter):
+        return "not a parameter"
+    if not tensor.requires_grad:
+        return "frozen"
+    if getattr(tensor, "_ddp_ignored", False) is True:
+        return "DDP-ignored"
+    return None
+
+
+def real_ids(gm, example_inputs) -> dict[int, object]:
+    """``id(example value) -> real input`` for each placeholder whose
+    ``meta["example_value"]`` is not the input itself: the FakeTensors Dynamo
+    puts on a captured graph stand for the real parameters (and lose their
+    attributes, ``_ddp_ignored`` among them)."""
+    out: dict[int, object] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs, strict=False):
+        fake = node.meta.get("example_value")
+        if fake is not None and fake is not value:
+            out[id(fake)] = value
+    return out
 
 
 def graph_facts(gm, example_inputs) -> GraphFacts:
@@ -46,7 +78,7 @@ def graph_facts(gm, example_inputs) -> GraphFacts:
 
     placeholder_value = {}
     args_iter = iter(example_inputs)
-    nodes, users, inputs_of, reads = [], {}, {}, {}
+    nodes, users, inputs_of, reads, uncounted = [], {}, {}, {}, {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             placeholder_value[node.name] = next(args_iter, None)
@@ -69,11 +101,19 @@ def graph_facts(gm, example_inputs) -> GraphFacts:
             tensors = [(node.target, obj)]
         elif node.op in ("call_function", "call_method"):
             tensors = [(n.name, placeholder_value.get(n.name)) for n in read_nodes if n.op == "placeholder"]
-        reads[node.name] = [
-            (id(t), t.untyped_storage().nbytes(), name) for name, t in tensors if _counted(t)
-        ]
+        reads[node.name] = []
+        for name, t in tensors:
+            if not isinstance(t, torch.Tensor):
+                continue
+            why = _uncounted_reason(t)
+            if why is None:
+                reads[node.name].append((id(t), t.untyped_storage().nbytes(), name))
+            else:
+                uncounted.setdefault(id(t), (name, why))
     attrs = {n.name for n in gm.graph.nodes if n.op == "get_attr"}
-    facts = GraphFacts(nodes, {n: i for i, n in enumerate(nodes)}, users, inputs_of, reads, attrs)
+    facts = GraphFacts(nodes, {n: i for i, n in enumerate(nodes)}, users, inputs_of, reads, attrs,
+                       real={fake: id(value) for fake, value in real_ids(gm, example_inputs).items()},
+                       uncounted=uncounted)
     seen: set = set()
     for name in reversed(nodes):
         size, ids = 0, set()
@@ -156,10 +196,14 @@ def check_partition(facts: GraphFacts, buckets) -> list[Violation]:
 
 
 def _param_labels(facts) -> dict[int, str]:
+    """A name per tensor read in the graph (real ids), in graph order: the
+    counted parameters as read, the rest with why they count zero."""
     labels: dict[int, str] = {}
     for node in facts.nodes:
         for pid, _, name in facts.reads[node]:
             labels.setdefault(pid, name)
+    for pid, (name, why) in facts.uncounted.items():
+        labels.setdefault(pid, f"{name} ({why})")
     return labels
 
 
@@ -167,32 +211,61 @@ def _bucket_size(facts, bucket) -> int:
     return sum(facts.attributed[n] for n in bucket.nodes)
 
 
+def _held_ids(facts, bucket) -> set:
+    return set().union(*(facts.attributed_ids[n] for n in bucket.nodes))
+
+
+def _listing_errors(facts, buckets, i, labels, home) -> tuple[list[str], list[str]]:
+    """What bucket ``i`` lists that it does not hold, and what it holds but
+    does not list, named as the graph names them (real parameters: a fake's
+    id is its real tensor's). How an implementation spells a parameter
+    (torch 2.4 joins module and name with "_", later "." or the
+    placeholder's name) is not the spec's business."""
+    b = buckets[i]
+    listed = list(dict.fromkeys(facts.real_id(pid) for pid in b.param_ids))
+    held = _held_ids(facts, b)
+    wrong = []
+    for pid in listed:
+        if pid in held:
+            continue
+        label = labels.get(pid, "<not read in the graph>")
+        wrong.append(f"{label} (last read in bucket {home[pid]})" if pid in home else label)
+    missing = [labels[pid] for pid in labels if pid in held and pid not in listed]
+    return wrong, missing
+
+
 def check_sizes(facts, buckets, *_caps) -> list[Violation]:
     out = []
+    labels = _param_labels(facts)
+    home = {pid: i for i, b in enumerate(buckets) for pid in _held_ids(facts, b)}
     for i, b in enumerate(buckets):
         want = _bucket_size(facts, b)
+        wrong, missing = _listing_errors(facts, buckets, i, labels, home) if b.param_ids else ([], [])
+        listing = "; ".join(text for text, names in (
+            (f"it lists {short(wrong, 6)}, which it does not hold", wrong),
+            (f"it leaves out {short(missing, 6)}", missing)) if names)
+        # The lists in full are the violation's identity: a known bug explains
+        # it only if it lists exactly the same parameters wrongly.
+        evidence = (tuple(wrong), tuple(missing))
         if b.size != want:
-            out.append(Violation("SPL-3", f"bucket {i} ({short(b.nodes, 4)}) should hold {want} bytes of trainable, non-ignored parameters, got size {b.size}"))
-        elif b.param_ids and set(b.param_ids) != set().union(*(facts.attributed_ids[n] for n in b.nodes)):
-            # Named as the graph names them: how an implementation spells a
-            # parameter (torch 2.4 joins module and name with "_", later "."
-            # or the placeholder's name) is not the spec's business.
-            labels = _param_labels(facts)
-            named = [labels.get(pid, "<not read in the graph>") for pid in b.param_ids]
-            out.append(Violation("SPL-3", f"bucket {i} lists parameters {short(named, 6)} which are not the trainable, non-ignored parameters last read in it",
-                                 detail=f"the implementation names them {short(b.params, 6)}"))
+            out.append(Violation("SPL-3", f"bucket {i} ({short(b.nodes, 4)}) should hold {want} bytes of trainable, non-ignored parameters, got size {b.size}"
+                                          + (f"; {listing}" if listing else ""), evidence=evidence))
+        elif wrong or missing:
+            out.append(Violation("SPL-3", f"bucket {i} ({short(b.nodes, 4)}) should list the trainable, non-ignored parameters last read in it; {listing}",
+                                 detail=f"the implementation names them {short(b.params, 6)}", evidence=evidence))
     return out
 
 
 def check_counted_once(facts, buckets) -> list[Violation]:
     out = []
-    ids = [pid for b in buckets for pid in b.param_ids]
+    ids = [facts.real_id(pid) for b in buckets for pid in b.param_ids]
     if len(ids) != len(set(ids)):
         # Named as the graph reads them, not as the implementation labels
         # them: the message then describes the plan the same way whoever made it.
-        graph_name = {pid: name for reads in facts.reads.values() for pid, _, name in reads}
-        repeated = sorted({graph_name.get(pid, "<not a parameter of the graph>") for pid in ids if ids.count(pid) > 1})
-        out.append(Violation("SPL-4", f"each parameter should be counted once, but the plan lists {len(ids)} entries for {len(set(ids))} parameters; counted more than once: {short(repeated, 8)}"))
+        labels = _param_labels(facts)
+        repeated = sorted({labels.get(pid, "<not a parameter of the graph>") for pid in ids if ids.count(pid) > 1})
+        out.append(Violation("SPL-4", f"each parameter should be counted once, but the plan lists {len(ids)} entries for {len(set(ids))} parameters; counted more than once: {short(repeated, 8)}",
+                             evidence=tuple(repeated)))
     got = sum(b.size for b in buckets)
     if got != facts.total:
         out.append(Violation("SPL-4", f"bucket sizes should add up to the {facts.total} bytes of distinct trainable parameters, got {got}"))
@@ -505,7 +578,13 @@ def check_ddp_assignment(facts, buckets, bucket_cap, first_cap, assign) -> list[
     holders = [n for n in reversed(facts.nodes) if facts.attributed[n]]
     if not holders:
         return []
-    bucket_of = {n: i for i, b in enumerate(buckets) for n in b.nodes}
+    bucket_of: dict = {}
+    for i, b in enumerate(buckets):
+        for n in b.nodes:
+            bucket_of.setdefault(n, i)
+    lost = [n for n in holders if n not in bucket_of]
+    if lost:
+        return [Violation("SPL-15", f"the plan puts the parameter-holding nodes {short(lost, 6)} in no bucket, so it cannot group them as DDP's assignment does")]
     groups: list = []
     for k, n in enumerate(holders):
         if groups and bucket_of[holders[k - 1]] == bucket_of[n]:
@@ -531,18 +610,44 @@ def diff_against_reference(buckets, reference_buckets) -> list[Violation]:
     return []
 
 
+def _split_kept(splitting, gm, example_inputs, cap, first):
+    return splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
+                           backend=lambda sub_gm, _inputs: sub_gm.forward)
+
+
 def check_captured_split(splitting, gm, example_inputs, facts, cap: int, first: int) -> list[Violation]:
-    """SPL-2..8 and, where the plan has no extended bucket, SPL-15 on one
-    split of a graph Dynamo captured from a whole model (the corpus, users'
-    models); each submodule is kept uncompiled."""
+    """SPL-2..8 on one split of a graph Dynamo captured from a whole model
+    (the corpus, users' models); each submodule is kept uncompiled."""
+    result = _split_kept(splitting, gm, example_inputs, cap, first)
+    return check_plan(facts, result.buckets, cap, first) + check_counted_once(facts, result.buckets)
+
+
+def ddp_assignment_unjudgeable(gm, example_inputs, facts, cap: int, first: int) -> str | None:
+    """Why SPL-15 cannot judge any plan of this captured graph with these
+    caps, decided from the graph and the spec's own plan before an
+    implementation runs; None where it can."""
     import torch.distributed as dist
 
-    result = splitting.split(gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first,
-                             backend=lambda sub_gm, _inputs: sub_gm.forward)
-    violations = check_plan(facts, result.buckets, cap, first) + check_counted_once(facts, result.buckets)
-    if dist.is_available() and not violations and not any(b.extra_ops for b in result.buckets):
-        def assign(tensors, limits):
-            return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
+    from ..reference.splitting import plan
 
-        violations += check_ddp_assignment(facts, result.buckets, cap, first, assign)
-    return violations
+    if not dist.is_available():
+        return "torch.distributed is not available, and DDP's bucket assignment is part of it"
+    if not facts.total:
+        return "no node of the graph reads a trainable, non-ignored parameter: there is nothing to assign"
+    if any(b.extra_ops for b in plan(gm, cap, first, example_inputs)):
+        # DDP cuts between tensors by size alone; a bucket extended to reach
+        # an output has no counterpart in its assignment
+        return "the spec's plan extends a bucket past its cap to reach an output, which DDP's assignment by size has no counterpart for"
+    return None
+
+
+def check_captured_assignment(splitting, gm, example_inputs, facts, cap: int, first: int) -> list[Violation]:
+    """SPL-15 on one split of a captured graph, where
+    :func:`ddp_assignment_unjudgeable` found nothing against it."""
+    import torch.distributed as dist
+
+    def assign(tensors, limits):
+        return dist._compute_bucket_assignment_by_size(tensors, limits)[0]
+
+    result = _split_kept(splitting, gm, example_inputs, cap, first)
+    return check_ddp_assignment(facts, result.buckets, cap, first, assign)
