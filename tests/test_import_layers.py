@@ -26,7 +26,9 @@ LAYERS = [
     # what runs implementations: the distributed checks' ranks, users' cases,
     # a model's known-bug exposure
     ("runners", ["runs", "cases", "known.exposure"]),
-    ("commands", ["known.history", "known.__main__"]),
+    ("commands", ["known.history", "known.__main__",
+                  # mutation testing of torch's own code: runs the suite on mutants
+                  "mutation"]),
     ("plugin", ["options", "fuzz", "report", "isolation", "session", "collection", "verdicts", "plugin",
                 "distributed", "strategies", "conformance", "fixtures"]),
 ]

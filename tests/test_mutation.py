@@ -1,0 +1,171 @@
+"""``python -m pytest_fsdpcheck.mutation``: mutants are made from the right
+lines, never in the installed torch (also when the run is killed mid-way),
+the session resumes, and a mutant counts as killed only when the area's
+checks failed on it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_fsdpcheck.mutation.areas import AREAS
+from pytest_fsdpcheck.mutation.scope import scope
+from pytest_fsdpcheck.mutation.session import (
+    MutationError,
+    build_overlay,
+    check_overlay_paths,
+    sha256,
+    targets,
+    torch_root,
+)
+
+SOURCE = '''\
+import functools
+
+class Helper:
+    def run(self):
+        return 1
+
+class Walker:
+    def walk(self, x):
+        if isinstance(x, Helper):
+            return self._step(x)
+        return functools.partial(self._other, x)
+
+    def _step(self, x):
+        return leaf(x)
+
+    def _other(self, x):
+        return Helper()
+
+    def unrelated(self):
+        return 2
+
+def leaf(x):
+    return x
+
+def unused():
+    return leaf(0)
+'''
+
+
+def test_scope_is_the_seeds_and_what_they_reach():
+    reached = scope(SOURCE, ("Walker.walk",))
+    # a method passed by reference counts as called; a class named only in
+    # isinstance does not, one instantiated does
+    assert set(reached) == {"Walker.walk", "Walker._step", "Walker._other", "leaf", "Helper"}
+    assert reached["leaf"] == (22, 23)
+    with pytest.raises(KeyError, match="missing"):
+        scope(SOURCE, ("missing",))
+
+
+def test_every_area_has_its_seeds_in_the_installed_torch():
+    for area in AREAS.values():
+        found, notes = targets(area, torch_root())
+        assert found, f"{area.name}: {notes}"
+
+
+def test_overlay_never_names_the_installed_torch(tmp_path):
+    root = torch_root()
+    with pytest.raises(MutationError, match="inside the installed torch"):
+        build_overlay(root / "distributed", [], root)
+    for path in ("../elsewhere.py", "/etc/passwd", str(root / "__init__.py")):
+        with pytest.raises(MutationError, match="not a copy"):
+            check_overlay_paths(tmp_path, [path], root)
+    (tmp_path / "torch").symlink_to(root)  # a link into torch is torch
+    with pytest.raises(MutationError, match="not a copy"):
+        check_overlay_paths(tmp_path, ["torch/__init__.py"], root)
+
+
+def test_only_a_failing_check_kills():
+    pytest.importorskip("cosmic_ray")
+    from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome, WorkItem, WorkResult
+
+    from pytest_fsdpcheck.mutation.report import figures
+
+    def item(job):
+        return WorkItem.single(job, MutationSpec("torch/distributed/fsdp/x.py", "core/AddNot", 0, (3, 0), (3, 1)))
+
+    diff = "--- a/torch/distributed/fsdp/x.py\n+++ b/torch/distributed/fsdp/x.py\n-    if a:\n+    if not a:\n"
+    ran = "fsdpcheck-mutation: pytest exit {} in 2.0 s; from the overlay: torch.distributed.fsdp.x"
+    results = {
+        "failed": WorkResult(WorkerOutcome.NORMAL, ran.format(1), TestOutcome.KILLED, diff),
+        # exits non-zero with no line from the test process: the harness
+        # broke, which says nothing about the mutant
+        "broken": WorkResult(WorkerOutcome.NORMAL, "Traceback ...", TestOutcome.KILLED, diff),
+        "slow": WorkResult(WorkerOutcome.NORMAL, "timeout", TestOutcome.KILLED, diff),
+        "passed": WorkResult(WorkerOutcome.NORMAL, ran.format(0), TestOutcome.SURVIVED, diff),
+        "skipped": WorkResult(WorkerOutcome.SKIPPED, "outside"),
+    }
+    items = [item(job) for job in [*results, "pending"]]
+    plain = figures("traversal", items, results, [])
+    assert (plain.mutants, plain.killed, plain.timed_out, plain.survived, len(plain.errors), plain.pending) == (
+        5, 1, 1, 1, 1, 1)
+    assert "if not a:" in plain.survivors[0][1]
+    entry = {"area": "traversal", "file": "distributed/fsdp/x.py", "operator": "core/AddNot",
+             "before": "if a:", "after": "if not a:", "reason": "why"}
+    triaged = figures("traversal", items, results, [entry])
+    assert (triaged.survived, triaged.equivalent) == (0, [(triaged.equivalent[0][0], "why")])
+    assert figures("annotation", items, results, [entry]).survived == 1  # another area's entry
+
+
+def _installed_hashes() -> dict[str, str]:
+    root = torch_root()
+    return {t.path: sha256(root / t.path) for area in AREAS.values() for t in targets(area, root)[0]}
+
+
+def _processes_in(folder: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")).is_relative_to(folder):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads processes' folders from /proc")
+def test_killed_run_resumes_and_torch_stays_byte_identical(tmp_path):
+    pytest.importorskip("cosmic_ray")
+    before = _installed_hashes()
+    # one cheap check of the area keeps this test near a minute
+    command = [sys.executable, "-m", "pytest_fsdpcheck.mutation", "--area", "annotation",
+               "--checks", "test_annotate", "--session-dir", str(tmp_path), "--limit", "1"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    copy = None
+    installed = torch_root() / "distributed/fsdp/_dynamo_utils.py"
+    deadline = time.monotonic() + 240
+    # kill it while a mutant is in place: once the unmutated run has passed
+    # and Cosmic Ray has written a mutant into the copy
+    while time.monotonic() < deadline and run.poll() is None:
+        copies = list(tmp_path.glob("*/annotation/overlay/torch/distributed/fsdp/_dynamo_utils.py"))
+        if copies and copies[0].read_bytes() != installed.read_bytes():
+            copy = copies[0]
+            break
+        time.sleep(0.1)
+    assert copy is not None, f"no mutant was ever applied:\n{run.communicate()[0] if run.poll() is not None else ''}"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert _installed_hashes() == before
+    overlay = copy.parents[3]
+    # the mutant's test process stops with the run that started it
+    deadline = time.monotonic() + 15
+    while _processes_in(overlay) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_in(overlay)
+
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _installed_hashes() == before
+    # the baseline was kept; the mutant cut short runs again, on a fresh copy
+    assert "unmutated checks pass" in resumed.stdout and "3 pending" in resumed.stdout
+    assert "| annotation | 3 | 1 | 0 | 0 | 0 | 0 | 2 |" in resumed.stdout, resumed.stdout
+    assert copy.read_bytes() == installed.read_bytes()
