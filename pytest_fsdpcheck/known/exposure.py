@@ -108,7 +108,7 @@ def graphs(case) -> dict[str, tuple]:
         if reason is not None:
             out["module"] = reason
         else:
-            model = copy.deepcopy(case.model)
+            model = checks.model_copy(case.model)
             gm = torch.fx.GraphModule(model, torch.fx.Tracer().trace(model))
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
             for node, value in zip(placeholders, case.example_inputs, strict=False):
@@ -265,8 +265,10 @@ def graph_tensors(graph) -> tuple[dict[int, int], dict[int, str], dict[int, int]
 
     import torch
 
+    from ..checks.splitting import real_ids
+
     gm, inputs = graph
-    sizes, names, real = {}, {}, {}
+    sizes, names = {}, {}
     for name, p in gm.named_parameters(remove_duplicate=True):
         sizes[id(p)], names[id(p)] = p.untyped_storage().nbytes(), name
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -278,9 +280,7 @@ def graph_tensors(graph) -> tuple[dict[int, int], dict[int, str], dict[int, int]
         path = re.sub(r"^[lL]_self_|_$", "", str(node.target))
         parts = re.split(r"(?:^|_)(?:modules|parameters|buffers)_", path)
         names[id(value)] = ".".join(p for p in parts if p) if path != str(node.target) else str(node.target)
-        fake = node.meta.get("example_value")
-        if fake is not None:
-            real[id(fake)] = id(value)
+    real = {fake: id(value) for fake, value in real_ids(gm, inputs).items()}
     return sizes, names, real
 
 
