@@ -13,8 +13,8 @@ Options: ``--cold`` compiles in a fresh Inductor cache (a fresh runner's first
 run), ``--repeat N`` keeps each test's fastest of N runs, ``--workers N``
 runs it under ``-n N`` beside the rest of the suite's processes.
 
-The ceilings are what a loaded 2-core VM gives with margin (README,
-"Performance"); the issue's 16-core runner took 98 s for FS2-9 and 20 s for
+The ceilings are what a loaded 2-core VM gives with margin (docs/performance.md,
+"Time budget and the distributed checks"); the issue's 16-core runner took 98 s for FS2-9 and 20 s for
 SPL-16 before the ranks ran with one intra-op thread, one compile thread and
 no visible GPU. Speed targets live here, never in timed tests.
 """

@@ -6,7 +6,7 @@ One run shows all of it: SPL-16 and FS2-9 pass for torch and the reference
 at torchrun's world size; a splitter that is wrong on rank 1 only fails
 rank 0's verdict and both agents' exit status; rank 0 alone reports; nothing
 hangs (deadline, then the agents' process groups are killed) and no
-process is left behind. The README's own command runs as users copy it,
+process is left behind. The documented command (docs/scale.md) runs as users copy it,
 with default options (Inductor compiling in each rank); the other runs
 compile with aot_eager, since the launcher is what they test.
 """
@@ -101,12 +101,12 @@ def _run_agents(tmp_path, args, command=None, **env_extra) -> tuple[list, list[s
     return agents, texts
 
 
-def _readme_command(port: int) -> list[str]:
-    """The README's several-machines torchrun command, as a user copies it,
-    for two agents of one rank each on this machine."""
+def _documented_command(port: int) -> list[str]:
+    """The documented several-machines torchrun command (docs/scale.md), as a
+    user copies it, for two agents of one rank each on this machine."""
     import shlex
 
-    lines = (REPO / "README.md").read_text().splitlines()
+    lines = (REPO / "docs" / "scale.md").read_text(encoding="utf-8").splitlines()
     (first,) = [i for i, line in enumerate(lines) if line.startswith("torchrun --nnodes N ")]
     text = lines[first].rstrip("\\") + " " + lines[first + 1].strip()
     words = shlex.split(text.replace(" N ", " 2 ").replace(" G ", " 1 ").replace("HOST:29400", f"localhost:{port}"))
@@ -115,11 +115,11 @@ def _readme_command(port: int) -> list[str]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
-def test_the_readmes_torchrun_command_passes_as_written(tmp_path):
+def test_the_documented_torchrun_command_passes_as_written(tmp_path):
     """Default options, as users run it: Inductor compiles FS2-9's step in
     each rank (it set an environment variable and imported setuptools there,
     which were charged to torch as leaks)."""
-    agents, texts = _run_agents(tmp_path, [], command=lambda port, mark: _readme_command(port))
+    agents, texts = _run_agents(tmp_path, [], command=lambda port, mark: _documented_command(port))
     assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
     report = json.loads((tmp_path / "fsdpcheck.json").read_text())
     assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {"SPL-16": "pass", "FS2-9": "pass"}

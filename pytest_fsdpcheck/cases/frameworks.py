@@ -72,7 +72,7 @@ def unavailable(modules) -> str | None:
         except (ImportError, ValueError):
             found = None
         if found is None:
-            return f"{top} is not installed (pip install --no-deps {top}; see the README's framework plans)"
+            return f"{top} is not installed (pip install --no-deps {top}; see docs/models.md, 'Framework plans built in')"
     for name in modules:
         try:
             importlib.import_module(name)
