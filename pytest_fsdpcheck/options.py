@@ -58,6 +58,10 @@ OPTIONS = (
            "explain no failure by the implementations' known bugs (see every raw finding)",
            None, (("action", "store_true"),)),
     Option("--fsdpcheck-report", "write a JSON report to PATH", kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-html",
+           "write the report as one self-contained HTML page to PATH (with pytest-html, --html=PATH "
+           "carries the same sections)",
+           kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-timeout",
            "seconds one implementation call may take before it fails as hung (0: no limit)",
            kwargs=(("metavar", "SECONDS"),)),
@@ -121,6 +125,7 @@ class Settings:
     divergences: str | None
     known_bugs: bool
     report: str | None
+    html: str | None
     timeout_s: float
     world_size: int | None
     strict: bool
@@ -135,6 +140,7 @@ def read_settings(config) -> Settings:
         specs = [s.strip() for s in os.environ[ENV_IMPL].split(",") if s.strip()]
     timeout = _timeout(_value(config, "fsdpcheck_timeout", DEFAULT_TIMEOUT_S))
     report = _writable_report(_path(config, "fsdpcheck_report"))
+    html = _writable_report(_path(config, "fsdpcheck_html"), "--fsdpcheck-html")
 
     fuzz_time = _value(config, "fsdpcheck_fuzz_time")
     profile = _value(config, "fsdpcheck_profile", "ci" if fuzz_time is None else "fuzz")
@@ -170,6 +176,7 @@ def read_settings(config) -> Settings:
         divergences=_path(config, "fsdpcheck_divergences"),
         known_bugs=not config.getoption("fsdpcheck_no_known_bugs"),
         report=report,
+        html=html,
         timeout_s=timeout,
         world_size=world_size,
         strict=bool(_value(config, "fsdpcheck_strict", False)),
@@ -265,19 +272,19 @@ def _shard(raw: str) -> tuple[int, int]:
     return int(match.group(1)) - 1, int(match.group(2))
 
 
-def _writable_report(path: str | None) -> str | None:
+def _writable_report(path: str | None, flag: str = "--fsdpcheck-report") -> str | None:
     if path is None:
         return None
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):
-        raise _usage(f"--fsdpcheck-report {path!r} is a directory; give a file name")
+        raise _usage(f"{flag} {path!r} is a directory; give a file name")
     if not os.path.isdir(folder):
         nearest = _nearest_existing(folder)
         if nearest is not None and not os.path.isdir(nearest):
-            raise _usage(f"--fsdpcheck-report {path!r}: {nearest!r} is a file, not a folder")
-        raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} does not exist")
+            raise _usage(f"{flag} {path!r}: {nearest!r} is a file, not a folder")
+        raise _usage(f"{flag} {path!r}: folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK):
-        raise _usage(f"--fsdpcheck-report {path!r}: folder {folder!r} is not writable")
+        raise _usage(f"{flag} {path!r}: folder {folder!r} is not writable")
     return path
 
 

@@ -36,6 +36,8 @@ def pytest_configure(config):
     session.start(config, options.read_settings(config))
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
+    if config.pluginmanager.hasplugin("html"):
+        config.pluginmanager.register(HtmlHooks(), "fsdpcheck-html")
 
 
 def pytest_report_header(config):
@@ -241,3 +243,22 @@ class XdistHooks:
             for index in output.get("fsdpcheck_matched", ()):
                 state.matched_entries.add(state.divergences[index])
             state.deselected.update(tuple(pair) for pair in output.get("fsdpcheck_deselected", ()))
+
+
+class HtmlHooks:
+    """Registered only when pytest-html is present: the suite's sections
+    (matrix, failures with their reproducers, known bugs, n/p reasons,
+    exposure) in its report's summary."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(self, prefix, summary, postfix, session):
+        state = get_session(session.config)
+        if state is None:
+            return
+        # pytest-html writes its page in its own sessionfinish, which runs
+        # before this plugin's: the run's verdicts are drawn here first
+        # (drawing them again there gives the same)
+        verdicts.finish(state, session, session.exitstatus)
+        from .report import html_sections
+
+        summary.extend(html_sections(state, verdicts.findings(state), verdicts.exposures(state)))

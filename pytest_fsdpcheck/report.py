@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections import defaultdict
 
 from .catalog import INVARIANTS, sort_key
@@ -27,6 +28,14 @@ PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 PROP_ENVIRONMENT = "fsdpcheck_environment"
 #: a user's model case that is the user's mistake: {"model": spec, "error": one line}
 PROP_CASE_ERROR = "fsdpcheck_case_error"
+
+#: the JSON report's format (``report.schema.json`` beside this module). Raised
+#: when a field is removed, renamed or changes meaning; a field added keeps it.
+SCHEMA_VERSION = 1
+#: a failure's message in the report is cut to this many characters
+MESSAGE_LIMIT = 4000
+#: what a failure's message says where the reproducer is its own section (checks.ConformanceFailure)
+REPRODUCER_BELOW = "\n(reproducer: see the 'fsdpcheck reproducer' section below)"
 
 # Worst first: a cell shows the worst outcome among its tests. An
 # environment error is below a FAIL (a real failure elsewhere in the cell
@@ -60,6 +69,8 @@ class Matrix:
         self.known_order: list[tuple[str, str]] = []  # (impl, bug id), numbered from 1 in the matrix
         #: model spec -> its one-line case error (no implementation's cell)
         self.case_errors: dict[str, str] = {}
+        #: (invariant, impl) -> {"not provided" or "skipped": the reasons its tests gave}
+        self.reasons: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -79,7 +90,8 @@ class Matrix:
             return
         # a crashed xdist worker's report says when="???": it died during the call
         when = report.when if report.when in ("setup", "teardown") else "call"
-        test = self.per_test.setdefault(report.nodeid, {"outcome": None})
+        test = self.per_test.setdefault(report.nodeid, {"outcome": None, "implementation": impl,
+                                                         "invariants": list(invariants)})
         if when == "call" or not report.passed:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
         if when == "call":
@@ -90,9 +102,16 @@ class Matrix:
                 test[key] = props[prop]
         if when == "call" or (when == "setup" and not report.passed):
             self.add_impl(impl)
+            reason = skip_reason(report) if report.skipped and not hasattr(report, "wasxfail") else None
+            if reason is not None:
+                test["reason"] = reason
+            if report.failed and not props.get(PROP_ENVIRONMENT):
+                test["failure"] = failure_of(report, props.get(PROP_VIOLATED) or invariants)
             for inv, outcome in classify(report, invariants, props).items():
                 self.cells[(inv, impl)].add(outcome)
                 self.tests[(inv, impl)] += 1
+                if reason is not None:
+                    self.reasons[(inv, impl)][outcome].add(reason)
             if when == "call":
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
         elif when == "teardown" and report.failed:
@@ -158,12 +177,36 @@ class Matrix:
                     "outcome": self.outcome(inv, impl),
                     "tests": self.tests.get((inv, impl), 0),
                     **({"known": sorted(self.known_in_cell[(inv, impl)])} if self.outcome(inv, impl) == "known" else {}),
+                    **({"reasons": sorted(self.reasons[(inv, impl)][self.outcome(inv, impl)])}
+                       if self.outcome(inv, impl) in ("not provided", "skipped") else {}),
                 }
                 for inv in self.invariants()
                 if self.outcome(inv, impl) is not None
             }
             for impl in self.impls
         }
+
+
+def skip_reason(report) -> str:
+    """What a skipped test said, without pytest's "Skipped: " and the
+    suite's "not provided: " prefixes."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
+    return text.removeprefix("Skipped: ").removeprefix("not provided: ").strip()
+
+
+def failure_of(report, invariants: list[str]) -> dict:
+    """A failing test's invariants, its message and its reproducer (the
+    section the plugin prints it in), as the reports show them."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr or "")
+    reproducer = next((text for title, text in report.sections if title == "fsdpcheck reproducer"), None)
+    if reproducer is not None:
+        # the reproducer is a field of its own, and rebuilds the example Hypothesis prints
+        message = message.split("\nFailing test case:", 1)[0].replace(REPRODUCER_BELOW, "").rstrip()
+    if len(message) > MESSAGE_LIMIT:
+        message = message[:MESSAGE_LIMIT] + f"\n... ({len(message) - MESSAGE_LIMIT} more characters in the test's log)"
+    return {"invariants": sorted(invariants), "message": message, "reproducer": reproducer}
 
 
 def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
@@ -191,20 +234,38 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
     return dict.fromkeys(invariants, "pass")
 
 
-def write_json(path: str, header: dict, matrix: Matrix, extra: dict) -> None:
-    payload = {"header": header, "matrix": matrix.to_json(), "tests": matrix.per_test, **extra}
-    write_atomically(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+def schema() -> dict:
+    """The JSON report's published schema (JSON Schema 2020-12)."""
+    from importlib.resources import files
+
+    return json.loads((files("pytest_fsdpcheck") / "report.schema.json").read_text(encoding="utf-8"))
+
+
+def payload(header: dict, matrix: Matrix, extra: dict) -> dict:
+    """The JSON report's content (``report.schema.json``); the HTML pages are
+    drawn from it too."""
+    return {"schema_version": SCHEMA_VERSION, "header": header, "matrix": matrix.to_json(),
+            "tests": matrix.per_test, **extra}
+
+
+def write_json(path: str, content: dict) -> None:
+    write_atomically(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
 
 
 def write_atomically(path: str, text: str) -> None:
     """``path`` holds either its old content or all of ``text``, never a part:
-    a full disk or a killed run leaves the previous report in place."""
-    import os
-    import tempfile
+    a full disk or a killed run leaves the previous report in place. The file
+    gets the mode a plain ``open(path, "w")`` gives it: the existing file's,
+    else 0666 less the umask (``tempfile.mkstemp`` would leave 0600)."""
+    import secrets
 
     folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=".fsdpcheck-", suffix=".tmp", dir=folder)
+    temp = os.path.join(folder, f".fsdpcheck-{os.getpid()}-{secrets.token_hex(6)}.tmp")
+    # the kernel applies the umask to the mode asked for here
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temp, os.stat(path).st_mode & 0o777)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -372,15 +433,13 @@ def start_report(session) -> None:
     if not session.report_path:
         return
     with contextlib.suppress(OSError):  # the end of the run reports a failing write
-        write_json(session.report_path, {**_header_json(session), "complete": False}, Matrix(), {})
+        write_json(session.report_path, payload({**_header_json(session), "complete": False}, Matrix(), {}))
 
 
 def terminal_summary(tr, session, findings, exposures=None) -> bool:
     """``findings``: (stale entries, unexpected passes, known bugs not reproduced);
     ``exposures``: per user model, its known-bug exposure (or why none was
-    worked out). False when the JSON report was asked for and could not be written."""
-    import time
-
+    worked out). False when the JSON or HTML report was asked for and could not be written."""
     stale, unexpected, unreproduced, unprovided = findings
     exposures = exposures or {}
     tr.section("fsdpcheck conformance matrix")
@@ -409,35 +468,62 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.write_line(f"fsdpcheck: {len(session.budget_skipped)} suite tests not run within the fuzz time "
                       f"({session.plan.budget_s:g} s, counted from the first test): skipped; a larger "
                       "--fsdpcheck-fuzz-time runs them", yellow=True)
-    explored = exploration(session.matrix.per_test, time.time() - session.started)
+    content = run_payload(session, findings, exposures)
+    explored = content["exploration"]
     if session.profile != "ci" and explored["examples"]:
         tr.section("fsdpcheck exploration")
         for line in render_exploration(explored):
             tr.write_line(line)
-    if not session.report_path:
-        return True
-    try:
-        write_json(
-            session.report_path,
-            _header_json(session),
-            session.matrix,
-            {
-                "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
-                "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
-                "not_provided_but_expected": [{"invariant": i, "implementation": "torch", "reason": r}
-                                              for i, r in unprovided],
-                "known_bugs": _known_json(session, unreproduced),
-                "case_errors": dict(session.matrix.case_errors),
-                **({"exposure": _exposure_json(exposures)} if exposures else {}),
-                "exploration": explored,
-            },
-        )
-    except OSError as exc:
-        tr.write_line(f"fsdpcheck: ERROR: cannot write the JSON report {session.report_path}: {exc.strerror or exc}"
-                      " (the run fails; the previous report, if any, is left as it was)", red=True)
-        return False
-    tr.write_line(f"fsdpcheck: JSON report written to {session.report_path}")
-    return True
+    written = True
+    for what, path, text in (("JSON report", session.report_path, lambda: json.dumps(content, indent=2, sort_keys=True) + "\n"),
+                             ("HTML report", session.html_path, lambda: _html_page(content))):
+        if not path:
+            continue
+        try:
+            write_atomically(path, text())
+        except OSError as exc:
+            tr.write_line(f"fsdpcheck: ERROR: cannot write the {what} {path}: {exc.strerror or exc}"
+                          " (the run fails; the previous report, if any, is left as it was)", red=True)
+            written = False
+        else:
+            tr.write_line(f"fsdpcheck: {what} written to {path}")
+    return written
+
+
+def run_payload(session, findings, exposures) -> dict:
+    """The run's report as the JSON file holds it: what the HTML pages and
+    pytest-html's sections are drawn from too."""
+    import time
+
+    stale, unexpected, unreproduced, unprovided = findings
+    return payload(
+        _header_json(session),
+        session.matrix,
+        {
+            "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
+            "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+            "not_provided_but_expected": [{"invariant": i, "implementation": "torch", "reason": r}
+                                          for i, r in unprovided],
+            "known_bugs": _known_json(session, unreproduced),
+            "case_errors": dict(session.matrix.case_errors),
+            **({"exposure": _exposure_json(exposures)} if exposures else {}),
+            "exploration": exploration(session.matrix.per_test, time.time() - session.started),
+        },
+    )
+
+
+def _html_page(content: dict) -> str:
+    from .report_html import run_page
+
+    return run_page(content)
+
+
+def html_sections(session, findings, exposures) -> list[str]:
+    """The suite's sections as HTML fragments, for pytest-html's summary."""
+    from .report_html import STYLE, run_sections
+
+    return [f"<style>{STYLE}</style>", '<h2 class="fsdpcheck" id="fsdpcheck">pytest-fsdpcheck</h2>',
+            *run_sections(run_payload(session, findings, exposures))]
 
 
 def _exposure_json(exposures) -> dict:
@@ -480,7 +566,25 @@ def _known_json(session, unreproduced) -> list[dict]:
             "seen": list(bug.seen),
             "examples": session.matrix.known_examples.get((spec, bug.id), 0),
             "not_reproduced": (spec, bug.id) in missing,
+            # the [n] its cells show in the matrix (numbered as the bugs were met)
+            "number": (session.matrix.known_order.index((spec, bug.id)) + 1
+                       if (spec, bug.id) in session.matrix.known_order else None),
+            "reason": bug.reason,
+            "reproducer": _reproducer_text(bug),
+            "reproducer_command": f"python -m pytest_fsdpcheck.known show {bug.id}",
         }
         for spec, impl in session.impls.items()
         for bug in active_bugs(impl, session.torch_version)
     ]
+
+
+def _reproducer_text(bug) -> str | None:
+    """The bug's torch-only reproducer script, as ``known show`` prints it."""
+    if not bug.reproducer:
+        return None
+    from importlib.resources import files
+
+    try:
+        return (files("pytest_fsdpcheck.known") / "reproducers" / bug.reproducer).read_text(encoding="utf-8")
+    except OSError:
+        return None

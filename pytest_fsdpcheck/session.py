@@ -24,6 +24,7 @@ class Session:
     divergence_files: list[str] = field(default_factory=list)
     strict: bool = False
     report_path: str | None = None
+    html_path: str | None = None  # --fsdpcheck-html
     matrix: Matrix = field(default_factory=Matrix)
     matched_entries: set = field(default_factory=set)
     torch_version: str = ""
@@ -110,6 +111,7 @@ def _build(config, settings: Settings) -> Session:
         divergence_files=files,
         strict=settings.strict,
         report_path=settings.report,
+        html_path=settings.html,
         torch_version=torch.__version__,
         known_bugs=settings.known_bugs,
         world_size=settings.world_size,

@@ -330,6 +330,9 @@ def exposures(session) -> dict:
     bugs: a user's own implementation declares its own."""
     if not session.models or not session.known_bugs:
         return {}
+    cached = getattr(session, "_exposures", None)
+    if cached is not None:  # pytest-html's summary asks before the terminal's
+        return cached
     from .known import exposure as ex
 
     found = {}
@@ -340,6 +343,7 @@ def exposures(session) -> dict:
             found[spec] = ex.exposure(ex.case_of(spec))
         except Exception as exc:  # noqa: BLE001 - one model's replay failing must not hide the others'
             found[spec] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    session._exposures = found
     return found
 
 

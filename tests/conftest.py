@@ -3,6 +3,49 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
+def schema_errors(folders) -> list[str]:
+    """Why each JSON report (a ``.json`` file holding ``schema_version``)
+    under ``folders`` does not match ``pytest_fsdpcheck/report.schema.json``."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    from pytest_fsdpcheck.report import schema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = []
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and "schema_version" in data:
+                errors += [f"{path}: {'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}"
+                           for e in validator.iter_errors(data)]
+    return errors
+
+
+@pytest.fixture(autouse=True)
+def _reports_match_the_schema(request):
+    """Every JSON report a test's runs leave in its temporary folders
+    matches the published schema (dashboards rely on it)."""
+    yield
+    funcargs = getattr(request.node, "funcargs", {})
+    folders = [f for f in (getattr(funcargs.get("pytester"), "path", None), funcargs.get("tmp_path")) if f is not None]
+    if not folders:
+        return
+    try:
+        import jsonschema  # noqa: F401 - the test extra's; without it nothing is checked
+    except ImportError:
+        return
+    errors = schema_errors(folders)
+    if errors:
+        pytest.fail("JSON report(s) not matching pytest_fsdpcheck/report.schema.json:\n" + "\n".join(errors[:20]),
+                    pytrace=False)
+
+
 @pytest.fixture
 def run_suite(pytester):
     """Run the conformance suite in a subprocess against ``impls``.

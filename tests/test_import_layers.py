@@ -26,7 +26,8 @@ LAYERS = [
     # what runs implementations: the distributed checks' ranks, users' cases,
     # a model's known-bug exposure
     ("runners", ["runs", "cases", "known.exposure"]),
-    ("commands", ["known.history", "known.__main__",
+    # the history tool, and the HTML pages it and the plugin's report draw
+    ("commands", ["known.history", "known.__main__", "report_html",
                   # mutation testing of torch's own code: runs the suite on mutants
                   "mutation"]),
     ("plugin", ["options", "fuzz", "report", "isolation", "session", "collection", "verdicts", "plugin",

@@ -45,6 +45,8 @@ def test_wheel_ships_one_top_level_package(wheel):
     assert "pytest_fsdpcheck/fixtures/golden/mlp_chain.txt" in names
     # the known-bug reproducers are scripts whose names are bug ids
     assert "pytest_fsdpcheck/known/reproducers/spl-param-counted-per-use.py" in names
+    # the JSON report's published schema (pytest_fsdpcheck.report.schema() reads it)
+    assert "pytest_fsdpcheck/report.schema.json" in names
     assert not any(n.startswith(("conformance/", "fixtures/", "tests/")) for n in names)
 
 
@@ -85,13 +87,13 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path, monkeypatch):
 
 
 def _history_releases() -> list[str]:
-    """The releases of the README's conformance-history table (its header row)."""
-    readme = (REPO / "README.md").read_text()
-    (header,) = [line for line in readme.splitlines() if line.startswith("invariant ") and "2.0.1" in line]
+    """The releases of the documented conformance-history table (its header row)."""
+    history = (REPO / "docs" / "history.md").read_text(encoding="utf-8")
+    (header,) = [line for line in history.splitlines() if line.startswith("invariant ") and "2.0.1" in line]
     return header.split()[1:]
 
 
-def test_declared_torch_range_admits_every_release_the_readme_shows_green(wheel):
+def test_declared_torch_range_admits_every_release_the_docs_show_green(wheel):
     from packaging.requirements import Requirement
 
     metadata = zipfile.ZipFile(wheel).read("pytest_fsdpcheck-0.1.0.dist-info/METADATA").decode()

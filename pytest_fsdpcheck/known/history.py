@@ -1,6 +1,6 @@
 """Conformance history: the suite over a list of torch releases, one table.
 
-    python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json]
+    python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json] [--html grid.html]
     python -m pytest_fsdpcheck.known.history --model pkg.module:factory 2.3.1 2.4.1
 
 For each release: a fresh virtual environment in a temporary directory, torch
@@ -261,6 +261,14 @@ def _model_main(spec: str, versions: list[str], model_path: str, json_out: str |
     return 0 if all(r.get("exit") == 0 for r in results) else 1
 
 
+def _write_grid(path: str | None, results: list[dict]) -> None:
+    if path:
+        from ..report_html import grid_page
+
+        Path(path).write_text(grid_page(results), encoding="utf-8")
+        print(f"grid written to {path}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
@@ -268,6 +276,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
+    parser.add_argument("--html", metavar="PATH",
+                        help="also write the invariant x release grid as one self-contained HTML page")
     parser.add_argument("--model", metavar="PKG.MODULE:FACTORY",
                         help="run only this model's checks on each release and print its bucket plan and FSDP2 groups")
     parser.add_argument("--model-path", default=os.getcwd(), help="where the model's package imports from (default: .)")
@@ -286,6 +296,7 @@ def main(argv=None) -> int:
         reports = sorted(Path(args.table_from).glob("torch-*.json"), key=lambda p: [int(x) for x in p.stem[6:].split(".")])
         results = [from_report(p) for p in reports]
         print("\n".join(table(results)))
+        _write_grid(args.html, results)
         return 0 if all(r["exit"] == 0 for r in results) else 1
     if not args.versions:
         parser.error("give torch versions, or --table-from DIR")
@@ -302,6 +313,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(wheel_dir, ignore_errors=True)
     print("\n".join(table(results)))
+    _write_grid(args.html, results)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
 
 

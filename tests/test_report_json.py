@@ -1,0 +1,133 @@
+"""The JSON report's file and content, unit by unit: its mode, the n/p
+reasons of its cells, its schema, and the options naming its files."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_fsdpcheck.report import (
+    PROP_IMPL,
+    PROP_INVARIANTS,
+    PROP_NOT_PROVIDED,
+    SCHEMA_VERSION,
+    Matrix,
+    payload,
+    schema,
+    write_atomically,
+)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_a_new_report_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
+    before = os.umask(umask)
+    try:
+        write_atomically(str(tmp_path / "report.json"), "{}\n")
+    finally:
+        os.umask(before)
+    assert _mode(tmp_path / "report.json") == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
+
+
+def test_a_rewritten_report_keeps_its_mode(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text("old\n")
+    path.chmod(0o640)
+    write_atomically(str(path), "new\n")
+    assert path.read_text() == "new\n" and _mode(path) == 0o640
+
+
+def _skip_report(nodeid, reason, invariants, impl, *, collected_np=False):
+    props = [(PROP_INVARIANTS, invariants), (PROP_IMPL, impl)]
+    if collected_np:
+        props.append((PROP_NOT_PROVIDED, True))
+    return SimpleNamespace(nodeid=nodeid, when="setup", outcome="skipped", passed=False, failed=False, skipped=True,
+                           longrepr=("conformance/test_x.py", 3, f"Skipped: {reason}"), user_properties=props,
+                           duration=0.0, sections=[])
+
+
+def test_np_cells_and_tests_carry_their_reasons():
+    matrix = Matrix()
+    matrix.record(_skip_report("t.py::a[x]", "not provided: x has no splitting area", ["SPL-3"], "x", collected_np=True))
+    matrix.record(_skip_report("t.py::b[x]", "not provided: x accepts dynamo-form graphs, not module form",
+                               ["SPL-3", "SPL-4"], "x"))
+    matrix.record(_skip_report("t.py::c[x]", "needs a GPU", ["SPL-11"], "x"))
+    cells = matrix.to_json()["x"]
+    assert cells["SPL-3"] == {"outcome": "not provided", "tests": 2,
+                              "reasons": ["x accepts dynamo-form graphs, not module form", "x has no splitting area"]}
+    assert cells["SPL-4"]["reasons"] == ["x accepts dynamo-form graphs, not module form"]
+    assert cells["SPL-11"] == {"outcome": "skipped", "tests": 1, "reasons": ["needs a GPU"]}
+    assert matrix.per_test["t.py::a[x]"]["reason"] == "x has no splitting area"
+    assert matrix.per_test["t.py::c[x]"] == {"outcome": "skipped", "implementation": "x", "invariants": ["SPL-11"],
+                                             "reason": "needs a GPU"}
+
+
+def test_the_schema_is_shipped_valid_and_versioned():
+    jsonschema = pytest.importorskip("jsonschema")
+    published = schema()
+    jsonschema.Draft202012Validator.check_schema(published)
+    assert published["properties"]["schema_version"] == {"const": SCHEMA_VERSION}
+
+
+def test_the_report_a_run_starts_with_matches_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    header = {"torch": "2.13.0", "implementations": ["torch"], "devices": ["cpu"], "profile": "ci", "seed": None,
+              "divergence_files": [], "complete": False}
+    jsonschema.validate(payload(header, Matrix(), {}), schema())
+
+
+def test_the_schema_rejects_what_a_dashboard_could_not_read():
+    jsonschema = pytest.importorskip("jsonschema")
+    header = {"torch": "2.13.0", "implementations": ["x"], "devices": ["cpu"], "profile": "ci", "seed": None,
+              "divergence_files": [], "complete": True}
+    good = payload(header, Matrix(), {})
+    good["matrix"] = {"x": {"SPL-3": {"outcome": "not provided", "tests": 1, "reasons": ["why"]}}}
+    jsonschema.validate(good, schema())
+    for bad in ({**good, "schema_version": SCHEMA_VERSION + 1},
+                {**good, "matrix": {"x": {"SPL-3": {"outcome": "not provided", "tests": 1}}}},  # no reasons
+                {**good, "matrix": {"x": {"SPL-3": {"outcome": "green", "tests": 1}}}},
+                {**good, "header": {**header, "profile": "fast"}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema())
+
+
+@pytest.mark.parametrize(("args", "ini", "says"), [
+    (["--fsdpcheck-html", "no-such-folder/report.html"], "", "--fsdpcheck-html 'no-such-folder/report.html': folder"),
+    (["--fsdpcheck-html", "."], "", "--fsdpcheck-html '.' is a directory"),
+    ([], "fsdpcheck_html = missing/page.html", "--fsdpcheck-html"),
+])
+def test_a_bad_html_path_is_a_one_line_usage_error(pytester, args, ini, says):
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = pytester.runpytest_subprocess("--fsdpcheck", *args)
+    output = result.outlines + result.errlines
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, "\n".join(output)
+    saying = [line for line in output if says in line]
+    assert len(saying) == 1 and saying[0].startswith("ERROR: fsdpcheck:"), "\n".join(output)
+    assert not any("Traceback" in line for line in output)
+    if ini:  # the ini's path is resolved against the ini file's folder
+        assert str(pytester.path / "missing") in saying[0]
+
+
+def test_every_report_a_test_leaves_is_checked_against_the_schema(pytester):
+    """tests/conftest.py validates each JSON report left in a test's
+    temporary folders; this one leaves a broken report and asks it."""
+    pytest.importorskip("jsonschema")
+    from tests.conftest import schema_errors
+
+    broken = pytester.path / "report.json"
+    broken.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "header": {}}))
+    (pytester.path / "other.json").write_text(json.dumps({"not": "a report"}))
+    try:
+        errors = schema_errors([pytester.path])
+    finally:
+        broken.unlink()  # or the check would fail this test too
+    assert errors and all(e.startswith(f"{broken}: ") for e in errors), errors
