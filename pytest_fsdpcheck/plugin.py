@@ -61,6 +61,7 @@ def pytest_sessionstart(session):
 
             start_report(state)
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
+        session.config.pluginmanager.register(verdicts.CaseInputRecorder(state), "fsdpcheck-case-inputs")
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -28,6 +28,9 @@ from .report import (
 
 #: a property that rejects more of its examples than this passes on too few
 VALID_SHARE_FLOOR = 0.5
+#: on a "not provided" report whose reason is a user's case's own (no plan, a
+#: graph break): it tells nothing of what the implementation provides
+PROP_CASE_INPUT = "fsdpcheck_case_input"
 
 
 class TooFewValidExamples(AssertionError):
@@ -192,6 +195,10 @@ def judge_report(item, call, report, session, failure) -> None:
         report.user_properties = [*report.user_properties, (PROP_EXAMPLES, count_examples(item.hypothesis_statistics))]
     if call.when != "call":
         return
+    from .cases.model import is_case_skip
+
+    if report.skipped and call.excinfo is not None and is_case_skip(call.excinfo.value):
+        report.user_properties = [*report.user_properties, (PROP_CASE_INPUT, True)]
     props = dict(item.user_properties)
     impl_id = props[PROP_IMPL]
     violated = None
@@ -279,11 +286,39 @@ def _unprovided(session) -> list[tuple[str, str]]:
         # the cell is n/p only if every check of it that ran was
         if session.matrix.outcome(inv, "torch") != "not provided":
             continue
+        # a narrowed run (-k test_model) where only a model's checks ran, n/p
+        # for the model's own reasons (no plan): nothing that ran could tell
+        if getattr(session, "case_inputs", {}).get((inv, "torch")):
+            continue
         area = area_of(inv)
         if invariant_provided(inv, area, session.torch_version) and not _probed_away(inv):
             what = INVARIANT_FEATURE.get(inv, f"the {area} area")
             found.append((inv, f"torch {session.torch_version} provides {what}"))
     return found
+
+
+class CaseInputRecorder:
+    """Registered for the run (the xdist controller's reports too): per
+    (invariant, implementation), whether every "not provided" report it got
+    was for a user's case's own reason (:data:`PROP_CASE_INPUT`), kept in
+    ``session.case_inputs`` for the strict verdict."""
+
+    def __init__(self, session):
+        self.session = session
+        session.case_inputs = {}
+
+    def pytest_runtest_logreport(self, report):
+        from .report import PROP_NOT_PROVIDED
+
+        props = dict(getattr(report, "user_properties", ()))
+        impl = props.get(PROP_IMPL)
+        if impl is None or not report.skipped or hasattr(report, "wasxfail"):
+            return
+        if not props.get(PROP_NOT_PROVIDED) and "not provided:" not in str(report.longrepr):
+            return
+        ours = bool(props.get(PROP_CASE_INPUT))
+        for inv in props.get(PROP_INVARIANTS) or ():
+            self.session.case_inputs[(inv, impl)] = self.session.case_inputs.get((inv, impl), True) and ours
 
 
 #: invariants whose checks need torch.compile to run here (this Python, this build)

@@ -27,3 +27,86 @@ def test_a_required_argument_is_one_line_pointing_to_model_factory():
 
     with pytest.raises(CaseError, match=r"required argument 'width'.*model_factory\(width="):
         build_case(partly, depth=1)
+
+
+# --- a drawn factory's configurations without an input --------------------------------
+
+
+@model_factory(depth=st.integers(1, 4))
+def planned_from_depth_3(depth=1):
+    """No plan below depth 3; from there a plan that splits the tied pair (PLN-1)."""
+    import torch
+
+    from tests.planted import plans
+
+    torch.manual_seed(0)
+    from pytest_fsdpcheck.cases import ModelCase
+
+    return ModelCase("planned_from_depth_3", plans.TinyLM(depth=depth), plans._inputs(),
+                     plan=plans.tied_split_plan if depth >= 3 else None)
+
+
+@model_factory(depth=st.integers(1, 50))
+def never_planned(depth=1):
+    import torch
+
+    from tests.planted import plans
+
+    torch.manual_seed(0)
+    return plans.TinyLM(depth=1), plans._inputs()
+
+
+def test_a_drawn_configuration_without_a_plan_is_rejected_and_others_drawn():
+    # the simplest draw (depth=1) has no plan: the whole factory was n/p, and
+    # the deeper draws' PLN-1 went unseen; now it is found and shrunk to depth=3
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.checks import ConformanceFailure
+
+    try:
+        checks.run_check(checks.check_plan_rules, planned_from_depth_3, max_examples=20)
+    except ConformanceFailure as exc:
+        failure = str(exc)
+    except pytest.skip.Exception as exc:  # a skip here would read as this test's own
+        pytest.fail(f"the factory was skipped: {exc.msg}")
+    else:
+        pytest.fail("no configuration's PLN-1 was found")
+    assert "PLN-1" in failure
+    assert "build_case(planned_from_depth_3, depth=3)" in failure
+
+
+def test_a_drawn_factory_none_of_whose_configurations_has_a_plan_is_np_with_the_reason():
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.cases.model import is_case_skip
+
+    with pytest.raises(pytest.skip.Exception) as info:
+        checks.run_check(checks.check_plan_rules, never_planned, max_examples=5)
+    message = str(info.value.msg)
+    assert message.startswith("not provided: no drawn configuration of never_planned gives this check an input"), message
+    # bounded: max_examples configurations built, not Hypothesis' hundreds of draws
+    assert "(5 tried; the first: case 'never_planned[depth=1]' gives no FSDP2 plan)" in message, message
+    assert is_case_skip(info.value)
+
+
+def test_strict_on_a_run_narrowed_to_a_planless_models_checks_judges_only_what_ran(tmp_path):
+    # -k test_model on a model without a plan: its FSDP2 checks are n/p for
+    # the model's reason, and nothing that ran could tell whether torch
+    # provides FSDP2; strict exited 1 with 12 "not provided although
+    # expected" lines while pytest's summary read passed
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "FSDPCHECK_COMPILE_BACKEND": "aot_eager"}
+    env.pop("FSDPCHECK_IMPL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "--fsdpcheck", "--fsdpcheck-strict", "--fsdpcheck-model", "tests.planted.plans:plain", "-k", "test_model",
+         "-rs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "not provided although expected" not in out, out[-4000:]
+    assert proc.returncode == 0, out[-4000:]
+    # the cells are still n/p, with the model's reason
+    assert "gives no FSDP2 plan" in out, out[-4000:]

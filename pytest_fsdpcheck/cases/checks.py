@@ -19,7 +19,9 @@ from .model import (
     ModelCase,
     _one_line,
     build_case,
+    is_case_skip,
     load_factory,
+    skip_for_case,
     strategies_of,
     unit_names,
 )
@@ -193,7 +195,7 @@ def _raise_plan_error(record):
 
 def _require_plan(case, impl):
     if case.plan is None:
-        _skip(f"case {case.name!r} gives no FSDP2 plan")
+        skip_for_case(f"case {case.name!r} gives no FSDP2 plan")
     if getattr(impl, "fsdp2", None) is None:
         _skip("this implementation has no fsdp2 area")
     from ..impls.torch_fsdp2 import fsdp2_available
@@ -465,9 +467,9 @@ def captured(case: ModelCase):
         torch.compile(model, backend=capture)(*case.example_inputs)
     except Exception as exc:  # noqa: BLE001 - the reason is what Dynamo says
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        _skip(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} ({type(exc).__name__}: {first})")
+        skip_for_case(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} ({type(exc).__name__}: {first})")
     if len(graphs) != 1:
-        _skip(f"Dynamo captured {case.name} as {len(graphs)} graphs (graph breaks); the bucket checks take one")
+        skip_for_case(f"Dynamo captured {case.name} as {len(graphs)} graphs (graph breaks); the bucket checks take one")
     return graphs[0]
 
 
@@ -738,7 +740,7 @@ def check_exec_order(case, impl=None):
         _skip("this implementation has no exec_order area")
     reason = untraceable(case)
     if reason is not None:
-        _skip(reason)
+        skip_for_case(reason)
 
     def body(impl):
         model = copy.deepcopy(case.model)
@@ -857,7 +859,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
               f"from torch {first_release('fsdp2.cpu_runtime')}")
     broken = _grouping_broken(case)
     if broken is not None:
-        _skip(broken)
+        skip_for_case(broken)
     violations = judge(run_plan_ranks(case_builder(case), world_size, groups=plan_groups(case)))
     from ..known.judge import conform
 
@@ -924,11 +926,18 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
 
     # the suite's own settings (ci: derandomized, no database), never the
     # profile a user's conftest happens to load
+    #: why configurations gave the check no input (no plan, say); checked: whether any did
+    no_input: list[str] = []
+    checked: list[bool] = []
+
     @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck))
     @given(kwargs=st.fixed_dictionaries(strategies))
     def drawn(kwargs):
         if check is check_case:
             return check(build_case(source, **kwargs), impl)
+        # bounded: a factory none of whose configurations has an input costs
+        # max_examples builds, then the draws left are rejected unbuilt
+        assume(checked or len(no_input) < max_examples)
         try:
             case = build_case(source, **kwargs)
             problem = case_problem(case)
@@ -936,7 +945,18 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
             problem = True
         # a configuration the user got wrong is check_case's finding, not this check's
         assume(problem is None)
-        check(case, impl)
+        # before the check: a failing configuration replayed while shrinking is never rejected unbuilt
+        checked.append(True)
+        try:
+            check(case, impl)
+        except BaseException as exc:
+            if not is_case_skip(exc):
+                raise
+            # this configuration gives the check nothing (no plan, a graph
+            # break): another may, and the check is n/p only if none does
+            checked.pop()
+            no_input.append(str(getattr(exc, "msg", exc)).removeprefix("not provided: "))
+            assume(False)
 
     try:
         drawn()
@@ -944,6 +964,9 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
         # one line already naming the shrunk configuration: not Hypothesis' notes under it
         raise CaseError(str(exc)) from None
     except Unsatisfiable:
+        if no_input:
+            skip_for_case(f"no drawn configuration of {_source_id(source)} gives this check an input "
+                          f"({len(no_input)} tried; the first: {no_input[0]})")
         _not_judged(f"every drawn configuration of {_source_id(source)} is a case error (see check_case)")
 
 
