@@ -93,6 +93,46 @@ EVALUATE = [
 ]
 
 
+# --------------------------------------------------------------------------- fixed plans
+
+# A chain of four linear modules, 80 bytes of parameters each (a 4x4 weight
+# and a bias, float32), cut with caps that name every rule of the walk: the
+# bucket holding the graph's end closes at the first-bucket cap, the others
+# at exactly the bucket cap (`>=`, not `>`), a bucket never closes before the
+# node that brings it to its cap, and the earliest bucket keeps what is left.
+# A bug in any of these fails here in a second, with no search; the
+# properties below look for the rest.
+_CHAIN4 = GraphSpec(4, 2, tuple(ModuleSpec("linear") for _ in range(4)), (), 0, tuple(OpSpec("module", i) for i in range(4)))
+SPLIT_CASES = {
+    # buckets [l0] [l1 l2] [l3]: 80 B first, 160 B next (exactly the cap), 80 B left over
+    "first-cap-below-cap": (_CHAIN4, 160, 80),
+    # one module per bucket: every bucket exactly at its cap
+    "caps-equal-module-size": (_CHAIN4, 80, 80),
+    # [l0 l1] [l2 l3]: the first cap equal to the cap is no special case
+    "first-cap-equal-cap": (_CHAIN4, 160, 160),
+}
+
+
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-13")
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        meta = chk.value_meta(built.gm, built.example_inputs)
+        result, backend = split(impl, built, cap, first)
+        return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
+                or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta))
+
+    check = (f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
+             " or chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)")
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)"]
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
+
+
 # --------------------------------------------------------------------------- SPL-1
 
 

@@ -15,7 +15,8 @@ from pytest_fsdpcheck.reference import splitting as ref
 
 
 def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_frozen=False,
-         per_use=False, fuse=True, close_late=False):
+         per_use=False, fuse=True, close_late=False, first_cap_everywhere=False, close_above=False,
+         size_with_node=False, split=True):
     buckets = [ref._Bucket()]
     index: dict = {}
     counted: set = set()
@@ -24,8 +25,10 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
         if node.op in ("placeholder", "output"):
             continue
         current = buckets[-1]
-        limit = first_cap if (len(buckets) == 1 and use_first_cap) else cap
-        if current.size >= limit:
+        limit = first_cap if ((len(buckets) == 1 and use_first_cap) or first_cap_everywhere) else cap
+        # size_with_node: the node's own bytes counted before deciding whether it starts a new bucket
+        size = current.size + (_new_bytes(gm, node, counted, count_frozen, per_use) if size_with_node else 0)
+        if split and (size > limit if close_above else size >= limit):
             if current.has_external_output or not need_output:
                 if close_late and not delayed:
                     delayed = True
@@ -55,6 +58,12 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
     for b in buckets:
         b.nodes.reverse()
     return buckets
+
+
+def _new_bytes(gm, node, counted, count_frozen, per_use) -> int:
+    return sum(param.untyped_storage().nbytes() for _, param in ref._node_params(gm, node)
+               if isinstance(param, torch.nn.Parameter) and (param.requires_grad or count_frozen)
+               and not getattr(param, "_ddp_ignored", False) and (per_use or id(param) not in counted))
 
 
 def infos(buckets):
@@ -188,6 +197,32 @@ class _IgnoresFirstCap(PlantedSplitting):  # SPL-15
     knobs = {"use_first_cap": False}
 
 
+# The splitting bugs a fixed case (conformance test_split_cases) sees in a
+# second, where a property needs its search first (issue 29).
+
+
+class _FirstCapEverywhere(PlantedSplitting):  # SPL-5: every bucket closes at the first-bucket cap
+    knobs = {"first_cap_everywhere": True}
+
+
+class _ClosesAboveCap(PlantedSplitting):  # SPL-5: `size > cap` where a bucket closes at `size >= cap`
+    knobs = {"close_above": True}
+
+
+class _SizeWithNextNode(PlantedSplitting):  # SPL-5: the size checked after adding the next node's bytes
+    knobs = {"size_with_node": True}
+
+
+class _NeverSplits(PlantedSplitting):  # SPL-5: one bucket whatever the caps
+    knobs = {"split": False}
+
+
+class _ReversedBuckets(PlantedSplitting):  # SPL-2: the bucket list last-first (DDP's numbering)
+    def finish(self, result, gm, buckets):
+        result.buckets.reverse()
+        return result
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -203,6 +238,11 @@ EditsOriginal = _impl(_EditsOriginal)
 WrongTable = _impl(_WrongTable)
 HopCrash = _impl(_HopCrash)
 IgnoresFirstCap = _impl(_IgnoresFirstCap)
+FirstCapEverywhere = _impl(_FirstCapEverywhere)
+ClosesAboveCap = _impl(_ClosesAboveCap)
+SizeWithNextNode = _impl(_SizeWithNextNode)
+NeverSplits = _impl(_NeverSplits)
+ReversedBuckets = _impl(_ReversedBuckets)
 
 #: planted implementation name -> the invariant it must fail
 TARGETS = {
@@ -221,4 +261,24 @@ TARGETS = {
     "WrongTable": "SPL-13",
     "HopCrash": "SPL-14",
     "IgnoresFirstCap": "SPL-15",
+    "FirstCapEverywhere": "SPL-5",
+    "ClosesAboveCap": "SPL-5",
+    "SizeWithNextNode": "SPL-5",
+    "NeverSplits": "SPL-5",
+    "ReversedBuckets": "SPL-2",
+}
+
+#: planted implementation name -> the invariant a fixed case of
+#: test_split_cases fails it on (tests/test_planted_splitting.py runs them
+#: on that test alone): the cap rules' bugs, and two older killers whose
+#: only catch was a property (IgnoresFirstCap: SPL-15's; CompilesWhole: the
+#: compiled split's)
+FIXED_CASE_TARGETS = {
+    "FirstCapEverywhere": "SPL-5",
+    "IgnoresFirstCap": "SPL-5",
+    "ClosesAboveCap": "SPL-5",
+    "SizeWithNextNode": "SPL-5",
+    "NeverSplits": "SPL-5",
+    "CompilesWhole": "SPL-10",
+    "ReversedBuckets": "SPL-2",
 }

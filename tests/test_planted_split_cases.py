@@ -1,0 +1,41 @@
+"""The cap rules' bugs fail a fixed case, not only a property: run on
+``test_split_cases`` alone (no search, no shrinking), every planted splitter
+of ``FIXED_CASE_TARGETS`` FAILs its invariant with the ID in the failure, and
+the reference passes the same cases. Under ``pytest --fsdpcheck -x`` these
+cases run before any splitting property (collection's cheapest-first order),
+so such a bug stops the run within a second of its first test."""
+
+from tests.helpers import control_problems, planted_misses
+from tests.planted.splitting import FIXED_CASE_TARGETS
+
+#: each planted splitter on the fixed plan cases only
+PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
+
+
+def test_cap_bugs_fail_a_fixed_case(run_suite):
+    result, report = run_suite("reference", *PLANTED, k="test_split_cases", extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    assert planted_misses(result, report, PLANTED) == []
+    assert control_problems(report) == []
+
+
+def test_split_cases_run_before_the_splitting_properties(pytester):
+    """The order ``-x`` meets them in: every fixed plan case ahead of the
+    first splitting property, for one implementation."""
+    import os
+    import pathlib
+
+    tests_dir = pathlib.Path(__file__).parent
+    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests_dir.parent), os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess("--fsdpcheck", "--fsdpcheck-impl", "reference", "-p", "no:randomly",
+                                           "--collect-only", "-q", "-k", "test_splitting")
+    ids = [line for line in result.outlines if "test_splitting.py::" in line]
+    cases = [i for i, line in enumerate(ids) if "::test_split_cases[" in line]
+    properties = [i for i, line in enumerate(ids) if line.split("::")[1].partition("[")[0] in _PROPERTIES]
+    assert cases and properties, "\n".join(result.outlines[-20:])
+    assert max(cases) < min(properties), [ids[i] for i in (max(cases), min(properties))]
+
+
+_PROPERTIES = {"test_split_plan", "test_counted_once", "test_compiled_split", "test_agrees_with_ddp_assignment",
+               "test_matches_reference", "test_sizes_with_method_arguments", "test_higher_order_ops",
+               "test_first_cap_above_cap_rejected"}
