@@ -316,6 +316,29 @@ class Slicer:
             return self.positions.get(nodeid, 0)
 
 
+# --- -x under xdist -----------------------------------------------------------------
+
+#: Under xdist with ``-x``/``--maxfail``: the file the controller creates when
+#: the failures reach the limit (:func:`request_stop`). xdist then only
+#: queues a shutdown behind each worker's share, which a worker runs to the
+#: end first (a minute of properties, or the shrinking of a failure of its
+#: own), so the run would end, and print the failure, long after a serial
+#: run. A worker stops after its current test once the file exists, and
+#: a property stops at its next example (:func:`instrument`).
+stop_path: str | None = None
+
+STOP_REASON = "fsdpcheck: not run to the end: a failure on another worker stopped the run (-x/--maxfail)"
+
+
+def request_stop(path: str) -> None:
+    with open(path, "a"):
+        pass
+
+
+def stop_requested() -> bool:
+    return stop_path is not None and os.path.exists(stop_path)
+
+
 # --- running a property -------------------------------------------------------------
 
 _tally = None  # the running test's features.Tally
@@ -346,6 +369,11 @@ def instrument(test) -> None:
 
         from .features import observe
 
+        if stop_requested():
+            # a skip: Hypothesis re-raises it at once, without shrinking
+            import pytest
+
+            pytest.skip(STOP_REASON)
         kinds, present = observe(kwargs.values(), kwargs.get("fsdpcheck_impl"))
         # counted once the test has taken the example: one it rejects
         # (assume) is no coverage, and is counted as such

@@ -35,7 +35,10 @@ def pytest_configure(config):
     collection.add_suite_paths(config)
     session.start(config, options.read_settings(config))
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(), "fsdpcheck-xdist")
+        config.pluginmanager.register(XdistHooks(config), "fsdpcheck-xdist")
+        from . import fuzz
+
+        fuzz.stop_path = getattr(config, "workerinput", {}).get("fsdpcheck_stop")
     if config.pluginmanager.hasplugin("html"):
         config.pluginmanager.register(HtmlHooks(), "fsdpcheck-html")
 
@@ -114,6 +117,11 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if slicer is not None and not getattr(item, "_fsdpcheck_budget_skip", False):
             slicer.fixed_done(item.nodeid, time.time() - started)
+        if state is not None and hasattr(item.config, "workerinput"):
+            from .fuzz import STOP_REASON, stop_requested
+
+            if stop_requested():
+                item.session.shouldstop = STOP_REASON  # xdist's worker loop ends after this test
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -209,6 +217,11 @@ def pytest_sessionfinish(session, exitstatus):
 class XdistHooks:
     """Registered only when pytest-xdist is present."""
 
+    def __init__(self, config):
+        self.maxfail = config.getoption("maxfail", 0) or 0
+        self.stop_path = None  # the controller's -x/--maxfail stop file (fuzz.stop_path on workers)
+        self.failures = 0
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node):
         state = get_session(node.config)
@@ -221,6 +234,29 @@ class XdistHooks:
 
                 plan.clock_path = os.path.join(tempfile.mkdtemp(prefix="fsdpcheck-clock-"), "started")
             node.workerinput["fsdpcheck_clock"] = plan.clock_path
+        if self.maxfail:
+            if self.stop_path is None:
+                import tempfile
+
+                self.stop_path = os.path.join(tempfile.mkdtemp(prefix="fsdpcheck-stop-"), "stop")
+            node.workerinput["fsdpcheck_stop"] = self.stop_path
+
+    def pytest_runtest_logreport(self, report):
+        # the controller: at the failure that reaches -x/--maxfail, every
+        # worker stops after its current test, not after its whole share
+        if self.stop_path is None or not report.failed:
+            return
+        self.failures += 1
+        if self.failures >= self.maxfail:
+            from .fuzz import request_stop
+
+            request_stop(self.stop_path)
+
+    def pytest_unconfigure(self, config):
+        if self.stop_path is not None:
+            import shutil
+
+            shutil.rmtree(os.path.dirname(self.stop_path), ignore_errors=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):

@@ -1,0 +1,72 @@
+"""-x/--maxfail under xdist: at the failure that reaches the limit the
+controller creates the stop file every worker was given, and a worker that
+sees it stops after its current test (a property at its next example),
+instead of running the rest of its share first (issue 29 item 4: three
+planted implementations took 18-30 s to fail under -n 2, a few seconds
+serially)."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from pytest_fsdpcheck import fuzz
+from pytest_fsdpcheck.plugin import XdistHooks
+
+
+def _node(config):
+    return SimpleNamespace(config=config, workerinput={})
+
+
+def _report(failed):
+    return SimpleNamespace(failed=failed)
+
+
+@pytest.mark.parametrize("maxfail", [1, 2])
+def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxfail):
+    hooks = XdistHooks(pytester.parseconfig(f"--maxfail={maxfail}"))
+    nodes = [_node(hooks_config) for hooks_config in [pytester.parseconfig()] * 2]
+    for node in nodes:
+        hooks.pytest_configure_node(node)
+    path = nodes[0].workerinput["fsdpcheck_stop"]
+    assert {n.workerinput["fsdpcheck_stop"] for n in nodes} == {path}
+    monkeypatch.setattr(fuzz, "stop_path", path)
+    hooks.pytest_runtest_logreport(_report(failed=False))
+    for _ in range(maxfail - 1):
+        hooks.pytest_runtest_logreport(_report(failed=True))
+        assert not fuzz.stop_requested()
+    hooks.pytest_runtest_logreport(_report(failed=True))
+    assert fuzz.stop_requested()
+    hooks.pytest_unconfigure(None)
+    assert not os.path.exists(os.path.dirname(path))
+
+
+def test_no_stop_file_without_maxfail(pytester):
+    hooks = XdistHooks(pytester.parseconfig())
+    node = _node(pytester.parseconfig())
+    hooks.pytest_configure_node(node)
+    hooks.pytest_runtest_logreport(_report(failed=True))
+    assert "fsdpcheck_stop" not in node.workerinput and hooks.stop_path is None
+
+
+def test_a_property_stops_at_its_next_example(tmp_path, monkeypatch):
+    """A property of the suite (instrumented) skips, unshrunk, once the stop
+    file exists: the failure elsewhere ends the run, not this search."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    stop = tmp_path / "stop"
+    monkeypatch.setattr(fuzz, "stop_path", str(stop))
+    seen = []
+
+    @settings(max_examples=50, database=None)
+    @given(st.integers())
+    def prop(x):
+        seen.append(x)
+        if len(seen) == 3:
+            fuzz.request_stop(str(stop))
+
+    fuzz.instrument(prop)
+    with pytest.raises(pytest.skip.Exception, match="another worker"):
+        prop()
+    assert len(seen) == 3
