@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds one mutant's checks may take (default: 60 + 5 x the unmutated run)")
     parser.add_argument("--checks", help="a -k expression replacing the area's own (a narrower selection)")
     parser.add_argument("--fresh", action="store_true", help="discard the sessions' results and start over")
+    parser.add_argument("--retry-errors", action="store_true",
+                        help="run again the mutants whose test process failed to report (harness or worker errors)")
     parser.add_argument("--report", action="store_true", help="print the figures of the sessions so far; run nothing")
     parser.add_argument("--triage", help="equivalent-mutant file (default: the one shipped with this package)")
     return parser
@@ -81,6 +83,10 @@ def main(argv=None) -> int:
                 print(f"{name}: torch {session.torch_version}, session {session.folder}", flush=True)
                 for note in session.notes:
                     print(f"  note: {note}")
+                if args.retry_errors:
+                    with use_db(str(session.db_path.resolve())) as db:
+                        errors = figures(name, db.work_items, dict(db.results), triage).error_jobs
+                    session.forget(errors)
                 baseline = session.baseline(state)
                 timeout = args.timeout or 60 + 5 * baseline["seconds"]
                 print(f"  unmutated checks pass in {baseline['seconds']} s; timeout per mutant {timeout:.0f} s; "

@@ -75,8 +75,9 @@ def main(argv: list[str]) -> int:
 
     start = time.monotonic()
     status = int(pytest.main(argv[split + 1:]))
+    # a module that failed to import (the mutant broke it) is absent, not wrong
     wrong = sorted(name for name in finder.loaded
-                   if getattr(sys.modules.get(name), "__file__", None) != files[name])
+                   if name in sys.modules and getattr(sys.modules[name], "__file__", None) != files[name])
     if wrong:
         print(f"{MARKER} harness error: not loaded from the overlay: {', '.join(wrong)}")
         return 3

@@ -21,6 +21,7 @@ class Figures:
     timed_out: int = 0
     equivalent: list = field(default_factory=list)  # (mutant, reason)
     errors: list = field(default_factory=list)  # (mutant, why): harness or worker failures, not counted as killed
+    error_jobs: list = field(default_factory=list)  # their Cosmic Ray job ids (--retry-errors runs them again)
     survivors: list = field(default_factory=list)  # (mutant, diff)
     seconds: list = field(default_factory=list)  # the test process's time per judged mutant
 
@@ -51,6 +52,7 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
         output = result.output or ""
         if result.worker_outcome != WorkerOutcome.NORMAL:
             fig.errors.append((_name(item), f"worker {result.worker_outcome.value}: {output.strip()[-200:]}"))
+            fig.error_jobs.append(item.job_id)
             continue
         if result.test_outcome == TestOutcome.KILLED and output == "timeout":
             fig.timed_out += 1
@@ -61,6 +63,7 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
             # (a harness error, or a mutant that breaks the interpreter's exit)
             why = next((line for line in output.splitlines() if MARKER in line), output.strip()[-200:])
             fig.errors.append((_name(item), why))
+            fig.error_jobs.append(item.job_id)
             continue
         fig.seconds.append(float(found.group(2)))
         if result.test_outcome == TestOutcome.KILLED:

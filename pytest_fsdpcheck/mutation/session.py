@@ -224,6 +224,13 @@ class AreaSession:
         self.save_state(state)
         return state["baseline"]
 
+    def forget(self, job_ids) -> None:
+        """Drops these mutants' results: they are pending again."""
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.db_path)) as db, db:
+            db.executemany("DELETE FROM work_results WHERE job_id = ?", [(job,) for job in job_ids])
+
     def pending(self) -> list:
         from cosmic_ray.work_db import use_db
 
