@@ -307,6 +307,8 @@ def _models(report: dict) -> list[str]:
                     "<th>how known</th></tr></thead><tbody>"]
             for e in found:
                 area = e.get("area", "") + (f" ({e['form']}-form graph)" if e.get("form") else "")
+                if e.get("configs"):
+                    area += " in " + "; ".join(e["configs"])
                 out.append(f"<tr><td>{_e(e.get('bug', ''))}</td><td>{_e(area)}</td><td>{_e(e.get('differs', ''))}</td>"
                            f"<td>{_e(e.get('releases', ''))}</td><td>{_e(e.get('how', ''))}</td></tr>")
             out.append("</tbody></table>")
