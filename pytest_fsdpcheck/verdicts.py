@@ -375,7 +375,7 @@ def exposures(session) -> dict:
         if spec in session.matrix.case_errors:
             continue  # reported once, as the case's error
         try:
-            found[spec] = ex.exposure(ex.case_of(spec))
+            found[spec] = ex.model_exposure(spec)
         except Exception as exc:  # noqa: BLE001 - one model's replay failing must not hide the others'
             found[spec] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     session._exposures = found

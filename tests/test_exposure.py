@@ -84,6 +84,29 @@ def test_a_bug_is_listed_only_in_a_form_a_release_of_its_range_produces(tied):
     assert exposure(case, [dataclasses.replace(older, affects=">=3.0")]) == []
 
 
+def test_a_drawn_factory_is_exposed_over_several_of_its_configurations():
+    # the exposure of a factory with drawn arguments replayed only its simplest
+    # draw (depth=1, tied=False) and missed the per-use counting every tied
+    # configuration meets; now a few configurations, the most different first
+    from pytest_fsdpcheck.known.exposure import MAX_CONFIGURATIONS, configurations, model_exposure
+
+    configs = configurations(plans.drawn)
+    assert configs[0] == {"depth": 1, "tied": False}
+    assert 2 <= len(configs) <= MAX_CONFIGURATIONS
+    assert {c["tied"] for c in configs} == {False, True} and len({c["depth"] for c in configs}) >= 2
+    assert configurations(plans.drawn) == configs  # the same every run
+    found = model_exposure("tests.planted.plans:drawn")
+    per_use = {e.form: e for e in found if e.bug == "spl-param-counted-per-use"}
+    assert set(per_use) == {"dynamo", "module"}, found
+    tied_configs = tuple(f"depth={c['depth']}, tied=True" for c in configs if c["tied"])
+    assert all(e.configs == tied_configs for e in per_use.values())
+    line = next(x for x in render(found, "drawn") if "spl-param-counted-per-use, torch 2.5–2.15" in x)
+    assert line.endswith(f"(in {tied_configs[0]}" + "".join(f"; also {c}" for c in tied_configs[1:]) + ")")
+    # a bug every configuration meets names them all
+    tracer = next(e for e in found if e.bug == "exo-patch-tracer-leaves-bound-methods")
+    assert len(tracer.configs) == len(configs)
+
+
 def test_untied_model_meets_no_tied_parameter_bug(untied):
     _case, found = untied
     assert _exposed(found, "splitting") == set()
@@ -166,12 +189,11 @@ def test_cli_reports_a_model(tmp_path):
     done = _cli("--model", "tests.planted.plans:drawn", "--json", str(out))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    # drawn's simplest configuration: depth 1, tied
-    assert lines[0].startswith("known-bug exposure of drawn[depth=1, tied=False] (tests.planted.plans:drawn)") \
-        or lines[0].startswith("known-bug exposure of drawn[depth=1, tied=True] (tests.planted.plans:drawn)")
+    # several of drawn's configurations, tied ones among them
+    assert lines[0].startswith("known-bug exposure of drawn over drawn configurations (tests.planted.plans:drawn)")
     data = json.loads(out.read_text())["tests.planted.plans:drawn"]
-    tied_config = "tied=True" in data["case"]
-    assert any("spl-param-counted-per-use" in line for line in lines) == tied_config
+    assert any("spl-param-counted-per-use" in line and "tied=True" in line for line in lines), lines
+    assert all(e["configs"] for e in data["exposures"])
     assert "  FSDP2 groups: fs2-gloo-grads-summed (torch 2.7–2.8): run on that release to know" in lines
     assert {e["bug"] for e in data["exposures"]} >= MODEL_INDEPENDENT
 

@@ -22,13 +22,18 @@ the bug's measured range cut down to those, and a bug is listed only where
 that leaves a release (no bug of torch < 2.5 in a dynamo-form graph).
 
     python -m pytest_fsdpcheck.known exposure --model pkg.module:factory
+
+A factory with drawn arguments is replayed on up to :data:`MAX_CONFIGURATIONS`
+of its configurations (:func:`configurations`: the simplest, then the draws
+adding the most argument values not seen yet), merged by bug, area and form
+(:func:`model_exposure`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..catalog import area_of
 from .torch_bugs import TORCH_BUGS
@@ -61,6 +66,9 @@ class Exposure:
     #: on ``form`` for splitting) or "predicate" (not replayable)
     how: str
     form: str | None = None
+    #: a factory with drawn arguments: the configurations replayed that meet
+    #: it ("depth=2, tied=True"), ``differs`` the first one's; () for one case
+    configs: tuple[str, ...] = ()
 
     @property
     def exposed(self) -> bool:
@@ -534,7 +542,9 @@ def render(exposures: list[Exposure], name: str | None = None) -> list[str]:
              + (" (buckets numbered in graph order from 0)" if any(e.area == "splitting" for e in replayed) else "")]
     for e in replayed:
         form = f", {e.form}-form graph" if e.form else ""
-        lines.append(f"  {_AREA_TITLE.get(e.area, e.area)}{form}: {e.differs}: {e.bug}, torch {e.releases}")
+        # what differs is the first configuration's
+        drawn = (f" (in {e.configs[0]}" + "".join(f"; also {c}" for c in e.configs[1:]) + ")") if e.configs else ""
+        lines.append(f"  {_AREA_TITLE.get(e.area, e.area)}{form}: {e.differs}: {e.bug}, torch {e.releases}{drawn}")
     for e in exposures:
         if not e.exposed:
             lines.append(f"  {_AREA_TITLE.get(e.area, e.area)}: {e.bug} (torch {e.releases}): {RUN_TO_KNOW}")
@@ -583,6 +593,83 @@ def case_of(spec: str):
     return build_case(factory, **kwargs)
 
 
+#: how many of a drawn factory's configurations exposure replays: the simplest
+#: and the draws that differ most from those before them (each costs a Dynamo
+#: capture, an fx trace, a plan recording and a replay per bug: 1-3 s here)
+MAX_CONFIGURATIONS = 4
+
+
+def configurations(factory, limit: int = MAX_CONFIGURATIONS) -> list[dict]:
+    """Keyword arguments of up to ``limit`` configurations of ``factory``:
+    each declared strategy's simplest value first, then, from a derandomized
+    Hypothesis draw, the configuration giving the most argument values not
+    seen yet, and so on. ``[{}]`` for a factory without strategies."""
+    from ..cases.model import strategies_of
+
+    strategies = strategies_of(factory)
+    if not strategies:
+        return [{}]
+    from hypothesis import HealthCheck, Phase, find, given, settings
+    from hypothesis import strategies as st
+
+    from .. import profiles
+
+    chosen = [{name: find(strategy, lambda _value: True) for name, strategy in strategies.items()}]
+    drawn: list[dict] = []
+
+    @settings(profiles.current(), derandomize=True, database=None, max_examples=10 * limit,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck), deadline=None)
+    @given(st.fixed_dictionaries(strategies))
+    def draw(kwargs):
+        drawn.append(kwargs)
+
+    draw()
+
+    def values(kwargs) -> set:
+        return {(name, repr(value)) for name, value in kwargs.items()}
+
+    covered = values(chosen[0])
+    left = {repr(sorted(k.items())): k for k in drawn}
+    left.pop(repr(sorted(chosen[0].items())), None)
+    while len(chosen) < limit and left:
+        # max keeps the first of equals: the draw order, which is the same every run
+        key = max(left, key=lambda k: len(values(left[k]) - covered))
+        chosen.append(left.pop(key))
+        covered |= values(chosen[-1])
+    return chosen
+
+
+def model_exposure(spec, limit: int = MAX_CONFIGURATIONS) -> list[Exposure]:
+    """The exposure of a ``pkg.module:factory`` name (or a factory): of its
+    one case, or, for a factory with drawn arguments, merged over
+    :func:`configurations` (a tied configuration meets the tied-weight bugs
+    the simplest one may not), each exposure naming the configurations that
+    meet it. A configuration that is a case error is left out; all of them:
+    the first one's :class:`CaseError`."""
+    from ..cases.model import CaseError, build_case, load_factory
+
+    factory = load_factory(spec) if isinstance(spec, str) else spec
+    configs = configurations(factory, limit)
+    if configs == [{}]:
+        return exposure(build_case(factory))
+    merged: dict[tuple, Exposure] = {}
+    first_error = None
+    for kwargs in configs:
+        try:
+            found = exposure(build_case(factory, **kwargs))
+        except CaseError as exc:
+            first_error = first_error or exc
+            continue
+        label = ", ".join(f"{k}={v!r}" for k, v in sorted(kwargs.items()))
+        for e in found:
+            key = (e.bug, e.area, e.form, e.how)
+            seen = merged.get(key)
+            merged[key] = replace(e, configs=(label,)) if seen is None else replace(seen, configs=(*seen.configs, label))
+    if not merged and first_error is not None:
+        raise first_error
+    return list(merged.values())
+
+
 def main(specs: list[str], json_path: str | None = None) -> int:
     """``python -m pytest_fsdpcheck.known exposure --model SPEC``: exit 0 with
     the report, 2 when a model cannot be built (one line naming why)."""
@@ -594,12 +681,15 @@ def main(specs: list[str], json_path: str | None = None) -> int:
     for spec in specs:
         try:
             case = case_of(spec)
+            found = model_exposure(spec)
         except CaseError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        found = exposure(case)
         skipped = not_checked(case)
-        print("\n".join(render(found, f"{case.name} ({spec})") + [f"  {line}" for line in skipped]))
+        drawn = sorted({c for e in found for c in e.configs})
+        # a drawn factory: its name, not the simplest configuration's, heads what several configurations met
+        name = f"{case.name.partition('[')[0]} over drawn configurations" if drawn else case.name
+        print("\n".join(render(found, f"{name} ({spec})") + [f"  {line}" for line in skipped]))
         report[spec] = {"case": case.name, "exposures": to_json(found), "not_compared": skipped}
     if json_path:
         from pathlib import Path
