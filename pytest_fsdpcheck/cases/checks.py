@@ -523,9 +523,13 @@ def check_bucket_assignment(case, impl=None):
 
     case, impl = _resolve(case, impl)
     gm, example_inputs, facts, cap, first, form = _bucket_input(case, impl)
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        _skip("torch.distributed is not available, and DDP's bucket assignment is part of it")
     reason = chk.ddp_assignment_unjudgeable(gm, example_inputs, facts, cap, first)
     if reason is not None:
-        _skip(f"{case.name}: {reason}")
+        skip_for_case(f"{case.name}: {reason}")
 
     def body(impl):
         return chk.check_captured_assignment(impl.splitting, gm, example_inputs, facts, cap, first)
@@ -683,12 +687,15 @@ def check_annotation_ignored(case, impl=None):
     can break it."""
     case, impl = _resolve(case, impl)
     _require_annotation(impl)
+    if case.plan is None:
+        skip_for_case(f"case {case.name!r} gives no FSDP2 plan, so no module is ignored")
     ignored = plan_ignored_modules(case)
     if not ignored:
-        _skip(f"case {case.name!r}: its plan ignores no module (no module has all of its own parameters "
-              "in a fully_shard call's ignored_params)")
+        skip_for_case(f"case {case.name!r}: its plan ignores no module (no module has all of its own "
+                      "parameters in a fully_shard call's ignored_params)")
     if not _not_ignored_below(case, ignored):
-        _skip(f"case {case.name!r}: every module below the ones its plan ignores ({short(ignored, 4)}) is ignored too")
+        skip_for_case(f"case {case.name!r}: every module below the ones its plan ignores ({short(ignored, 4)}) "
+                      "is ignored too")
     _judge(impl, case, "check_annotation_ignored", _annotation_body(case, ignored))
 
 
