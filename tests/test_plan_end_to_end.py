@@ -31,6 +31,8 @@ def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     assert [r["error"] for r in records] == [None, None]
     for record in records:
         assert record["world_size"] == 2
+        assert record["batches"] == "own"  # each rank its own batch (issue 28 item 5)
+        assert record["compiled"]["graphs"] >= 1  # the compiled step compiled a graph
         names = set(record["reference"])
         assert "embed.weight" in names and "layers.1.mlp.2.weight" in names
         for mode in ("eager", "compiled"):
@@ -128,6 +130,9 @@ def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     # ranks' loss weights; with equal contributions (before issue 28) the fp32 one passed
     ("bf16_unreduced", "layers.0.", ("eager", "compiled"), "differs from the unsharded model's at the plan's"),
     ("unreduced", "layers.0.", ("eager", "compiled"), "differs from the unsharded model's (max abs"),
+    # issue 28 item 5: a parameter the spec's walk shards but the FSDP2 run left in no group (never
+    # reduced); the control followed torch's recorded groups, so it passed
+    ("left_out", "layers.0.mlp.0.weight ", ("eager", "compiled"), "differs from the unsharded model's (max abs"),
 ])
 def test_wrong_bf16_plan_fails_fs2_9(fast_compile, spec, params, modes, words):
     violations = check_plan_end_to_end(_run_as_planned(f"tests.planted.plans:{spec}"))
@@ -153,10 +158,11 @@ def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
 
 
 def test_ranks_weigh_their_loss_and_the_fp32_control_matches_exactly(fast_compile):
-    """Every rank takes the same inputs, so without the ranks' loss weights a
-    plan whose groups never reduce would pass (each rank's own gradient is the
-    mean: the planted ``unreduced`` plan did). Rank 1's loss counts twice, and
-    the control's mean of the weighted gradients is exact for a correct plan."""
+    """With one batch for every rank and no loss weights, a plan whose groups
+    never reduce would pass (each rank's own gradient is the mean: the planted
+    ``unreduced`` plan did). Each rank takes its own batch and rank 1's loss
+    counts twice, and the control's mean of the weighted gradients of every
+    rank's batch is exact for a correct plan."""
     from pytest_fsdpcheck.runs.plan_run import rank_weight
 
     assert [rank_weight(r) for r in range(4)] == [1.0, 2.0, 1.0, 2.0]
@@ -200,3 +206,69 @@ def test_checker_tolerance_follows_the_plans_dtypes():
     assert len(doubled) == 2 and "4 x eps(bfloat16) for fused kernels" in doubled[1].message
     # a gradient in another dtype than the parameter's
     assert "has dtype bfloat16" in check_plan_end_to_end(_low_records(want.bfloat16(), want, plan))[0].message
+
+
+# --- issue 28 item 5: FS2-9 on users' plans can fail for the reasons it claims -------
+
+
+def test_a_compiled_step_that_compiles_nothing_fails(fast_compile):
+    """A forward under ``torch._dynamo.disable`` compiles no graph: the
+    compiled step ran eagerly, so FS2-9's compiled mode FAILs naming why
+    (it passed); the eager mode still passes."""
+    violations = check_plan_end_to_end(_run_as_planned("tests.planted.plans:dynamo_disabled"))
+    assert [v.message.split(":")[0] for v in violations] == ["rank 0, compiled", "rank 1, compiled"]
+    for v in violations:
+        assert v.invariant == "FS2-9" and "torch.compile gave its backend no graph of the sharded model" in v.message
+        assert "nor does the unsharded model's: its forward runs outside Dynamo (torch._dynamo.disable" in v.message
+
+
+def test_checker_names_whose_forward_compiled_nothing():
+    one = torch.ones(2)
+    compiled = _grad_records(one, one, graphs=0, unsharded_graphs=3)
+    [v] = check_plan_end_to_end(compiled)
+    assert v.message.startswith("rank 0, compiled: torch.compile gave its backend no graph") and "compiles 3 graph(s)" in v.message
+    assert check_plan_end_to_end(_grad_records(one, one, graphs=2)) == []
+
+
+def test_each_rank_takes_its_own_batch_of_the_same_shapes():
+    from pytest_fsdpcheck.runs.plan_run import rank_batches
+
+    tokens = torch.arange(12).reshape(3, 4)
+    x = torch.randn(3, 4)
+    x[0, 0] = float("-inf")  # an additive mask's -inf stays where it is
+    mask = torch.tensor([True, False, True])
+    first, second, third = rank_batches((tokens, {"x": x, "mask": mask}, 7), 3)
+    assert first[0] is tokens and first[1]["x"] is x
+    for other in (second, third):
+        varied_tokens, rest, seven = other
+        assert not torch.equal(varied_tokens, tokens) and sorted(varied_tokens.flatten().tolist()) == list(range(12))
+        assert varied_tokens.shape == tokens.shape and varied_tokens.dtype == tokens.dtype
+        assert not torch.equal(rest["x"][1:], x[1:]) and rest["x"][0, 0] == float("-inf")
+        assert torch.equal(rest["mask"], mask) and seven == 7
+    assert not torch.equal(second[0], third[0])
+
+
+def test_the_control_averages_every_ranks_batch_and_falls_back_where_the_model_rejects_them():
+    from torch import nn
+
+    from pytest_fsdpcheck.runs.plan_run import PlanGroup, _control, _Rejected, rank_batches
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1, bias=False)
+    batches = rank_batches((torch.randn(3, 4),), 2)
+    reference, _ = _control(model, batches, (PlanGroup(("weight",)),), rank=0, world_size=2)
+    grads = []
+    for weight, (x,) in zip((1.0, 2.0), batches, strict=True):
+        model.zero_grad()
+        model(x).square().mean().backward()
+        grads.append(weight * model.weight.grad.clone())
+    assert torch.allclose(reference["weight"], (grads[0] + grads[1]) / 2)
+
+    class SortedOnly(nn.Linear):  # takes sorted ids only, as a packed-sequence offset table
+        def forward(self, offsets):
+            assert bool((offsets.diff() >= 0).all()), "offsets must be sorted"
+            return super().forward(offsets.float())
+
+    ids = torch.arange(4)
+    with pytest.raises(_Rejected, match="offsets must be sorted"):
+        _control(SortedOnly(4, 1), rank_batches((ids,), 2), (PlanGroup(("weight",)),), rank=0, world_size=2)

@@ -1,10 +1,11 @@
 """FS2-9 on a user's plan: after the plan's real ``fully_shard`` calls at
-the runner's world size, one step with the same inputs on every rank gives,
-on every rank and for every parameter, the unsharded model's gradient for
-those inputs at the plan's own precision (each group computed in its
+the runner's world size, one step with each rank's own batch gives, on
+every rank and for every parameter, the unsharded model's gradient for all
+the ranks' batches at the plan's own precision (each group computed in its
 ``param_dtype``, the ranks' gradients averaged in its ``reduce_dtype``),
-eagerly and under ``torch.compile``. Judges the records of
-:func:`pytest_fsdpcheck.runs.plan_run.run_plan_ranks`.
+eagerly and under ``torch.compile``; the compiled step must have compiled a
+graph (one that ran eagerly shows nothing about compiled FSDP2). Judges the
+records of :func:`pytest_fsdpcheck.runs.plan_run.run_plan_ranks`.
 
 The control repeats the policy's casts op for op, so eagerly only the order
 in which the ranks' terms are summed may differ: ``world size x eps(reduce
@@ -56,7 +57,19 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             for name in grads.keys() - reference.keys():
                 violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {name} is a parameter after the plan "
                                                      "but not of the unsharded model"))
+            if step.get("graphs") == 0:
+                violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {_nothing_compiled(step.get('unsharded_graphs'))}"))
     return violations
+
+
+def _nothing_compiled(unsharded) -> str:
+    head = "torch.compile gave its backend no graph of the sharded model, so the step ran eagerly and shows nothing about compiled FSDP2"
+    if isinstance(unsharded, int) and unsharded > 0:
+        return f"{head}; the unsharded model's forward compiles {unsharded} graph(s)"
+    if isinstance(unsharded, int):
+        return (f"{head}; nor does the unsharded model's: its forward runs outside Dynamo "
+                "(torch._dynamo.disable, or a graph break at every op)")
+    return f"{head}; the unsharded model's compiled forward failed: {unsharded}"
 
 
 _MISSING = object()

@@ -5,23 +5,33 @@ calls) at the runner's world size, one training step eagerly and one under
 Each rank builds the case itself with a picklable builder (the factory's
 ``pkg.module:factory`` name and keyword arguments; a case without a factory
 travels pickled), so what runs is the user's code, not a copy the parent
-made. Every rank takes the same inputs, the case's ``example_inputs``, so
-nothing depends on how a batch would have been split; parameters and tensor
-inputs are broadcast from rank 0 first, so a factory that forgets to seed
-cannot make ranks disagree about the reference. Rank ``r``'s loss is scaled
-by :func:`rank_weight` (1 on even ranks, 2 on odd ones): with equal
-contributions a rank that skips the reduction, or a reduction in the wrong
-dtype (bf16 sums of equal bf16 values are exact), would go unseen.
+made. Parameters and tensor inputs are broadcast from rank 0 first, so a
+factory that forgets to seed cannot make ranks disagree about the reference.
+Each rank takes its own batch (:func:`rank_batches`: rank 0 the case's
+``example_inputs``, every other rank a variation of them of the same shapes
+and dtypes), and rank ``r``'s loss is scaled by :func:`rank_weight` (1 on
+even ranks, 2 on odd ones): with one batch and equal contributions a rank
+that skips the reduction (a reduce-scatter that never communicates, a
+parameter left out of every group), or a reduction in the wrong dtype (bf16
+sums of equal bf16 values are exact), would go unseen. Where the model
+rejects the varied batches (the unsharded model raises or gives non-finite
+gradients on them), every rank takes the case's own inputs, recorded as
+``batches``.
 
 The control is the unsharded model at the plan's own precision
 (:class:`PlanGroup`, read from the plan's recorded calls): each group's
 parameters cast to its ``param_dtype`` for the step, floating inputs of its
 modules cast as ``cast_forward_inputs`` says, outputs to ``output_dtype``,
-and its gradients summed over the ranks' weights in its ``reduce_dtype`` and
-averaged, as FSDP2's reduce-scatter does; a parameter in no group keeps its
-rank's own gradient. Both runs seed torch's generator with :data:`STEP_SEED`
+and its gradients of every rank's batch, weighted, summed in its
+``reduce_dtype`` and averaged, as FSDP2's reduce-scatter does; a parameter
+in no group keeps its rank's own gradient. Both runs seed torch's generator with :data:`STEP_SEED`
 just before the forward (and Inductor draws through aten's generator), so
 dropout and random masks draw the same numbers in both.
+
+The compiled step counts the graphs its backend is given: one that compiled
+nothing ran eagerly and shows nothing about compiled FSDP2; the unsharded
+model is then compiled the same way, so the checker can say whose forward
+keeps Dynamo out.
 
 Nothing raises out of a rank: errors are recorded, and
 :func:`pytest_fsdpcheck.checks.plan_distributed.check_plan_end_to_end`
@@ -140,29 +150,114 @@ def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
     if groups is None:
         groups = (PlanGroup(tuple(name for name, _ in pristine.named_parameters())),)
     backend = compile_backend()
-    reference, precision = _control(copy.deepcopy(pristine), inputs, groups, rank, world_size)
+    batches = rank_batches(inputs, world_size)
+    # every rank computes the same control for every batch, so they decide alike
+    batches_kind = "own" if any(not _same_batch(b, inputs) for b in batches) else "shared: the inputs cannot vary"
+    try:
+        reference, precision = _control(pristine, batches, groups, rank, world_size)
+    except _Rejected as exc:
+        batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
+        reference, precision = _control(pristine, batches, groups, rank, world_size)
+    mine = batches[rank]
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
-              "case": getattr(case, "name", "?"), "weight": weight}
+              "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind}
     mesh = init_device_mesh("cpu", (world_size,))
     for mode in MODES:
         record: dict = {"error": None}
         try:
             model = copy.deepcopy(pristine)
             case.plan(model, mesh)
-            forward = model
+            forward, graphs = model, []
             if mode == "compiled":
-                from torch import _dynamo
-
-                _dynamo.reset()
-                _draw_through_aten(backend)
-                forward = torch.compile(model, backend=backend)
+                forward = _compiled(model, backend, graphs)
             torch.manual_seed(STEP_SEED)
-            (_loss(forward(*inputs)) * weight).backward()
+            (_loss(forward(*mine)) * weight).backward()
             record["grads"] = _grads(model)
+            if mode == "compiled":
+                record["graphs"] = len(graphs)
+                if not graphs:
+                    record["unsharded_graphs"] = _graphs_of_unsharded(pristine, mine, backend)
         except Exception as exc:  # noqa: BLE001 - the checker turns it into a violation
             record["error"] = _error(exc)
         result[mode] = record
     return result
+
+
+def _compiled(model, backend, graphs: list):
+    """``torch.compile(model)`` with ``backend``, each graph it is given appended to ``graphs``."""
+    from torch import _dynamo
+
+    _dynamo.reset()
+    _draw_through_aten(backend)
+    compile_graph = _dynamo.lookup_backend(backend)
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return compile_graph(gm, example_inputs)
+
+    return torch.compile(model, backend=counting)
+
+
+def _graphs_of_unsharded(pristine, inputs, backend) -> int | str:
+    """How many graphs the unsharded model's compiled forward gives (a
+    rank-local forward, no collective), or why it could not be compiled."""
+    graphs: list = []
+    try:
+        torch.manual_seed(STEP_SEED)
+        _compiled(copy.deepcopy(pristine), backend, graphs)(*inputs)
+    except Exception as exc:  # noqa: BLE001 - reported with the sharded count
+        return _error(exc).splitlines()[0]
+    return len(graphs)
+
+
+def rank_batches(inputs: tuple, world_size: int) -> list[tuple]:
+    """Each rank's batch: rank 0 the case's inputs; rank ``r`` the same
+    structure with each floating tensor's finite entries moved by noise of
+    their own scale, and each integer tensor's entries permuted (token ids
+    stay valid ids), drawn from a generator seeded with ``r``. Booleans
+    (masks) and one-element tensors stay as they are."""
+    out = [inputs]
+    for r in range(1, world_size):
+        generator = torch.Generator().manual_seed(STEP_SEED * 1000 + r)
+        out.append(_map_tensors(inputs, lambda x, g=generator: _varied(x, g)))
+    return out
+
+
+def _varied(x: torch.Tensor, generator) -> torch.Tensor:
+    if x.numel() < 2 or x.dtype == torch.bool or x.is_complex():
+        return x.clone()
+    flat = x.detach().reshape(-1)
+    if x.is_floating_point():
+        finite = torch.isfinite(flat)
+        scale = flat[finite].abs().mean().item() if finite.any() else 1.0
+        noise = torch.randn(flat.shape, generator=generator).to(flat.dtype) * (scale or 1.0)
+        varied = torch.where(finite, flat + noise, flat)
+    else:
+        varied = flat[torch.randperm(flat.numel(), generator=generator).to(flat.device)]
+    return varied.reshape(x.shape).clone().requires_grad_(x.requires_grad)
+
+
+def _map_tensors(obj, fn):
+    """``obj`` with every tensor in it (through tuples, lists and dicts) replaced by ``fn(tensor)``."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _map_tensors(v, fn)) for k, v in obj.items())
+    if isinstance(obj, (tuple, list)):
+        items = [_map_tensors(v, fn) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    return obj
+
+
+def _same_batch(a, b) -> bool:
+    left, right = [], []
+    _map_tensors(a, left.append)
+    _map_tensors(b, right.append)
+    return len(left) == len(right) and all(torch.equal(x, y) for x, y in zip(left, right, strict=True))
+
+
+class _Rejected(Exception):
+    """The unsharded model cannot take a varied batch."""
 
 
 def _draw_through_aten(backend) -> None:
@@ -175,10 +270,51 @@ def _draw_through_aten(backend) -> None:
         config.fallback_random = True
 
 
-def _control(model, inputs, groups, rank: int, world_size: int):
+def _control(pristine, batches, groups, rank: int, world_size: int):
     """The unsharded model's gradients reduced as the plan's groups say (see
     the module docstring), and ``{name: (param_dtype, reduce_dtype)}`` for
-    the parameters the plan computes or reduces below their own dtype."""
+    the parameters the plan computes or reduces below their own dtype.
+    Raises :class:`_Rejected` where a batch other than rank 0's gives an
+    error or a non-finite gradient."""
+    grads_per_batch = []
+    for r, batch in enumerate(batches):
+        try:
+            grads, plan_of = _unsharded_grads(copy.deepcopy(pristine), batch, groups)
+        except Exception as exc:
+            if r == 0 or batches[r] is batches[0]:
+                raise
+            raise _Rejected(_error(exc).splitlines()[0]) from exc
+        if r > 0 and any(g is not None and not torch.isfinite(g).all() for g in grads.values()):
+            raise _Rejected(f"non-finite gradients on rank {r}'s batch")
+        # FSDP2 reduces the gradients a rank has: ranks must reach the same parameters
+        if r > 0 and {n for n, g in grads.items() if g is None} != {n for n, g in grads_per_batch[0].items() if g is None}:
+            raise _Rejected(f"rank {r}'s batch reaches other parameters than rank 0's")
+        grads_per_batch.append(grads)
+    weights = [rank_weight(r) for r in range(world_size)]
+    reference, precision = {}, {}
+    for name, p in pristine.named_parameters():
+        mine = grads_per_batch[rank][name]
+        if mine is None:
+            reference[name] = None
+            continue
+        if name not in plan_of:  # in no group: nothing reduces it
+            reference[name] = (mine * rank_weight(rank)).to(p.dtype)
+            continue
+        compute, reduce_dtype = plan_of[name]
+        total = None
+        for w, grads in zip(weights, grads_per_batch, strict=True):
+            term = (grads[name] * w).to(reduce_dtype)
+            total = term if total is None else total + term
+        reference[name] = (total / world_size).to(p.dtype)
+        if compute != p.dtype or reduce_dtype != p.dtype:
+            precision[name] = (str(compute).removeprefix("torch."), str(reduce_dtype).removeprefix("torch."))
+    return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
+
+
+def _unsharded_grads(model, inputs, groups):
+    """One forward and backward of the unsharded ``model`` at the groups'
+    precision: ``({name: gradient in the compute dtype or None}, {name:
+    (compute dtype, reduce dtype)} for the parameters in a group)``."""
     from torch.func import functional_call
 
     params = dict(model.named_parameters())
@@ -196,8 +332,7 @@ def _control(model, inputs, groups, rank: int, world_size: int):
             if param_dtype == p.dtype or not p.is_floating_point():
                 param_dtype = None
             compute = param_dtype or p.dtype
-            reduce_dtype = group.reduce_dtype or compute
-            plan_of[name] = (compute, reduce_dtype)
+            plan_of[name] = (compute, group.reduce_dtype or compute)
             if param_dtype is not None:
                 low[name] = p.detach().to(param_dtype).requires_grad_(p.requires_grad)
         for root in group.roots:
@@ -212,26 +347,11 @@ def _control(model, inputs, groups, rank: int, world_size: int):
     finally:
         for hook in hooks:
             hook.remove()
-    weights = [rank_weight(r) for r in range(world_size)]
-    reference, precision = {}, {}
+    grads = {}
     for name, p in params.items():
         grad = low[name].grad if name in low else p.grad
-        if grad is None:
-            reference[name] = None
-            continue
-        grad = grad.detach()
-        if name not in plan_of:  # in no group: nothing reduces it
-            reference[name] = (grad * rank_weight(rank)).to(p.dtype)
-            continue
-        compute, reduce_dtype = plan_of[name]
-        total = None
-        for w in weights:
-            term = (grad * w).to(reduce_dtype)
-            total = term if total is None else total + term
-        reference[name] = (total / world_size).to(p.dtype)
-        if compute != p.dtype or reduce_dtype != p.dtype:
-            precision[name] = (str(compute).removeprefix("torch."), str(reduce_dtype).removeprefix("torch."))
-    return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
+        grads[name] = None if grad is None else grad.detach()
+    return grads, plan_of
 
 
 def _precision_hooks(module, group):

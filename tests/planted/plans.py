@@ -3,6 +3,9 @@ deepest first, tied modules in one call, the root last) and one plan
 breaking each rule. Each plan calls ``fully_shard`` as a framework does,
 through a different import path, so the recorder must catch them all."""
 
+import contextlib
+import importlib
+
 import torch
 from torch import nn
 from torch.distributed._composable.fsdp import fully_shard as composable_fully_shard
@@ -365,3 +368,52 @@ def tied_half_ignored_plan(model, mesh):  # PLN-1: embed's group manages the tie
 def tied_half_ignored():
     case = tied_ignored()
     return ModelCase("tied_half_ignored", case.model, case.example_inputs, plan=tied_half_ignored_plan)
+
+
+@contextlib.contextmanager
+def _states_dropping(param):
+    """Inside the block FSDP2's state collection leaves ``param`` out, as an
+    FSDP2 that forgets a parameter would (the plan's stand-in for a bug in
+    torch's walk)."""
+    patched = []
+    for name in ("torch.distributed.fsdp._fully_shard._fsdp_init", "torch.distributed.fsdp._fully_shard._fully_shard"):
+        module = importlib.import_module(name)
+        original = module.__dict__.get("_get_managed_states")
+        if original is None:
+            continue
+
+        def dropping(*args, _original=original, **kwargs):
+            params, buffers = _original(*args, **kwargs)
+            return [p for p in params if p is not param], buffers
+
+        patched.append((module, original))
+        module._get_managed_states = dropping
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module._get_managed_states = original
+
+
+def left_out_plan(model, mesh):  # wrong: layers.0.mlp.0.weight in no group (never reduced), though the spec's walk shards it
+    for i, layer in enumerate(model.layers):
+        with _states_dropping(layer.mlp[0].weight) if i == 0 else contextlib.nullcontext():
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def left_out():
+    torch.manual_seed(0)
+    return ModelCase("left_out", TinyLM(tied=False), _inputs(), plan=left_out_plan)
+
+
+class EagerLM(TinyLM):
+    @torch._dynamo.disable
+    def forward(self, tokens):
+        return super().forward(tokens)
+
+
+def dynamo_disabled():
+    """A forward Dynamo never enters: the compiled step compiles nothing."""
+    torch.manual_seed(0)
+    return ModelCase("dynamo_disabled", EagerLM(tied=False), _inputs(), plan=untied_plan)
