@@ -90,7 +90,7 @@ class KnownBugs(_MarkdownDirective):
         for bug in TORCH_BUGS:
             if bug.reference:
                 signature = "the reference with " + "; ".join(
-                    f"{area}: " + ", ".join(f"{k}={v!r}" for k, v in switches.items())
+                    _code(f"{area}: " + ", ".join(f"{k}={v!r}" for k, v in switches.items()))
                     for area, switches in bug.reference.items()
                 )
             else:
@@ -99,7 +99,7 @@ class KnownBugs(_MarkdownDirective):
                 signature += f" (graph forms: {', '.join(bug.forms)})"
             lines += [
                 f"- {_code(bug.id)} ({', '.join(bug.invariants)}; torch {bug.affects or 'every release'}): "
-                f"{_cell(bug.reason)} *Signature:* {_cell(signature)}.",
+                f"{_cell(bug.reason)} *Signature:* {signature}.",
             ]
         return lines
 
