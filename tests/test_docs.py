@@ -74,6 +74,26 @@ def test_the_site_builds_without_warnings(tmp_path):
     assert all(re.search(rf"^{i}$", html["catalog"], re.M) for i in INVARIANTS)
 
 
+@pytest.mark.skipif(_missing("sphinx", "myst_parser") is not None, reason=str(_missing("sphinx", "myst_parser")))
+def test_the_catalog_page_fails_the_build_when_it_drifts_from_design(tmp_path):
+    """A copy of the site beside a DESIGN.md that no longer states TRV-3 and
+    a catalog page that no longer shows the PLN family: both are warnings."""
+    import shutil
+
+    shutil.copytree(DOCS, tmp_path / "docs", ignore=shutil.ignore_patterns("_build", "__pycache__"))
+    design = (REPO / "DESIGN.md").read_text(encoding="utf-8")
+    (tmp_path / "DESIGN.md").write_text(re.sub(r"(?m)^- TRV-3 .*\n", "", design), encoding="utf-8")
+    catalog = tmp_path / "docs" / "catalog.md"
+    catalog.write_text(catalog.read_text(encoding="utf-8").replace("{fsdpcheck-invariants} PLN", "text"), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(tmp_path / "docs"), str(tmp_path / "html")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert "DESIGN.md does not state TRV-3" in done.stderr, done.stderr
+    assert "the invariant catalog page shows no family PLN" in done.stderr, done.stderr
+
+
 # ------------------------------------------------------ what blocks may name
 
 @functools.cache
