@@ -248,8 +248,8 @@ def payload(header: dict, matrix: Matrix, extra: dict) -> dict:
             "tests": matrix.per_test, **extra}
 
 
-def write_json(path: str, content: dict) -> None:
-    write_atomically(path, json.dumps(content, indent=2, sort_keys=True) + "\n")
+def json_text(content: dict) -> str:
+    return json.dumps(content, indent=2, sort_keys=True) + "\n"
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -429,11 +429,15 @@ def _header_json(session) -> dict:
 def start_report(session) -> None:
     """A report that says "incomplete" from the start, replaced at the end: a
     run that dies before its summary (a process exit the suite could not
-    intercept) leaves that, never a previous run's green report."""
-    if not session.report_path:
+    intercept) leaves that, never a previous run's green report (or page)."""
+    if not session.report_path and not session.html_path:
         return
-    with contextlib.suppress(OSError):  # the end of the run reports a failing write
-        write_json(session.report_path, payload({**_header_json(session), "complete": False}, Matrix(), {}))
+    content = payload({**_header_json(session), "complete": False}, Matrix(), {})
+    for path, text in ((session.report_path, lambda: json_text(content)),
+                       (session.html_path, lambda: _html_page(content))):
+        if path:
+            with contextlib.suppress(OSError):  # the end of the run reports a failing write
+                write_atomically(path, text())
 
 
 def terminal_summary(tr, session, findings, exposures=None) -> bool:
@@ -475,7 +479,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         for line in render_exploration(explored):
             tr.write_line(line)
     written = True
-    for what, path, text in (("JSON report", session.report_path, lambda: json.dumps(content, indent=2, sort_keys=True) + "\n"),
+    for what, path, text in (("JSON report", session.report_path, lambda: json_text(content)),
                              ("HTML report", session.html_path, lambda: _html_page(content))):
         if not path:
             continue

@@ -131,3 +131,18 @@ def test_every_report_a_test_leaves_is_checked_against_the_schema(pytester):
     finally:
         broken.unlink()  # or the check would fail this test too
     assert errors and all(e.startswith(f"{broken}: ") for e in errors), errors
+
+
+def test_a_run_starts_both_reports_as_incomplete(tmp_path):
+    """A run that dies before its summary leaves reports saying so, never
+    the previous run's green JSON or page."""
+    from pytest_fsdpcheck.report import start_report
+
+    for name in ("report.json", "report.html"):
+        (tmp_path / name).write_text("a previous run's green report")
+    session = SimpleNamespace(report_path=str(tmp_path / "report.json"), html_path=str(tmp_path / "report.html"),
+                              torch_version="2.13.0", impls={"torch": None}, devices=["cpu"], profile="ci", seed=None,
+                              divergence_files=[], incomplete=False, plan=None)
+    start_report(session)
+    assert json.loads((tmp_path / "report.json").read_text())["header"]["complete"] is False
+    assert "This run did not complete" in (tmp_path / "report.html").read_text()
