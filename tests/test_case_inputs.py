@@ -110,3 +110,85 @@ def test_strict_on_a_run_narrowed_to_a_planless_models_checks_judges_only_what_r
     assert proc.returncode == 0, out[-4000:]
     # the cells are still n/p, with the model's reason
     assert "gives no FSDP2 plan" in out, out[-4000:]
+
+
+# --- keyword inputs of the forward ----------------------------------------------------
+
+
+def _masked_model():
+    import torch
+    from torch import nn
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(16, 8)
+            self.proj = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 16)
+
+        def forward(self, tokens, *, mask):  # the mask only by keyword
+            return self.head(self.proj(self.embed(tokens)) * mask.unsqueeze(-1))
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 0.0]])
+    return Masked(), (tokens,), {"mask": mask}
+
+
+def masked():
+    """A factory giving the forward's keyword inputs: (model, args, kwargs)."""
+    return _masked_model()
+
+
+def _masked_plan(model, mesh):
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(model.proj, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def masked_planned():
+    from pytest_fsdpcheck.cases import ModelCase
+
+    model, args, kwargs = _masked_model()
+    return ModelCase("masked_planned", model, args, plan=_masked_plan, example_kwargs=kwargs)
+
+
+def test_keyword_inputs_reach_every_area_that_calls_the_model():
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import graphs
+
+    case = build_case(masked)
+    assert set(case.example_kwargs) == {"mask"} and len(case.example_inputs) == 1
+    # the case probe calls the forward with them (a 3-tuple was "returned a tuple of 3")
+    checks.run_check(checks.check_case, masked)
+    planned = build_case(masked_planned)
+    for check in (checks.check_buckets, checks.check_exec_order, checks.check_traversal, checks.check_annotation,
+                  checks.check_plan_rules, checks.check_fsdp2_walk):
+        checks.run_check(check, planned, "reference")
+    # exec order on torch: its eager oracle runs the forward with the mask
+    checks.run_check(checks.check_exec_order, planned, "torch")
+    # the module-form graph's placeholders get the keyword input as their example value
+    module_graph, inputs = graphs(case)["module"]
+    placeholders = [n for n in module_graph.graph.nodes if n.op == "placeholder"]
+    assert [n.target for n in placeholders] == ["tokens", "mask"]
+    assert placeholders[1].meta["example_value"] is case.example_kwargs["mask"] and len(inputs) == 2
+
+
+def test_keyword_inputs_that_are_not_a_dict_by_name_are_one_line():
+    from torch import nn
+
+    def bad():
+        return nn.Linear(2, 2), (), {1: "x"}
+
+    with pytest.raises(CaseError, match="example_kwargs must map the forward.s keyword argument names to values, got a dict with the key 1"):
+        build_case(bad)
+
+
+def test_keyword_inputs_reach_the_plans_ranks(monkeypatch):
+    # FS2-9: the ranks rebuild the case from its factory and step it with the
+    # mask by keyword, sharded and unsharded
+    from pytest_fsdpcheck.cases import checks
+
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")  # no Inductor C++ builds in the ranks
+    checks.run_check(checks.check_plan_end_to_end, masked_planned, "torch")

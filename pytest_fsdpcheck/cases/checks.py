@@ -116,7 +116,7 @@ def _meta_problem(case) -> str | None:
     for name, tensor in [*case.model.named_parameters(), *case.model.named_buffers()]:
         if tensor.is_meta:
             return f"model is on the meta device ({name} has no data); build it on a real device"
-    for i, x in enumerate(case.example_inputs):
+    for i, x in [*enumerate(case.example_inputs), *case.example_kwargs.items()]:
         if isinstance(x, torch.Tensor) and x.is_meta:
             return f"example input {i} is on the meta device"
     return None
@@ -130,7 +130,7 @@ def _forward_problem(case) -> str | None:
     model = _pristine(case)
     try:
         with torch.no_grad():
-            out = model(*case.example_inputs)
+            out = case.call(model)
     except Exception as exc:  # noqa: BLE001 - the user's model and inputs, in one line
         return f"example inputs do not fit: {_first_line(exc)}"
     return _output_problem(out)
@@ -464,7 +464,7 @@ def captured(case: ModelCase):
 
     torch._dynamo.reset()
     try:
-        torch.compile(model, backend=capture)(*case.example_inputs)
+        case.call(torch.compile(model, backend=capture))
     except Exception as exc:  # noqa: BLE001 - the reason is what Dynamo says
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         skip_for_case(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} ({type(exc).__name__}: {first})")
@@ -756,7 +756,7 @@ def check_exec_order(case, impl=None):
         with impl.exec_order.patch_tracer(tracer, model) as info:
             graph = tracer.trace(model)
         plain = torch.fx.Tracer().trace(model)
-        observed = observe_eager(model, case.example_inputs, torch.fx.Tracer())
+        observed = observe_eager(model, case.example_inputs, torch.fx.Tracer(), case.example_kwargs)
         return (check_module_order(built, info, observed) + check_param_order(built, info, observed)
                 + check_usage_infos(built, info, observed) + check_visited(built, info) + check_same_graph(plain, graph))
 

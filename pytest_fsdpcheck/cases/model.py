@@ -51,7 +51,11 @@ class ModelCase:
     - ``name``: shown in test ids and reports.
     - ``model``: the ``nn.Module``; checks that change it get their own copy
       (a fresh one from the factory where there is one).
-    - ``example_inputs``: a tuple of positional arguments for ``model(*inputs)``.
+    - ``example_inputs``: a tuple of positional arguments, and
+      ``example_kwargs`` a dict of keyword arguments, for the forward:
+      every check calls ``model(*example_inputs, **example_kwargs)``
+      (:meth:`call`). A factory returning a tuple may give them as
+      ``(model, args)`` or ``(model, args, kwargs)``.
     - ``plan``: ``plan(model, mesh)`` calls ``fully_shard`` exactly as the
       framework does (any import path of it), inner groups first, the root
       last; ``None``: no FSDP2 checks.
@@ -76,11 +80,34 @@ class ModelCase:
     replicate: tuple = ()
     bucket_cap_mb: float | None = None
     first_bucket_cap_mb: float | None = None
+    example_kwargs: dict = field(default_factory=dict, compare=False)
     #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
     #: (filled in by :func:`build_case`; shown in reproducers)
     factory_ref: str | None = field(default=None, compare=False)
     factory_kwargs: tuple = field(default=(), compare=False)
     factory: Callable | None = field(default=None, compare=False, repr=False)
+
+    def call(self, model=None):
+        """``model`` (default: the case's own) on the example inputs, positional and keyword."""
+        return (self.model if model is None else model)(*self.example_inputs, **self.example_kwargs)
+
+    def inputs_in_signature_order(self, model=None) -> list:
+        """The example inputs as the forward's parameters list them, each
+        keyword argument at its parameter's place and defaults filled in
+        between: the values of the placeholders ``torch.fx`` traces. Positional
+        inputs then keyword ones where the forward takes ``*args``/``**kwargs``."""
+        import inspect
+
+        forward = (self.model if model is None else model).forward
+        try:
+            signature = inspect.signature(forward)
+            bound = signature.bind(*self.example_inputs, **self.example_kwargs)
+        except (TypeError, ValueError):
+            return [*self.example_inputs, *self.example_kwargs.values()]
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
+            return [*self.example_inputs, *self.example_kwargs.values()]
+        bound.apply_defaults()
+        return list(bound.arguments.values())
 
     def rebuild(self) -> ModelCase:
         """A fresh case (a new model) from the factory, or ``self`` without one."""
@@ -208,17 +235,25 @@ def build_case(factory, **kwargs) -> ModelCase:
         raise CaseError(f"model factory {label}({_kwargs(kwargs)}) raised {_one_line(exc)}") from exc
     if isinstance(made, ModelCase):
         case = made
-    elif isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+    elif (isinstance(made, tuple) and len(made) in (2, 3) and isinstance(made[0], nn.Module)
+          and (len(made) == 2 or isinstance(made[2], dict))):
         inputs = made[1] if isinstance(made[1], tuple) else (made[1],)
-        case = ModelCase(name=getattr(factory, "__name__", "model"), model=made[0], example_inputs=inputs)
+        case = ModelCase(name=getattr(factory, "__name__", "model"), model=made[0], example_inputs=inputs,
+                         example_kwargs=made[2] if len(made) == 3 else {})
     else:
         raise CaseError(
-            f"model factory {label} returned {_describe(made)}; expected (model, example_inputs) or a ModelCase"
+            f"model factory {label} returned {_describe(made)}; expected (model, example_inputs), "
+            "(model, example_inputs, example_kwargs) or a ModelCase"
         )
     if not isinstance(case.model, nn.Module):
         raise CaseError(f"model factory {label}: the case's model is {_describe(case.model)}, not an nn.Module")
     if not isinstance(case.example_inputs, tuple):
         case = dataclasses.replace(case, example_inputs=(case.example_inputs,))
+    kwargs_given = case.example_kwargs
+    if not isinstance(kwargs_given, dict) or not all(isinstance(k, str) for k in kwargs_given):
+        bad = next((repr(k) for k in kwargs_given if not isinstance(k, str)), None) if isinstance(kwargs_given, dict) else None
+        raise CaseError(f"model factory {label}: example_kwargs must map the forward's keyword argument names to "
+                        f"values, got {f'a dict with the key {bad}' if bad else _describe(kwargs_given)}")
     name = case.name
     if kwargs:
         name = f"{name}[{_kwargs(kwargs)}]"

@@ -119,9 +119,11 @@ def graphs(case) -> dict[str, tuple]:
             model = checks.model_copy(case.model)
             gm = torch.fx.GraphModule(model, torch.fx.Tracer().trace(model))
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-            for node, value in zip(placeholders, case.example_inputs, strict=False):
+            # fx makes a placeholder of every parameter of the forward, keyword ones and defaults too
+            inputs = case.inputs_in_signature_order(model)
+            for node, value in zip(placeholders, inputs, strict=False):
                 node.meta["example_value"] = value
-            out["module"] = (gm, list(case.example_inputs))
+            out["module"] = (gm, inputs)
     return out
 
 
