@@ -215,15 +215,14 @@ def _held_ids(facts, bucket) -> set:
     return set().union(*(facts.attributed_ids[n] for n in bucket.nodes))
 
 
-def _listing_errors(facts, buckets, i, labels, home) -> tuple[list[str], list[str]]:
-    """What bucket ``i`` lists that it does not hold, and what it holds but
+def _listing_errors(facts, bucket, labels, home) -> tuple[list[str], list[str]]:
+    """What ``bucket`` lists that it does not hold, and what it holds but
     does not list, named as the graph names them (real parameters: a fake's
     id is its real tensor's). How an implementation spells a parameter
     (torch 2.4 joins module and name with "_", later "." or the
     placeholder's name) is not the spec's business."""
-    b = buckets[i]
-    listed = list(dict.fromkeys(facts.real_id(pid) for pid in b.param_ids))
-    held = _held_ids(facts, b)
+    listed = dict.fromkeys(facts.real_id(pid) for pid in bucket.param_ids)
+    held = _held_ids(facts, bucket)
     wrong = []
     for pid in listed:
         if pid in held:
@@ -240,7 +239,7 @@ def check_sizes(facts, buckets, *_caps) -> list[Violation]:
     home = {pid: i for i, b in enumerate(buckets) for pid in _held_ids(facts, b)}
     for i, b in enumerate(buckets):
         want = _bucket_size(facts, b)
-        wrong, missing = _listing_errors(facts, buckets, i, labels, home) if b.param_ids else ([], [])
+        wrong, missing = _listing_errors(facts, b, labels, home) if b.param_ids else ([], [])
         listing = "; ".join(text for text, names in (
             (f"it lists {short(wrong, 6)}, which it does not hold", wrong),
             (f"it leaves out {short(missing, 6)}", missing)) if names)
