@@ -255,10 +255,10 @@ def test_the_control_averages_every_ranks_batch_and_falls_back_where_the_model_r
 
     torch.manual_seed(0)
     model = nn.Linear(4, 1, bias=False)
-    batches = rank_batches((torch.randn(3, 4),), 2)
+    batches = rank_batches(((torch.randn(3, 4),), {}), 2)  # (positional, keyword)
     reference, _ = _control(model, batches, (PlanGroup(("weight",)),), rank=0, world_size=2)
     grads = []
-    for weight, (x,) in zip((1.0, 2.0), batches, strict=True):
+    for weight, ((x,), _) in zip((1.0, 2.0), batches, strict=True):
         model.zero_grad()
         model(x).square().mean().backward()
         grads.append(weight * model.weight.grad.clone())
@@ -269,6 +269,6 @@ def test_the_control_averages_every_ranks_batch_and_falls_back_where_the_model_r
             assert bool((offsets.diff() >= 0).all()), "offsets must be sorted"
             return super().forward(offsets.float())
 
-    ids = torch.arange(4)
     with pytest.raises(_Rejected, match="offsets must be sorted"):
-        _control(SortedOnly(4, 1), rank_batches((ids,), 2), (PlanGroup(("weight",)),), rank=0, world_size=2)
+        _control(SortedOnly(4, 1), rank_batches(((), {"offsets": torch.arange(4)}), 2), (PlanGroup(("weight",)),),
+                 rank=0, world_size=2)

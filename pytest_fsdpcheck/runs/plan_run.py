@@ -141,10 +141,11 @@ def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
     with torch.no_grad():
         for tensor in [*base.parameters(), *base.buffers()]:
             dist.broadcast(tensor.data, src=0)
-    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in case.example_inputs)
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            dist.broadcast(x, src=0)
+    # (positional, keyword): a case may give the forward keyword inputs too
+    inputs = _map_tensors((tuple(case.example_inputs), dict(getattr(case, "example_kwargs", None) or {})),
+                          lambda x: x.detach().clone().requires_grad_(x.requires_grad))
+    for x in _tensors(inputs):
+        dist.broadcast(x.data, src=0)
     pristine = copy.deepcopy(base)
     weight = rank_weight(rank)
     if groups is None:
@@ -171,7 +172,7 @@ def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
             if mode == "compiled":
                 forward = _compiled(model, backend, graphs)
             torch.manual_seed(STEP_SEED)
-            (_loss(forward(*mine)) * weight).backward()
+            (_loss(forward(*mine[0], **mine[1])) * weight).backward()
             record["grads"] = _grads(model)
             if mode == "compiled":
                 record["graphs"] = len(graphs)
@@ -199,12 +200,13 @@ def _compiled(model, backend, graphs: list):
 
 
 def _graphs_of_unsharded(pristine, inputs, backend) -> int | str:
-    """How many graphs the unsharded model's compiled forward gives (a
+    """How many graphs the unsharded model's compiled forward on ``inputs``
+    (positional, keyword) gives (a
     rank-local forward, no collective), or why it could not be compiled."""
     graphs: list = []
     try:
         torch.manual_seed(STEP_SEED)
-        _compiled(copy.deepcopy(pristine), backend, graphs)(*inputs)
+        _compiled(copy.deepcopy(pristine), backend, graphs)(*inputs[0], **inputs[1])
     except Exception as exc:  # noqa: BLE001 - reported with the sharded count
         return _error(exc).splitlines()[0]
     return len(graphs)
@@ -249,10 +251,14 @@ def _map_tensors(obj, fn):
     return obj
 
 
+def _tensors(obj) -> list:
+    found: list = []
+    _map_tensors(obj, found.append)
+    return found
+
+
 def _same_batch(a, b) -> bool:
-    left, right = [], []
-    _map_tensors(a, left.append)
-    _map_tensors(b, right.append)
+    left, right = _tensors(a), _tensors(b)
     return len(left) == len(right) and all(torch.equal(x, y) for x, y in zip(left, right, strict=True))
 
 
@@ -312,8 +318,8 @@ def _control(pristine, batches, groups, rank: int, world_size: int):
 
 
 def _unsharded_grads(model, inputs, groups):
-    """One forward and backward of the unsharded ``model`` at the groups'
-    precision: ``({name: gradient in the compute dtype or None}, {name:
+    """One forward and backward of the unsharded ``model`` on ``inputs``
+    (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
     (compute dtype, reduce dtype)} for the parameters in a group)``."""
     from torch.func import functional_call
 
@@ -342,7 +348,8 @@ def _unsharded_grads(model, inputs, groups):
     try:
         torch.manual_seed(STEP_SEED)
         # an fp32 plan's control is the model's own forward, untouched
-        output = functional_call(model, low, inputs) if low else model(*inputs)
+        args, kwargs = inputs
+        output = functional_call(model, low, args, kwargs) if low else model(*args, **kwargs)
         _loss(output).backward()
     finally:
         for hook in hooks:
