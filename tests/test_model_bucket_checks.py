@@ -131,3 +131,19 @@ def test_annotation_runs_with_the_plans_ignored_modules():
     checks.check_annotation(plain, SkipsIgnoredSubtrees())
     with pytest.raises(pytest.skip.Exception, match="not provided: .*ignores no module"):
         checks.check_annotation_ignored(plain, SkipsIgnoredSubtrees())
+
+
+def test_strict_can_say_the_ignored_bug_is_not_reproduced(run_suite):
+    """A run meeting no DDP-ignored parameter (the corpus's mlp_chain) does
+    not claim the bug: strict reports it "not reproduced — fixed?" (SPL-3
+    read "known" there, so it never could)."""
+    import pathlib
+
+    suite = pathlib.Path(__file__).resolve().parents[1] / "conformance" / "test_golden.py"
+    result, report = run_suite(extra=("--fsdpcheck-strict", f"{suite}::test_corpus_split_invariants[torch-mlp_chain]"))
+    assert report is not None, result.stdout.str()
+    assert report["matrix"]["torch"]["SPL-3"]["outcome"] == "pass", report["matrix"]["torch"]
+    entry = next(e for e in report["known_bugs"] if e["id"] == BUG)
+    assert entry["not_reproduced"] and entry["examples"] == 0, entry
+    result.stdout.fnmatch_lines([f"*known bug {BUG} *not reproduced on torch*fixed?*"])
+    assert result.ret == 1
