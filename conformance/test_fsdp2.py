@@ -15,6 +15,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2 import (
+    NESTED_ROOTS,
     build_fsdp2,
     fsdp2_deep_chain,
     fsdp2_diamond_chain,
@@ -101,6 +102,22 @@ def test_several_roots(fsdpcheck_impl, spec):
     _require(fsdpcheck_impl, "several_roots", "one module, not a group")
     spec = _takes(fsdpcheck_impl, spec)
     conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
+
+
+@pytest.mark.invariant("FS2-5")
+@pytest.mark.parametrize("case", list(NESTED_ROOTS))
+def test_nested_roots(fsdpcheck_impl, case):
+    """Fixed groups whose modules nest, in every order and past modules the
+    walk does not enter: each module once, where the outermost root's walk
+    puts it (an order wrong only here is FS2-5's)."""
+    _require(fsdpcheck_impl, "several_roots", "one module, not a group")
+    spec = NESTED_ROOTS[case]
+
+    def body(impl):
+        built = build_fsdp2(spec, impl.fsdp2)
+        return check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored), invariant_order="FS2-5")
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "managed"))
 
 
 @pytest.mark.invariant("FS2-4")

@@ -157,6 +157,13 @@ def fsdp2_specs(
     if multi_root and n > 2:
         picks = _byte_list(draw, 3)
         chosen = tuple(dict.fromkeys(1 + b % (n - 1) for b in picks))
+        below = sorted(_below(tree, chosen[0])) if chosen else []
+        if below and draw(st.booleans()):
+            # nesting on purpose, not by chance: a module below the first
+            # root joins the group, before or after it (FS2-5)
+            inner = below[draw(st.integers(0, len(below) - 1))]
+            pair = (chosen[0], inner) if draw(st.booleans()) else (inner, chosen[0])
+            chosen = tuple(dict.fromkeys((*pair, *chosen[1:])))
         if len(chosen) >= 2:
             roots = chosen  # several modules forming one group (maybe nested)
     root_set = set(roots)
@@ -217,6 +224,30 @@ def fsdp2_diamond_chain(diamonds: int, ignored: bool = False) -> Fsdp2Spec:
         children += [(top + 1, top + 2), (top + 3,), (top + 3,)]
     children.append(())
     return _shape(_with_params(children, 2), ignored)
+
+
+def _nested(children, roots, groups=(), replicate=()) -> Fsdp2Spec:
+    tree = TreeSpec(tuple(children), replicate=frozenset(replicate), params=(1,) * len(children))
+    return Fsdp2Spec(tree, tuple(roots), frozenset(groups))
+
+
+#: one ``fully_shard`` call whose modules nest (FS2-5): torch documents the
+#: group's roots as the given modules not below another given one
+#: (``_get_root_modules``, in the composable contract and before the walk),
+#: so a nested module is part of the outer one's walk, where that walk puts
+#: it, and not where or whether it was given
+NESTED_ROOTS = {
+    # 0 -> (1, 2), 2 -> (3, 4): the inner roots are not their parent's first child
+    "outer-first": _nested([(1, 2), (), (3, 4), (), ()], (0, 2)),
+    "inner-first": _nested([(1, 2), (), (3, 4), (), ()], (2, 0)),
+    "three-levels": _nested([(1, 2), (), (3, 4), (), ()], (4, 0, 2)),
+    "beside-an-outer-root": _nested([(1, 2), (), (3, 4), (), ()], (4, 2, 1)),
+    # 0 -> (1, 2) -> 3 -> 4: 3 is below the given 2 (and 1, not given)
+    "through-a-shared-module": _nested([(1, 2), (3,), (3,), (4,), ()], (3, 2)),
+    # 0 -> 1 -> 2 -> 3: 2 is below 0, past a module the walk does not enter
+    "below-another-group": _nested([(1,), (2,), (3,), ()], (2, 0), groups=(1,)),
+    "below-replicate": _nested([(1,), (2,), (3,), ()], (0, 2), replicate=(1,)),
+}
 
 
 def fsdp2_ignored_diamonds(diamonds: int, chains: int = 16) -> Fsdp2Spec:

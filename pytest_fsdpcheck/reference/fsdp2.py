@@ -5,6 +5,13 @@ Written from DESIGN.md (FS2-1..8); iterative throughout, linear in modules.
 
 - Roots: a group given as several modules keeps only the outermost ones (a
   root below another root is part of that root's walk), in the order given.
+  That is torch's documented rule for ``fully_shard([a, b, ...])``: the
+  composable contract and ``_get_modules_and_states`` reduce the list to its
+  root modules (``torch.distributed.utils._get_root_modules``: those not
+  below another given module) before the walk. torch's private walk
+  ``_get_managed_modules``, handed nested roots directly, would walk the
+  inner one again and list it twice; no caller does that (and a module given
+  twice is rejected by the contract), so it is neither specified nor a bug.
 - Walk: post-order DFS from each root, children in registration order (each
   child once however many names it has), each module once over the whole
   group; never entering a module owned by an incompatible API (``replicate``)
