@@ -6,15 +6,21 @@ import pytest
 import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
+from tests.demands import demand_failures
 
 PLANTED = "tests.planted.distributed:"
+#: splitters planning one bucket too many / too few
+SPL16_PLANTED = {PLANTED + name: ("SPL-16", "test_distributed") for name in ("ExtraBucket", "MissingBucket")}
+#: walks that shard the wrong parameters
+FS29_PLANTED = {PLANTED + name: ("FS2-9", "test_fully_shard_end_to_end")
+                for name in ("DropsFirstLeaf", "ShardsIgnored", "ParentFirst")}
 
 
 def test_wrong_bucket_count_is_caught_and_control_passes(run_suite):
-    impls = [PLANTED + name for name in ("Unchanged", "ExtraBucket", "MissingBucket")]
-    result, report = run_suite(*impls, k="test_distributed")
-    outcomes = {impl: report["matrix"][impl]["SPL-16"]["outcome"] for impl in impls}
-    assert outcomes == {impls[0]: "pass", impls[1]: "fail", impls[2]: "fail"}, outcomes
+    control = PLANTED + "Unchanged"
+    result, report = run_suite(control, *SPL16_PLANTED, k="test_distributed")
+    demand_failures(result, report, SPL16_PLANTED, control=None)
+    assert report["matrix"][control]["SPL-16"]["outcome"] == "pass", report["matrix"][control]
     result.stdout.fnmatch_lines(["*SPL-16: rank 0: expected one compiled subgraph per planned bucket*"])
 
 
@@ -76,10 +82,10 @@ from pytest_fsdpcheck.runs.fsdp2_run import build_model, end_to_end_model, oracl
 def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
     # aot_eager: the planted walks differ before any kernel is generated
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
-    impls = [PLANTED + name for name in ("ReferenceControl", "DropsFirstLeaf", "ShardsIgnored", "ParentFirst")]
-    result, report = run_suite(*impls, k="test_fully_shard_end_to_end")
-    outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
-    assert outcomes == {impls[0]: "pass", impls[1]: "fail", impls[2]: "fail", impls[3]: "fail"}, outcomes
+    control = PLANTED + "ReferenceControl"
+    result, report = run_suite(control, *FS29_PLANTED, k="test_fully_shard_end_to_end")
+    demand_failures(result, report, FS29_PLANTED, control=None)
+    assert report["matrix"][control]["FS2-9"]["outcome"] == "pass", report["matrix"][control]
     out = result.stdout.str()
     spec, calls = end_to_end_model(0)  # the ci profile's model
     want = oracle(build_model(spec, 0), calls)
