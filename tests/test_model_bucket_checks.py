@@ -110,6 +110,14 @@ def test_spl15_is_not_provided_where_the_spec_extends_a_bucket():
     with pytest.raises(pytest.skip.Exception, match=f"not provided: .*{reason}"):
         checks.check_bucket_assignment(case, "torch")
     checks.check_bucket_assignment(build_case(planted.chain), "torch")  # judged, and passes
+    # judged, so it can fail: a splitter that gives the first bucket the others' cap
+    from tests.planted.splitting import IgnoresFirstCap
+
+    small_first = build_case(planted.chain_small_first_bucket)
+    checks.check_bucket_assignment(small_first, "torch")
+    with pytest.raises(ConformanceFailure) as info:
+        checks.check_bucket_assignment(small_first, IgnoresFirstCap())
+    assert info.value.invariants == ["SPL-15"], str(info.value)
 
 
 def test_annotation_runs_with_the_plans_ignored_modules():

@@ -118,6 +118,15 @@ def chain():
     return ModelCase("chain", Chain(), (torch.randn(2, WIDTH),))
 
 
+def chain_small_first_bucket():
+    """The chain's 1152 bytes with a first bucket far below the others' cap:
+    DDP's assignment closes the first bucket after one layer."""
+    torch.manual_seed(0)
+    mib = 1024 * 1024
+    return ModelCase("chain_small_first", Chain(), (torch.randn(2, WIDTH),),
+                     bucket_cap_mb=384 / mib, first_bucket_cap_mb=115 / mib)
+
+
 class Gated(nn.Module):
     def __init__(self):
         super().__init__()
