@@ -201,8 +201,8 @@ def _compiled(model, backend, graphs: list):
 
 def _graphs_of_unsharded(pristine, inputs, backend) -> int | str:
     """How many graphs the unsharded model's compiled forward on ``inputs``
-    (positional, keyword) gives (a
-    rank-local forward, no collective), or why it could not be compiled."""
+    (positional, keyword) gives (a rank-local forward, no collective), or
+    why it could not be compiled."""
     graphs: list = []
     try:
         torch.manual_seed(STEP_SEED)
