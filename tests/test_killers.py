@@ -77,7 +77,7 @@ WEAKENED = [
 
 
 @pytest.mark.parametrize("weakening", WEAKENED)
-def test_a_weakened_demand_is_not_counted(census, weakening):
+def test_a_weakened_demand_is_not_counted(weakening):
     """Each helper call of every test file, weakened in its source: demands
     it made are gone from the census, and nothing new appears."""
     sources = _sources()
@@ -98,7 +98,7 @@ def test_a_weakened_demand_is_not_counted(census, weakening):
     assert weakened_any
 
 
-def test_a_deleted_row_leaves_its_invariant_without_a_killer(census, monkeypatch):
+def test_a_deleted_row_leaves_its_invariant_without_a_killer(monkeypatch):
     """For every invariant: delete every row demanding it from the tables
     (copies put in place of the module attributes); the census says exactly
     that invariant has no killer."""
