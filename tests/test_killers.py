@@ -48,6 +48,14 @@ def test_the_users_model_paths_have_killers_of_their_own(census):
         assert any(not i.startswith("PLN") for i in on_path), (path, on_path)
 
 
+def test_no_test_checks_a_planted_table_by_hand():
+    """The helpers are the one way to demand a failure: a test reading the
+    planted tables' misses itself would assert what the census cannot see."""
+    by_hand = [f"{module}:{node.lineno}" for module, text in _sources().items() for node in ast.walk(ast.parse(text))
+               if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("planted_misses", "control_problems")]
+    assert not by_hand, f"call tests.demands' helpers instead: {by_hand}"
+
+
 # --- the census itself can fail -----------------------------------------------------
 
 
