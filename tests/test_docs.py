@@ -40,7 +40,8 @@ DOCS = REPO / "docs"
 EXAMPLES = DOCS / "examples"
 PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 #: MyST directives the Sphinx build renders (and test_the_site_builds checks)
-DIRECTIVES = {"toctree", "literalinclude", "fsdpcheck-options", "fsdpcheck-known-bugs", "fsdpcheck-invariants"}
+DIRECTIVES = {"toctree", "literalinclude", "fsdpcheck-options", "fsdpcheck-known-bugs", "fsdpcheck-invariants",
+              "fsdpcheck-model-checks"}
 #: commands cheap enough to run as written (no torch import, no install)
 RUN_AS_WRITTEN = {("pytest_fsdpcheck.known",), ("pytest_fsdpcheck.known", "list"), ("pytest_fsdpcheck.known", "show")}
 BUG_ID = re.compile(r"\b(?:trv|ann|spl|exo|fs2)(?:-[a-z0-9]+){2,}\b")
@@ -72,6 +73,9 @@ def test_the_site_builds_without_warnings(tmp_path):
     assert all(o.flag in html["options"] for o in OPTIONS)
     assert all(f"python -m pytest_fsdpcheck.known show {b.id}" in html["known-bugs"] for b in TORCH_BUGS)
     assert all(re.search(rf"^{i}$", html["catalog"], re.M) for i in INVARIANTS)
+    from pytest_fsdpcheck.cases.checks import CHECKS
+
+    assert all(re.search(rf"^{name}$", html["models"], re.M) for name in CHECKS)
 
 
 @pytest.mark.skipif(_missing("sphinx", "myst_parser") is not None, reason=str(_missing("sphinx", "myst_parser")))

@@ -6,7 +6,9 @@
   ``pytest_fsdpcheck/known/torch_bugs.py`` with their releases, reasons,
   signatures and reproducer commands;
 - ``{fsdpcheck-invariants} PREFIX``: one family of the invariant catalog,
-  ``catalog.py``'s one-line statement beside DESIGN.md's full one.
+  ``catalog.py``'s one-line statement beside DESIGN.md's full one;
+- ``{fsdpcheck-model-checks}``: the checks on users' models
+  (``cases/checks.py``), by suite test and check name, with their invariants.
 
 Each directive writes Markdown that MyST parses in place. A catalog ID that
 DESIGN.md does not state (or the reverse), or a family no page shows, is a
@@ -104,6 +106,29 @@ class KnownBugs(_MarkdownDirective):
         return lines
 
 
+class ModelChecks(_MarkdownDirective):
+    """The checks every user's model goes through (``cases/checks.py``'s
+    CHECKS), each as the suite's test and as ``parametrize_with_checks``
+    names it; a check without its test in ``conformance/test_models.py`` is a
+    warning."""
+
+    def markdown(self) -> list[str]:
+        from pytest_fsdpcheck.cases.checks import CHECKS
+
+        suite = REPO / "conformance" / "test_models.py"
+        self.env.note_dependency(str(suite))
+        self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "cases" / "checks.py"))
+        source = suite.read_text(encoding="utf-8") if suite.is_file() else ""
+        tests = set(re.findall(r"^def (test_model_\w+)\(", source, re.M))
+        lines = ["| suite test | `parametrize_with_checks` check | invariants |", "| --- | --- | --- |"]
+        for name, (_fn, invariants) in CHECKS.items():
+            test = "test_model_" + name.removeprefix("check_")
+            if test not in tests:
+                LOG.warning(f"fsdpcheck-model-checks: {suite.name} has no {test} for {name}", location=self.get_location())
+            lines.append(f"| {_code(test)} | {_code(name)} | {', '.join(invariants) or 'the case itself'} |")
+        return lines
+
+
 def design_statements() -> dict[str, str]:
     """DESIGN.md's statement of each invariant: its ``- ID text`` lines."""
     found = {}
@@ -178,6 +203,7 @@ def setup(app):
     app.add_directive("fsdpcheck-options", OptionsTable)
     app.add_directive("fsdpcheck-known-bugs", KnownBugs)
     app.add_directive("fsdpcheck-invariants", Invariants)
+    app.add_directive("fsdpcheck-model-checks", ModelChecks)
     app.connect("source-read", _optional_pages)
     app.connect("env-purge-doc", _purge_families)
     app.connect("env-merge-info", _merge_families)
