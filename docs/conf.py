@@ -1,7 +1,7 @@
 """Sphinx configuration of the pytest-fsdpcheck documentation (MyST Markdown).
 
-The options reference, the known-bug list and the invariant catalog are
-generated from the package at build time (docs/_ext/fsdpcheck_docs.py), so
+The options reference, the known-bug list, the invariant catalog and the
+table of checks on users' models are generated from the package at build time (docs/_ext/fsdpcheck_docs.py), so
 they are never written twice. tests/test_docs.py builds this site with
 warnings as errors and runs or checks every code block in it.
 """
