@@ -104,18 +104,18 @@ def test_several_roots(fsdpcheck_impl, spec):
     conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
 
 
-@pytest.mark.invariant("FS2-5")
+@pytest.mark.invariant("FS2-1", "FS2-5")
 @pytest.mark.parametrize("case", list(NESTED_ROOTS))
 def test_nested_roots(fsdpcheck_impl, case):
     """Fixed groups whose modules nest, in every order and past modules the
-    walk does not enter: each module once, where the outermost root's walk
-    puts it (an order wrong only here is FS2-5's)."""
+    walk does not enter: each module once (FS2-5), where the outermost
+    root's walk puts it (FS2-1)."""
     _require(fsdpcheck_impl, "several_roots", "one module, not a group")
     spec = NESTED_ROOTS[case]
 
     def body(impl):
         built = build_fsdp2(spec, impl.fsdp2)
-        return check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored), invariant_order="FS2-5")
+        return check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored))
 
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "managed"))
 
