@@ -51,6 +51,23 @@ def test_no_check_is_charged_with_it(name, cause, monkeypatch):
             assert not str(info.value).startswith("not provided"), "skipped, not n/p: the case could not run"
 
 
+def test_a_scalar_parameter_every_call_reaching_it_ignores_is_no_mistake():
+    from torch.distributed.fsdp import fully_shard
+
+    from pytest_fsdpcheck.cases import ModelCase
+
+    def plan(model, mesh):  # FSDP2 accepts a scalar it is told to ignore
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard([model.embed, model.lm_head], mesh=mesh)
+        fully_shard(model, mesh=mesh, ignored_params={model.scale})
+
+    case = mistakes.scalar_param()
+    case = ModelCase("scalar_ignored", case.model, case.example_inputs, plan=plan)
+    assert checks.case_problem(case) is None
+    assert [c.error for c in checks.recorded(case).calls] == [None] * 4
+
+
 def test_a_raising_factory_is_named_by_its_module():
     with pytest.raises(CaseError, match=rf"^model factory {REF}:factory_raises\(\) raised KeyError: 'x'$"):
         build_case(mistakes.factory_raises)
