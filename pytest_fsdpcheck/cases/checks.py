@@ -846,6 +846,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     compiled: every parameter's full gradient equals the unsharded model's
     at the plan's own precision (:func:`plan_groups`)."""
     from ..checks.plan_distributed import check_plan_end_to_end as judge
+    from ..checks.plan_distributed import uncompilable_model
     from ..impls.torch_fsdp2 import TorchFsdp2
     from ..runs.plan_run import run_plan_ranks
     from ..torch_support import compile_unsupported
@@ -872,7 +873,11 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     broken = _grouping_broken(case)
     if broken is not None:
         skip_for_case(broken)
-    violations = judge(run_plan_ranks(case_builder(case), world_size, groups=plan_groups(case)))
+    records = run_plan_ranks(case_builder(case), world_size, groups=plan_groups(case))
+    violations = judge(records)
+    uncompilable = uncompilable_model(records)
+    if not violations and uncompilable is not None:
+        skip_for_case(uncompilable)
     from ..known.judge import conform
 
     conform(impl, violations, reproducer(case, "check_plan_end_to_end", impl))
