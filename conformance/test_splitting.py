@@ -110,10 +110,18 @@ SPLIT_CASES = {
     "caps-equal-module-size": (_CHAIN4, 80, 80),
     # [l0 l1] [l2 l3]: the first cap equal to the cap is no special case
     "first-cap-equal-cap": (_CHAIN4, 160, 160),
+    # caps above the graph's bytes: one bucket, the original graph compiled once, unsplit
+    "one-bucket": (_CHAIN4, 10**6, 10**6),
+    # the last bucket meets its cap inside an in-place tail with no outside user: extended to the next output
+    "extended-to-an-output": (GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0,
+                                        (OpSpec("module", 0), OpSpec("accum", 0))), 1, 1),
+    # a parameter-free preamble: fused into the bucket after it
+    "preamble-fused": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0,
+                                 (OpSpec("act"), OpSpec("mutate"), OpSpec("module", 0), OpSpec("module", 1))), 16, 16),
 }
 
 
-@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-13")
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-13")
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     spec, cap, first = SPLIT_CASES[case]
@@ -123,13 +131,21 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
         built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         meta = chk.value_meta(built.gm, built.example_inputs)
+        wrt = _grad_targets(built)
+        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
         result, backend = split(impl, built, cap, first)
         return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
-                or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta))
+                or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+                or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
+                or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),
+                               "the original graph module after the split", "SPL-12", exact=True))
 
     check = (f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
-             " or chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)")
-    before = ["meta = chk.value_meta(built.gm, built.example_inputs)"]
+             " or chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+             " or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), 'the split module', 'SPL-11')"
+             " or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),"
+             " 'the original graph module after the split', 'SPL-12', exact=True)")
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE]
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
 
 

@@ -269,10 +269,10 @@ TARGETS = {
 }
 
 #: planted implementation name -> the invariant a fixed case of
-#: test_split_cases fails it on (tests/test_planted_splitting.py runs them
-#: on that test alone): the cap rules' bugs, and two older killers whose
-#: only catch was a property (IgnoresFirstCap: SPL-15's; CompilesWhole: the
-#: compiled split's)
+#: test_split_cases fails it on (tests/test_planted_split_cases.py runs them
+#: on that test alone): the cap rules' bugs, and the older killers whose
+#: first catch was a property (IgnoresFirstCap: SPL-15's; CompilesWhole,
+#: AlwaysSplits, WrongOutputs, EditsOriginal: the compiled split's)
 FIXED_CASE_TARGETS = {
     "FirstCapEverywhere": "SPL-5",
     "IgnoresFirstCap": "SPL-5",
@@ -281,4 +281,13 @@ FIXED_CASE_TARGETS = {
     "NeverSplits": "SPL-5",
     "CompilesWhole": "SPL-10",
     "ReversedBuckets": "SPL-2",
+    "ClosesLate": "SPL-5",
+    "NoExtension": "SPL-6",
+    "HidesExtension": "SPL-7",
+    "NoFusion": "SPL-8",
+    "AlwaysSplits": "SPL-9",
+    "WrongOutputs": "SPL-11",
+    "EditsOriginal": "SPL-12",
+    "WrongTable": "SPL-13",
+    "DropsANode": "SPL-2",
 }
