@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fsdpcheck.mutation.areas import AREAS
-from pytest_fsdpcheck.mutation.scope import scope
+from pytest_fsdpcheck.mutation.scope import scope, unevaluated_annotations, within
 from pytest_fsdpcheck.mutation.session import (
     MutationError,
     build_overlay,
@@ -63,6 +63,18 @@ def test_scope_is_the_seeds_and_what_they_reach():
     assert reached["leaf"] == (22, 23)
     with pytest.raises(KeyError, match="missing"):
         scope(SOURCE, ("missing",))
+
+
+def test_only_function_local_annotations_are_unevaluated():
+    source = ("x: int | None = 1\n"          # module: evaluated
+              "def f(a: int | None):\n"      # a signature: evaluated
+              "    y: int | None = 2\n"      # local: never evaluated
+              "    self.z: int | None = 3\n" # an attribute, in a function: never evaluated
+              "    class C:\n"
+              "        w: int | None = 4\n") # a class body: evaluated
+    spans = unevaluated_annotations(source)
+    assert sorted(spans) == [((3, 7), (3, 17)), ((4, 12), (4, 22))]
+    assert within((3, 11), spans) and not within((3, 18), spans) and not within((1, 7), spans)
 
 
 def test_every_area_has_its_seeds_in_the_installed_torch():

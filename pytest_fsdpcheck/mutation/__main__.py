@@ -18,6 +18,7 @@ the diff of every survivor.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,9 @@ def _progress(done, total, result):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    # stopped by SIGTERM (or SIGINT where a shell ignores it for background
+    # jobs), the run still stops its HTTP workers on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.workers < 1 or (args.limit is not None and args.limit < 0):
         print("error: --workers must be at least 1 and --limit at least 0", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from .child import MARKER
+from .session import UNEVALUATED
 from .triage import change_of, reason_for
 
 _CHILD = re.compile(re.escape(MARKER) + r" pytest exit (\d+) in ([\d.]+) s")
@@ -44,6 +45,9 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
     for item in work_items:
         result = results.get(item.job_id)
         if result is not None and result.worker_outcome == WorkerOutcome.SKIPPED:
+            if result.output == UNEVALUATED:
+                fig.mutants += 1
+                fig.equivalent.append((_name(item), UNEVALUATED.removeprefix("equivalent: ")))
             continue
         fig.mutants += 1
         if result is None:

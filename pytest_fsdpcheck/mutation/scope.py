@@ -60,3 +60,28 @@ def scope(source: str, seeds: tuple[str, ...]) -> dict[str, tuple[int, int]]:
 
 def inside(line: int, ranges) -> bool:
     return any(first <= line <= last for first, last in ranges)
+
+
+def unevaluated_annotations(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The spans ((line, col), (end line, end col)) of local variables'
+    annotations: Python never evaluates them (PEP 526), so no edit inside one
+    changes what the code does. A class body's and the module's are evaluated."""
+    spans = []
+    todo = [(node, False) for node in ast.parse(source).body]
+    while todo:
+        node, in_function = todo.pop()
+        if isinstance(node, ast.AnnAssign) and in_function:
+            ann = node.annotation
+            spans.append(((ann.lineno, ann.col_offset), (ann.end_lineno, ann.end_col_offset)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inner = True
+        elif isinstance(node, ast.ClassDef):
+            inner = False
+        else:
+            inner = in_function
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return spans
+
+
+def within(position: tuple[int, int], spans) -> bool:
+    return any(first <= tuple(position) < last for first, last in spans)

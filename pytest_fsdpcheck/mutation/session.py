@@ -29,9 +29,11 @@ from pathlib import Path
 
 from .areas import Area
 from .child import MARKER, PARENT
-from .scope import inside, scope
+from .scope import inside, scope, unevaluated_annotations, within
 
 SESSION_DB = "session.sqlite"
+#: the output of a mutant judged equivalent without running it
+UNEVALUATED = "equivalent: inside a local variable's annotation, which Python never evaluates (PEP 526)"
 STATE = "state.json"
 OVERLAY_MARK = ".fsdpcheck-overlay"
 
@@ -169,6 +171,7 @@ class AreaSession:
             if state["fingerprint"] != fingerprint:
                 raise MutationError(f"{self.folder} holds a session for other torch files or checks "
                                     f"(torch {state['fingerprint']['torch']}); pass --fresh to start over")
+            self.mark_unevaluated()  # sessions made before this rule existed
             return state
         self.folder.mkdir(parents=True, exist_ok=True)
         for stale in (self.db_path, self.state_path):
@@ -196,6 +199,22 @@ class AreaSession:
             if outside:
                 db.set_multiple_results(outside, WorkResult(output="outside the area's functions",
                                                             worker_outcome=WorkerOutcome.SKIPPED))
+        self.mark_unevaluated()
+
+    def mark_unevaluated(self) -> None:
+        """Pending mutants inside code Python never runs are equivalent by
+        construction: recorded so, with the reason, and not executed."""
+        from cosmic_ray.work_db import use_db
+        from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+        spans = {t.copy_path: unevaluated_annotations((self.root / t.path).read_text(encoding="utf-8"))
+                 for t in self.files}
+        with use_db(str(self.db_path.resolve())) as db:
+            unevaluated = [item.job_id for item in db.pending_work_items
+                           if all(within(m.start_pos, spans.get(str(m.module_path), ())) for m in item.mutations)]
+            if unevaluated:
+                db.set_multiple_results(unevaluated, WorkResult(output=UNEVALUATED,
+                                                                worker_outcome=WorkerOutcome.SKIPPED))
 
     # -- runs -------------------------------------------------------------
     def command(self) -> str:
@@ -312,10 +331,10 @@ def http_workers(session: AreaSession, count: int, paths):
             urls.append(f"http://127.0.0.1:{port}")
         yield urls
     finally:
+        # a worker busy with a mutant answers no signal until the mutant is
+        # done (its server loop is blocked), and holds nothing worth saving:
+        # its overlay is rebuilt, its test process exits with it
         for proc in procs:
-            proc.terminate()
+            proc.kill()
         for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.wait()
