@@ -205,13 +205,17 @@ class AreaSession:
         """Pending mutants inside code Python never runs are equivalent by
         construction: recorded so, with the reason, and not executed."""
         from cosmic_ray.work_db import use_db
-        from cosmic_ray.work_item import WorkerOutcome, WorkResult
+        from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
         spans = {t.copy_path: unevaluated_annotations((self.root / t.path).read_text(encoding="utf-8"))
                  for t in self.files}
         with use_db(str(self.db_path.resolve())) as db:
-            unevaluated = [item.job_id for item in db.pending_work_items
-                           if all(within(m.start_pos, spans.get(str(m.module_path), ())) for m in item.mutations)]
+            # a survivor that ran before this rule existed is marked too, so
+            # the figures never depend on the order the mutants ran in
+            results = dict(db.results)
+            unevaluated = [item.job_id for item in db.work_items
+                           if (item.job_id not in results or results[item.job_id].test_outcome == TestOutcome.SURVIVED)
+                           and all(within(m.start_pos, spans.get(str(m.module_path), ())) for m in item.mutations)]
             if unevaluated:
                 db.set_multiple_results(unevaluated, WorkResult(output=UNEVALUATED,
                                                                 worker_outcome=WorkerOutcome.SKIPPED))
