@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.exec_order import (
@@ -30,10 +29,12 @@ from pytest_fsdpcheck.generators.models import (
     build_model,
     chain_model,
     exotic_tracer_specs,
+    failing_model_specs,
     make_tracer,
     model_specs,
     wide_leaf_model,
     with_failure,
+    without_failure,
 )
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
@@ -188,6 +189,20 @@ def test_param_uses_by_keyword_and_in_lists(fsdpcheck_impl, case):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
+@pytest.mark.invariant("EXO-3", "EXO-4")
+@examples(20)
+@given(spec=model_specs(nested_uses=True))
+def test_param_uses_by_keyword_and_in_lists_drawn(fsdpcheck_impl, spec):
+    """The same, on drawn models: keyword and list uses among all the rest,
+    so a fuzz run reaches the generator's every feature (issue 29 item 5)."""
+
+    def body(impl):
+        built, info, graph, plain, observed, _ = _record(impl.exec_order, spec)
+        return check_param_order(built, info, observed) + check_usage_infos(built, info, observed)
+
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
+
+
 # What real forwards do, one fixed model per feature (the generator draws all
 # of it too; these make each feature certain to be seen, and a known bug in
 # one of them cannot cost the others their shrinking).
@@ -267,15 +282,16 @@ def test_real_forward_features(fsdpcheck_impl, case):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
-def _restore_case(exec_order, spec, block):
-    """Trace normally, then a variant raising half-way; snapshots around both."""
-    built = build_model(spec)
+def _restore_case(exec_order, spec):
+    """Trace ``spec`` without its failure, then as drawn (raising half-way);
+    snapshots around both."""
+    built = build_model(without_failure(spec))
     tracer = make_tracer(spec, built)
     before = tracer_snapshot(tracer)
     with exec_order.patch_tracer(tracer, built.root):
         tracer.trace(built.root, concrete_args=spec.concrete_args())
     results = [("normally", before, tracer)]
-    failing = build_model(with_failure(spec, block))
+    failing = build_model(spec)
     tracer = make_tracer(spec, failing)
     before = tracer_snapshot(tracer)
     raised = None
@@ -288,18 +304,12 @@ def _restore_case(exec_order, spec, block):
     return results, raised
 
 
-def _blocks(spec):
-    return [i for i, kind in enumerate(spec.kinds) if kind == "block"]
-
-
 @pytest.mark.invariant("EXO-1")
 @examples(40)
-@given(spec=model_specs(tracers=("default", "wrapping")), data=st.data())
-def test_tracer_restored(fsdpcheck_impl, spec, data):
-    block = data.draw(st.sampled_from(_blocks(spec)), label="failing block")
-
+@given(spec=failing_model_specs(tracers=("default", "wrapping")))
+def test_tracer_restored(fsdpcheck_impl, spec):
     def body(impl):
-        results, raised = _restore_case(impl.exec_order, spec, block)
+        results, raised = _restore_case(impl.exec_order, spec)
         violations = []
         for when, before, tracer in results:
             violations += check_tracer_restored(before, tracer, when)

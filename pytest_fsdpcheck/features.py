@@ -2,9 +2,10 @@
 
 Every feature is one ``feature(kind, name, has)`` line below: ``kind`` is
 the class name of a generated value a property receives (``TreeSpec``,
-``GraphSpec``, ``ModelSpec``, ``Fsdp2Spec``), ``has(spec, impl)`` says
-whether one example has it (``impl`` is the implementation under test, for
-what depends on it, like the graph form). Each example's features are
+``GraphSpec``, ``ModelSpec``, ``Fsdp2Spec``), ``has(spec, where)`` says
+whether one example has it (``where`` is the :class:`Where` of the test
+item: the implementation under test and the graph form the item runs in,
+for what depends on them). Each example's features are
 counted and sent to Hypothesis as ``event()``s (``--hypothesis-show-statistics``
 and HypoFuzz's dashboard list them); the report flags a feature no example
 of its kind had.
@@ -72,8 +73,19 @@ def _param_uses(spec) -> Counter:
     return Counter(op.ref for op in spec.ops if op.kind in ("param", "hop", "accum"))
 
 
-def _graph_form(impl) -> str | None:
-    return getattr(getattr(impl, "splitting", None), "graph_form", None)
+@dataclass(frozen=True)
+class Where:
+    """What an example's item adds to it: the implementation under test and,
+    for a splitting test, the graph form it is parametrized with (each
+    item runs one form; the implementation's own ``graph_form`` is only the
+    one it prefers)."""
+
+    impl: object = None
+    form: str | None = None
+
+
+def _graph_form(where) -> str | None:
+    return where.form or getattr(getattr(where.impl, "splitting", None), "graph_form", None)
 
 
 # --- module trees (traversal, annotation) ---------------------------------------------
@@ -89,8 +101,8 @@ feature("TreeSpec", "tied parameters", lambda s, _: bool(s.tied))
 feature("TreeSpec", "frozen parameters", lambda s, _: bool(s.frozen) and any(s.params[m] for m in s.frozen if m < len(s.params)))
 
 # --- FX graphs (splitting) -------------------------------------------------------------
-feature("GraphSpec", "graph form: dynamo (placeholders)", lambda s, impl: _graph_form(impl) == "dynamo")
-feature("GraphSpec", "graph form: module (call_module/get_attr)", lambda s, impl: _graph_form(impl) == "module")
+feature("GraphSpec", "graph form: dynamo (placeholders)", lambda s, where: _graph_form(where) == "dynamo")
+feature("GraphSpec", "graph form: module (call_module/get_attr)", lambda s, where: _graph_form(where) == "module")
 feature("GraphSpec", "tied parameters", lambda s, _: any(m.tied_to is not None for m in s.modules))
 feature("GraphSpec", "frozen parameters", lambda s, _: any(m.frozen for m in s.modules) or any(p.frozen for p in s.params))
 feature("GraphSpec", "DDP-ignored parameters", lambda s, _: any(m.ignored for m in s.modules) or any(p.ignored for p in s.params))
@@ -216,7 +228,7 @@ feature("Fsdp2Plan", "tied parameters", lambda p, _: bool(p.tree.tied))
 # --- counting ----------------------------------------------------------------------------
 
 
-def observe(values, impl) -> tuple[list[str], list[str]]:
+def observe(values, where: Where) -> tuple[list[str], list[str]]:
     """(kinds seen, feature labels present) for one example's arguments."""
     kinds, present = [], []
     by_kind = {f.kind for f in FEATURES}
@@ -228,7 +240,7 @@ def observe(values, impl) -> tuple[list[str], list[str]]:
         for f in FEATURES:
             if f.kind == kind:
                 try:
-                    hit = f.has(value, impl)
+                    hit = f.has(value, where)
                 except Exception:  # noqa: BLE001 - a predicate that cannot read a value says "no"
                     hit = False
                 if hit:

@@ -367,14 +367,14 @@ def instrument(test) -> None:
     def counted(*args, **kwargs):
         from hypothesis.errors import UnsatisfiedAssumption
 
-        from .features import observe
+        from .features import Where, observe
 
         if stop_requested():
             # a skip: Hypothesis re-raises it at once, without shrinking
             import pytest
 
             pytest.skip(STOP_REASON)
-        kinds, present = observe(kwargs.values(), kwargs.get("fsdpcheck_impl"))
+        kinds, present = observe(kwargs.values(), Where(kwargs.get("fsdpcheck_impl"), kwargs.get("fsdpcheck_graph_form")))
         # counted once the test has taken the example: one it rejects
         # (assume) is no coverage, and is counted as such
         try:

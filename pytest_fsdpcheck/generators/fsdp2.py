@@ -433,6 +433,22 @@ def _closed_below(children, tops) -> set[int]:
     return seen
 
 
+def _sharing_parents(children) -> list[tuple[int, int]]:
+    """Pairs of non-root modules, neither below the other, with a child in common."""
+    parents: dict[int, list[int]] = {}
+    for p, kids in enumerate(children):
+        for c in dict.fromkeys(kids):
+            parents.setdefault(c, []).append(p)
+    pairs = []
+    for ps in parents.values():
+        ps = [p for p in ps if p]
+        for i, a in enumerate(ps):
+            for b in ps[i + 1:]:
+                if b not in _closed_below(children, (a,)) and a not in _closed_below(children, (b,)):
+                    pairs.append((a, b))
+    return pairs
+
+
 def _ignored_table(draw, n: int) -> frozenset[tuple[int, int]]:
     # per module: 0 nothing, 1 every own parameter, 2 the first, 3 the second
     out = set()
@@ -482,6 +498,12 @@ def fsdp2_plans(
             if not roots:
                 break
             inner.append(roots)
+    pairs = _sharing_parents(tree.children) if multi_root and conflicts and n > 2 else []
+    if pairs and draw(st.booleans()):
+        # targeted, not by chance (about 2 % of plans, in a tenth of the
+        # trees): one call's roots are two parents of a shared module,
+        # neither below the other
+        inner.append(pairs[draw(st.integers(0, len(pairs) - 1))])
     # inner first: a module's descendants have higher indices
     inner.sort(key=lambda roots: -min(roots))
     if not conflicts:

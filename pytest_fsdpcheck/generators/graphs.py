@@ -440,6 +440,11 @@ def graph_specs(
                 tied_to=tie,
             )
         )
+    if multi_use and all(m.tied_to is None for m in mods) and draw(st.integers(0, 9)) == 9:
+        # targeted: by chance a tie needs two linears and a 1-in-4 draw (2 %
+        # of graphs); a tenth of the others get a linear tied to a new one
+        mods += [ModuleSpec("linear"), ModuleSpec("linear", tied_to=len(mods))]
+        n_mods = len(mods)
     params = []
     for _ in range(n_params):
         kind = draw(st.sampled_from(("matrix", "vector")))

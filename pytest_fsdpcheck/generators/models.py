@@ -587,6 +587,22 @@ def _draw_program(
     return tuple(steps)
 
 
+@st.composite
+def failing_model_specs(draw, **kwargs):
+    """Models whose trace raises half-way (:func:`with_failure` on a drawn
+    block): the failure is part of the example, so it is seen, counted as a
+    generator feature and shrunk with the rest. ``without_failure`` gives
+    the same model tracing normally."""
+    spec = draw(model_specs(**kwargs))
+    blocks = [i for i, kind in enumerate(spec.kinds) if kind == "block"]
+    return with_failure(spec, draw(st.sampled_from(blocks)))
+
+
+def without_failure(spec: ModelSpec) -> ModelSpec:
+    programs = tuple(tuple(step for step in spec.program_of(i) if step != ("fail",)) for i in range(spec.size))
+    return replace(spec, programs=programs)
+
+
 def exotic_tracer_specs(**kwargs):
     """Specs traced by tracer subclasses and/or with ``concrete_args`` (EXO-7)."""
     kwargs.setdefault("tracers", ("leaf_rules", "into_nn", "wrapping", "buffer_proxies"))
