@@ -1,20 +1,25 @@
 """Time to first failure: how soon ``pytest --fsdpcheck -x`` reports a broken
 implementation (a measurement, not a test: nothing here asserts a time).
 
-For every planted implementation in ``tests/planted`` (each breaks one
-invariant), run the suite against it with ``-x`` and take the seconds from
-start to the first ``FAILED`` line pytest prints; serially and with ``-n 2``.
-Each is measured twice, on the same machine in the same run: in pytest's
-collection order (``benchmarks/collection_order.py`` undoes the suite's
-ordering, nothing else) and in the suite's own, cheapest-first order.
-``--before REV`` adds the package as it was at ``REV`` (built into a
-throwaway folder)::
+For every planted implementation of the area tables in ``tests/planted``
+(each breaks one invariant), run the suite against it with ``-x`` and take
+the seconds from start to the first ``FAILED`` line pytest prints (the
+short summary ``-rf`` prints it as the run ends, serial or not); serially
+and with ``-n 2``. Public tools only: the installed plugin, pytest,
+pytest-xdist. ``--compare-collection-order`` adds the same checkout in
+pytest's collection order (``benchmarks/collection_order.py`` undoes the
+suite's ordering, nothing else); ``--before REV`` adds the package as it
+was at ``REV`` (built into a throwaway folder)::
 
-    python benchmarks/bench_first_failure.py --modes serial n2 --whole-run
+    python benchmarks/bench_first_failure.py              # serial and -n 2
+    python benchmarks/bench_first_failure.py --modes serial --whole-run
 
-Output: one row per planted implementation and mode, then median and worst;
-with ``--whole-run``, the default suite's wall time (``pytest --fsdpcheck``,
-no ``-x``) per mode and variant, best of ``--repeat`` runs.
+Output: one row per planted implementation (serial, -n 2, and how much
+later -n 2 was), the load average before and after (the figures are wall
+time: on a shared machine they are as noisy as its load), then median and
+worst per mode, the implementations slower than ``--goal`` seconds
+serially and those slower under -n 2 than serially by more than
+``--tolerance`` seconds.
 """
 
 from __future__ import annotations
@@ -115,45 +120,81 @@ def whole_run(mode: str, variant, timeout: float) -> tuple[float, int]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REV", help="also measure the package at this git revision")
+    parser.add_argument("--compare-collection-order", action="store_true",
+                        help="also measure this checkout in pytest's collection order")
     parser.add_argument("--modes", nargs="+", default=["serial", "n2"], choices=["serial", "n2"])
+    parser.add_argument("--only", nargs="+", default=None, help="planted implementations whose spec contains one of these")
     parser.add_argument("--limit", type=int, default=None, help="at most this many planted implementations")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--goal", type=float, default=20.0, help="seconds a serial first failure should stay under")
+    parser.add_argument("--tolerance", type=float, default=0.0, help="seconds -n 2 may exceed serial by")
     parser.add_argument("--whole-run", action="store_true", help="also time the default suite without -x")
     parser.add_argument("--repeat", type=int, default=1, help="whole runs per mode and variant (the best is shown)")
     args = parser.parse_args(argv)
-    specs = planted_specs(args.limit)
-    variants = [COLLECTION_ORDER, CHEAPEST_FIRST]
+    specs = [s for s in planted_specs(args.limit) if not args.only or any(o in s for o in args.only)]
+    variants = [CHEAPEST_FIRST]
+    if args.compare_collection_order:
+        variants.insert(0, COLLECTION_ORDER)
     tmp = tempfile.TemporaryDirectory()
     if args.before:
         variants.insert(0, (f"at {args.before}", install_revision(args.before, Path(tmp.name)), ()))
+    print(f"load average at start: {_load()}; {os.cpu_count()} CPUs", flush=True)
     results: dict[tuple[str, str], list[float | None]] = {}
-    print(f"{'planted implementation':<58} {'mode':<6} " + " ".join(f"{v[0]:>18}" for v in variants))
+    cells = [f"{v[0][:14]} {m}" for v in variants for m in args.modes]
+    late = "  n2 - serial" if args.modes == ["serial", "n2"] else ""
+    print(f"{'planted implementation':<52} " + " ".join(f"{c:>20}" for c in cells) + late, flush=True)
     for spec in specs:
-        for mode in args.modes:
-            row = []
-            for variant in variants:
+        row, seen_by = [], {}
+        for variant in variants:
+            for mode in args.modes:
                 seen, _ = first_failure(spec, mode, variant, args.timeout)
                 results.setdefault((variant[0], mode), []).append(seen)
+                seen_by[(variant[0], mode)] = seen
                 row.append("no failure" if seen is None else f"{seen:.1f} s")
-            print(f"{spec:<58} {mode:<6} " + " ".join(f"{c:>18}" for c in row), flush=True)
+        extra = ""
+        if late:
+            serial, n2 = seen_by[(CHEAPEST_FIRST[0], "serial")], seen_by[(CHEAPEST_FIRST[0], "n2")]
+            extra = f"  {n2 - serial:+.1f} s" if serial is not None and n2 is not None else "  -"
+        print(f"{spec:<52} " + " ".join(f"{c:>20}" for c in row) + extra, flush=True)
+    print(f"load average at end: {_load()}")
     print()
     if args.whole_run:
-        print(f"{'whole default suite':<58} {'mode':<6} " + " ".join(f"{v[0]:>18}" for v in variants))
+        print(f"{'whole default suite':<52} {'mode':<6} " + " ".join(f"{v[0]:>18}" for v in variants))
         for mode in args.modes:
-            cells = []
+            whole = []
             for variant in variants:
                 runs = [whole_run(mode, variant, args.timeout) for _ in range(args.repeat)]
                 best, status = min(runs)
-                cells.append(f"{best:.1f} s (exit {status})")
-            print(f"{'pytest --fsdpcheck':<58} {mode:<6} " + " ".join(f"{c:>18}" for c in cells), flush=True)
+                whole.append(f"{best:.1f} s (exit {status})")
+            print(f"{'pytest --fsdpcheck':<52} {mode:<6} " + " ".join(f"{c:>18}" for c in whole), flush=True)
         print()
     for (variant, mode), times in results.items():
         found = [t for t in times if t is not None]
         missed = len(times) - len(found)
         summary = f"median {statistics.median(found):.1f} s, worst {max(found):.1f} s" if found else "none failed"
         print(f"{variant:<24} {mode:<6} {summary}; {len(found)} of {len(times)} failed" + (f", {missed} never" if missed else ""))
+    ours = {mode: results.get((CHEAPEST_FIRST[0], mode), []) for mode in args.modes}
+    if "serial" in ours:
+        slow = [(s, t) for s, t in zip(specs, ours["serial"], strict=True) if t is None or t > args.goal]
+        print(f"serial first failure over {args.goal:g} s: " + (", ".join(f"{s} ({_s(t)})" for s, t in slow) or "none"))
+    if late:
+        later = [(s, a, b) for s, a, b in zip(specs, ours["serial"], ours["n2"], strict=True)
+                 if a is None or b is None or b > a + args.tolerance]
+        print(f"-n 2 later than serial by over {args.tolerance:g} s: "
+              + (", ".join(f"{s} ({_s(a)} serial, {_s(b)} -n 2)" for s, a, b in later) or "none"))
     tmp.cleanup()
     return 0
+
+
+def _s(seconds) -> str:
+    return "no failure" if seconds is None else f"{seconds:.1f} s"
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":
