@@ -333,6 +333,8 @@ def render_exploration(explored: dict) -> list[str]:
         for name, n in cov["features"].items():
             flag = "  <- NO EXAMPLE HAD THIS FEATURE" if n == 0 else ""
             lines.append(f"  {name:<{width}}  {n:>8}{flag}")
+        reached = sum(1 for n in cov["features"].values() if n)
+        lines.append(f"features reached: {reached} of {len(cov['features'])} that the generators of this run offer")
         if cov["missing"]:
             lines.append(f"features no example had: {', '.join(cov['missing'])}")
     return lines
