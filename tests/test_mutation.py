@@ -108,6 +108,8 @@ def test_only_a_failing_check_kills():
     ran = "fsdpcheck-mutation: pytest exit {} in 2.0 s; from the overlay: torch.distributed.fsdp.x"
     results = {
         "failed": WorkResult(WorkerOutcome.NORMAL, ran.format(1), TestOutcome.KILLED, diff),
+        # pytest stopped before any check (a module the mutant broke at import)
+        "usage": WorkResult(WorkerOutcome.NORMAL, ran.format(4), TestOutcome.KILLED, diff),
         # exits non-zero with no line from the test process: the harness
         # broke, which says nothing about the mutant
         "broken": WorkResult(WorkerOutcome.NORMAL, "Traceback ...", TestOutcome.KILLED, diff),
@@ -117,8 +119,8 @@ def test_only_a_failing_check_kills():
     }
     items = [item(job) for job in [*results, "pending"]]
     plain = figures("traversal", items, results, [])
-    assert (plain.mutants, plain.killed, plain.timed_out, plain.survived, len(plain.errors), plain.pending) == (
-        5, 1, 1, 1, 1, 1)
+    assert (plain.mutants, plain.killed, plain.at_startup, plain.timed_out, plain.survived, len(plain.errors),
+            plain.pending) == (6, 2, 1, 1, 1, 1, 1)
     assert "if not a:" in plain.survivors[0][1]
     entry = {"area": "traversal", "file": "distributed/fsdp/x.py", "operator": "core/AddNot",
              "before": "if a:", "after": "if not a:", "reason": "why"}
@@ -179,5 +181,5 @@ def test_killed_run_resumes_and_torch_stays_byte_identical(tmp_path):
     assert _installed_hashes() == before
     # the baseline was kept; the mutant cut short runs again, on a fresh copy
     assert "unmutated checks pass" in resumed.stdout and "3 pending" in resumed.stdout
-    assert "| annotation | 3 | 1 | 0 | 0 | 0 | 0 | 2 |" in resumed.stdout, resumed.stdout
+    assert "| annotation | 3 | 1 | 0 | 0 | 0 | 0 | 0 | 2 |" in resumed.stdout, resumed.stdout
     assert copy.read_bytes() == installed.read_bytes()

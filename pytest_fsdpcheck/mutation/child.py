@@ -69,6 +69,9 @@ def main(argv: list[str]) -> int:
         print(f"{MARKER} harness error: imported before the overlay: {', '.join(already)}")
         return 3
     _exit_with_parent()
+    # Cosmic Ray keeps only stdout: a usage error pytest prints to stderr
+    # would be lost from the mutant's record
+    os.dup2(1, 2)
     finder = OverlayFinder(files)
     sys.meta_path.insert(0, finder)
     import pytest

@@ -18,6 +18,10 @@ class Figures:
     mutants: int = 0  # in the area's functions
     pending: int = 0
     killed: int = 0
+    #: of the killed, those where pytest stopped before any check ran (its
+    #: exit status 2-4: collection, internal or usage error), such as a
+    #: mutant that makes torch's module fail at import
+    at_startup: int = 0
     survived: int = 0  # not equivalent
     timed_out: int = 0
     equivalent: list = field(default_factory=list)  # (mutant, reason)
@@ -72,6 +76,7 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
         fig.seconds.append(float(found.group(2)))
         if result.test_outcome == TestOutcome.KILLED:
             fig.killed += 1
+            fig.at_startup += found.group(1) in ("2", "3", "4")
             continue
         change = change_of(result.diff or "", item.mutations[0].operator_name)
         reason = reason_for(area, change, triage)
@@ -84,13 +89,13 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
 
 
 def table(rows: list[Figures]) -> str:
-    head = ("| area | mutants | killed | survived | timed out | equivalent | errors | pending "
-            "| killed of non-equivalent | s per mutant (median) |")
-    lines = [head, "|" + " --- |" * 10]
+    head = ("| area | mutants | killed | of which before any check | survived | timed out | equivalent | errors "
+            "| pending | killed of non-equivalent | s per mutant (median) |")
+    lines = [head, "|" + " --- |" * 11]
     for fig in rows:
         score = "-" if fig.score is None else f"{fig.score:.0%}"
         median = "-" if not fig.seconds else f"{sorted(fig.seconds)[len(fig.seconds) // 2]:.1f}"
-        lines.append(f"| {fig.area} | {fig.mutants} | {fig.killed} | {fig.survived} | {fig.timed_out} "
+        lines.append(f"| {fig.area} | {fig.mutants} | {fig.killed} | {fig.at_startup} | {fig.survived} | {fig.timed_out} "
                      f"| {len(fig.equivalent)} | {len(fig.errors)} | {fig.pending} | {score} | {median} |")
     return "\n".join(lines)
 
