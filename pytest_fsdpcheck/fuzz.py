@@ -297,6 +297,12 @@ class Slicer:
         now = time.time() if now is None else now
         left = max(0.0, self.start(now) - now)
         remaining = max(1, len(self.positions) - self._started_before(nodeid))
+        # the properties still to start owe their first rounds (each reaches
+        # features the others may not draw): rounds beyond this one's first
+        # come only out of what is left after them
+        rounds = sorted(self._first_rounds)
+        first_round = rounds[len(rounds) // 2] if rounds else FIRST_ROUND_S * self.load
+        left = max(0.0, left - (remaining - 1) * first_round / max(1, self.plan.workers))
         return min(self.plan.deadline, now + left * max(1, self.plan.workers) / remaining)
 
     def _started_before(self, nodeid: str) -> int:
