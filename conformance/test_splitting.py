@@ -149,6 +149,42 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
 
 
+#: SPL-14's fixed case: a linear module, then a higher-order op (``wrap``)
+#: reading a parameter, in one bucket and split at every node
+HOP_CASE = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("hop", 0)))
+
+
+@pytest.mark.invariant("SPL-14")
+@pytest.mark.parametrize("caps", [(10**6, 10**6), (1, 1)], ids=["one-bucket", "split"])
+def test_higher_order_cases(fsdpcheck_impl, fsdpcheck_graph_form, caps):
+    _check_higher_order(fsdpcheck_impl, HOP_CASE, *caps, fsdpcheck_graph_form)
+
+
+def _check_higher_order(impl, spec, cap, first, form):
+    from pytest_fsdpcheck.provided import PROVIDED_FROM, expected_provided, installed_torch
+
+    # by release, not by trying the import: a torch that should have them
+    # and does not fails here
+    if not expected_provided("splitting.higher_order_ops", installed_torch()):
+        since = ".".join(map(str, PROVIDED_FROM["splitting.higher_order_ops"]))
+        pytest.skip(f"not provided: torch has higher-order ops (torch._higher_order_ops) from {since}")
+
+    def body(impl):
+        built = build_graph(spec, form)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        wrt = _grad_targets(built)
+        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        result = error = None
+        try:
+            result, _ = split(impl, built, cap, first)
+        except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
+            error = exc
+        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt)
+
+    check = f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt)"
+    conform(impl, body, reproducer(impl, spec, cap, first, check, form=form, before=EVALUATE, catch="Exception"), form=form)
+
+
 # --------------------------------------------------------------------------- SPL-1
 
 
@@ -345,31 +381,7 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
 @examples(12)
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
 def test_higher_order_ops(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
-    form = fsdpcheck_graph_form
-    from pytest_fsdpcheck.provided import PROVIDED_FROM, expected_provided, installed_torch
-
-    # by release, not by trying the import: a torch that should have them
-    # and does not fails here
-    if not expected_provided("splitting.higher_order_ops", installed_torch()):
-        since = ".".join(map(str, PROVIDED_FROM["splitting.higher_order_ops"]))
-        pytest.skip(f"not provided: torch has higher-order ops (torch._higher_order_ops) from {since}")
-    cap, first = caps
-
-    def body(impl):
-        built = build_graph(spec, form)
-        facts = chk.graph_facts(built.gm, built.example_inputs)
-        wrt = _grad_targets(built)
-        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
-        result = error = None
-        try:
-            result, _ = split(impl, built, cap, first)
-        except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
-            error = exc
-        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt)
-
-    check = f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt)"
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=EVALUATE, catch="Exception"),
-            form=form)
+    _check_higher_order(fsdpcheck_impl, spec, *caps, fsdpcheck_graph_form)
 
 
 # --------------------------------------------------------------------------- SPL-15

@@ -6,14 +6,15 @@ cases run before any splitting property (collection's cheapest-first order),
 so such a bug stops the run within a second of its first test."""
 
 from tests.demands import demand_failures
-from tests.planted.splitting import FIXED_CASE_TARGETS
+from tests.planted.splitting import FIXED_CASE_TARGETS, HOP_CASE_TARGETS
 
-#: each planted splitter on the fixed plan cases only
+#: each planted splitter on the fixed cases only
 PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
+PLANTED.update({f"tests.planted.splitting:{name}": (inv, "test_higher_order_cases") for name, inv in HOP_CASE_TARGETS.items()})
 
 
 def test_cap_bugs_fail_a_fixed_case(run_suite):
-    result, report = run_suite("reference", *PLANTED, k="test_split_cases", extra=("-p", "no:logging"))
+    result, report = run_suite("reference", *PLANTED, k="test_split_cases or test_higher_order_cases", extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, PLANTED)
 
@@ -29,7 +30,7 @@ def test_split_cases_run_before_the_splitting_properties(pytester):
     result = pytester.runpytest_subprocess("--fsdpcheck", "--fsdpcheck-impl", "reference", "-p", "no:randomly",
                                            "--collect-only", "-q", "-k", "test_splitting")
     ids = [line for line in result.outlines if "test_splitting.py::" in line]
-    cases = [i for i, line in enumerate(ids) if "::test_split_cases[" in line]
+    cases = [i for i, line in enumerate(ids) if "::test_split_cases[" in line or "::test_higher_order_cases[" in line]
     properties = [i for i, line in enumerate(ids) if line.split("::")[1].partition("[")[0] in _PROPERTIES]
     assert cases and properties, "\n".join(result.outlines[-20:])
     assert max(cases) < min(properties), [ids[i] for i in (max(cases), min(properties))]
