@@ -142,6 +142,7 @@ class AreaSession:
         self.checks = checks
         self.db_path = folder / SESSION_DB
         self.state_path = folder / STATE
+        self._done = 0  # mutants the current execution has judged
 
     # -- state ------------------------------------------------------------
     def _fingerprint(self) -> dict:
@@ -265,23 +266,33 @@ class AreaSession:
     def execute(self, state: dict, timeout: float, workers: int = 1, limit: int | None = None,
                 progress=None) -> int:
         """Runs pending mutants (at most ``limit``); returns how many ran."""
-        from cosmic_ray.plugins import get_distributor
-        from cosmic_ray.work_db import use_db
-
         todo = self.pending()[:limit] if limit is not None else self.pending()
         if not todo:
             return 0
         paths = {str(m.module_path) for item in todo for m in item.mutations}
         os.environ[PARENT] = str(os.getpid())  # Cosmic Ray passes its environment on
         start = time.monotonic()
-        done = 0
+        self._done = 0
+        try:
+            self._run(todo, paths, timeout, workers, progress)
+        finally:
+            # a stopped run's time is recorded too: its results are kept
+            state["runs"].append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                  "mutants": self._done, "workers": workers,
+                                  "seconds": round(time.monotonic() - start, 1)})
+            self.save_state(state)
+        return self._done
+
+    def _run(self, todo, paths, timeout, workers, progress) -> None:
+        from cosmic_ray.plugins import get_distributor
+        from cosmic_ray.work_db import use_db
+
         with use_db(str(self.db_path.resolve())) as db:
             def on_task_complete(job_id, result):
-                nonlocal done
                 db.set_result(job_id, result)
-                done += 1
+                self._done += 1
                 if progress:
-                    progress(done, len(todo), result)
+                    progress(self._done, len(todo), result)
 
             if workers <= 1:
                 overlay = self.folder / "overlay"
@@ -293,10 +304,6 @@ class AreaSession:
                 with http_workers(self, workers, paths) as urls:
                     get_distributor("http")(todo, self.command(), timeout, {"worker-urls": urls},
                                             on_task_complete=on_task_complete)
-        state["runs"].append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                              "mutants": done, "workers": workers, "seconds": round(time.monotonic() - start, 1)})
-        self.save_state(state)
-        return done
 
 
 def _free_port() -> int:
