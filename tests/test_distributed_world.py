@@ -193,7 +193,7 @@ def test_an_environment_error_is_its_own_cell_below_fail():
             props.append((PROP_ENVIRONMENT, environment))
         return SimpleNamespace(nodeid=nodeid, when="call", passed=not failed, failed=failed, skipped=False,
                                outcome="failed" if failed else "passed", duration=0.1, user_properties=props,
-                               longrepr=None)
+                               longrepr=None, sections=[])
 
     matrix = Matrix()
     matrix.record(report("t[one]", True, "environment (gloo on cpu): x"))
