@@ -19,6 +19,7 @@ from pytest_fsdpcheck.generators.fsdp2 import (
     build_fsdp2,
     fsdp2_deep_chain,
     fsdp2_diamond_chain,
+    fsdp2_ignored_chains,
     fsdp2_ignored_diamonds,
     fsdp2_specs,
     fsdp2_wide_tree,
@@ -231,4 +232,30 @@ def test_linear_growth_shared_ignored(fsdpcheck_impl):
     if not violations:
         violations = check_growth_within("FS2-6", run(short), run(long), long // short, 10,
                                          "diamond chains (ignore rule on shared modules)")
+    conform(fsdpcheck_impl, violations)
+
+
+@pytest.mark.invariant("FS2-6")
+def test_linear_growth_deep_ignored(fsdpcheck_impl):
+    """The ignore rule down deep chains: chains 4x as deep, parameters
+    ignored down each one and a buffer at the bottom of every other, may
+    cost at most ~10x the time. A rule deciding each module from its whole
+    subtree is quadratic in the depth; its long run is cut once the ratio
+    is broken. 400 levels stay below the recursion limit, so a recursive
+    walk (torch's, a known bug beyond it) is timed too, not excused."""
+    _require(fsdpcheck_impl, "takes_ignored_params", "no ignored_params")
+    shallow, deep = 100, 400
+    area = fsdpcheck_impl.fsdp2
+    builts = {n: build_fsdp2(fsdp2_ignored_chains(n), area) for n in (shallow, deep)}
+
+    def run(n):
+        return lambda: area.managed_modules(builts[n].roots, builts[n].ignored)
+
+    try:
+        violations = check_managed(builts[shallow], run(shallow)())
+        if not violations:
+            violations = check_growth_within("FS2-6", run(shallow), run(deep), deep // shallow, 10,
+                                             "depth of chains (ignore rule on)")
+    except RecursionError:
+        violations = [Violation("FS2-6", f"managed_modules raised RecursionError on chains {deep} deep")]
     conform(fsdpcheck_impl, violations)

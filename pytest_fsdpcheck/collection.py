@@ -205,6 +205,7 @@ _TEST_COST = {
     "test_large_trees": "large inputs",
     "test_linear_growth": "large inputs",
     "test_linear_growth_shared_ignored": "large inputs",
+    "test_linear_growth_deep_ignored": "large inputs",
     "test_dynamo_effect": "compile",
     "test_compiled_split": "compile",
     "test_model_buckets": "compile",

@@ -271,6 +271,32 @@ def fsdp2_ignored_diamonds(diamonds: int, chains: int = 16) -> Fsdp2Spec:
     return Fsdp2Spec(tree, ignored=frozenset((i, 0) for i in range(1, tree.size)))
 
 
+def fsdp2_ignored_chains(depth: int, chains: int = 8) -> Fsdp2Spec:
+    """``chains`` chains of ``depth`` modules under a root, every module with
+    one parameter: the root's kept; in each chain, every other parameter of
+    the upper half ignored and all of the lower half; every other chain ends
+    in a module with a buffer. So the ignore rule drops the lower halves of
+    the chains without a buffer and keeps every other module, a buffer
+    deep below keeping its whole chain. A rule deciding each module from its
+    whole subtree (its buffers, say, as ``buffers()`` collects them) is
+    quadratic in ``depth`` (FS2-6)."""
+    children: list[tuple[int, ...]] = [()]
+    tops, ignored, buffered = [], set(), set()
+    for c in range(chains):
+        top = len(children)
+        tops.append(top)
+        for pos in range(depth):
+            children.append((top + pos + 1,) if pos + 1 < depth else ())
+            if pos >= depth // 2 or pos % 2:
+                ignored.add((top + pos, 0))
+        if c % 2:
+            buffered.add(top + depth - 1)
+    children[0] = tuple(tops)
+    tree = TreeSpec(tuple(children), params=(1,) * len(children))
+    buffers = tuple(1 if i in buffered else 0 for i in range(tree.size))
+    return Fsdp2Spec(tree, ignored=frozenset(ignored), buffers=buffers)
+
+
 def _shape(tree: TreeSpec, ignored: bool) -> Fsdp2Spec:
     if not ignored:
         return Fsdp2Spec(tree)

@@ -8,6 +8,7 @@ from pytest_fsdpcheck.contract import Implementation
 from pytest_fsdpcheck.reference.fsdp2 import (
     ReferenceFsdp2,
     descendants,
+    own_buffers,
     own_params,
     unique_children,
 )
@@ -90,6 +91,26 @@ class _IgnoreRuleNoMemo(ReferenceFsdp2):
         return True
 
 
+class _IgnoreRuleWholeSubtree(ReferenceFsdp2):
+    # Asks each module for the buffers of its whole subtree (buffers() with
+    # recurse left on), walked recursively, each module once, as
+    # named_modules does: the same decisions, as a buffer below keeps a
+    # module anyway, but each module costs its subtree.
+    def _own_ignorable(self, module, ignored):
+        if self._subtree_has_buffer(module, set()):
+            return False
+        return all(id(p) in ignored for _, p in own_params(module))
+
+    def _subtree_has_buffer(self, module, seen):
+        seen.add(id(module))
+        if own_buffers(module):
+            return True
+        for child in unique_children(module):
+            if id(child) not in seen and self._subtree_has_buffer(child, seen):
+                return True
+        return False
+
+
 class _SkipsNestedRoot(ReferenceFsdp2):
     # A given module below another given one is taken for a boundary, like a
     # module with a group of its own: it and its subtree are left out.
@@ -166,6 +187,7 @@ KeepsIgnoredParams = _impl(_KeepsIgnoredParams)
 NoRootReduction = _impl(_NoRootReduction)
 ParamsOnly = _impl(_ParamsOnly)
 IgnoreRuleNoMemo = _impl(_IgnoreRuleNoMemo)
+IgnoreRuleWholeSubtree = _impl(_IgnoreRuleWholeSubtree)
 RecursiveWalk = _impl(_Recursive)
 SkipsNestedRoot = _impl(_SkipsNestedRoot)
 RootsByWalk = _impl(_RootsByWalk)
