@@ -842,9 +842,10 @@ def _grouping_broken(case) -> str | None:
 
 def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
-    ranks, gloo), one step with the case's inputs on every rank, eagerly and
-    compiled: every parameter's full gradient equals the unsharded model's
-    at the plan's own precision (:func:`plan_groups`)."""
+    ranks, gloo), one step, each rank on its own batch (the case's inputs on
+    rank 0, a variation of them on the others), eagerly and compiled: every
+    parameter's full gradient equals the unsharded model's over all ranks'
+    batches at the plan's own precision (:func:`plan_groups`)."""
     from ..checks.plan_distributed import check_plan_end_to_end as judge
     from ..checks.plan_distributed import uncompilable_model
     from ..impls.torch_fsdp2 import TorchFsdp2
