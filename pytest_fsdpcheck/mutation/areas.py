@@ -39,7 +39,9 @@ AREAS = {
         Area("annotation", "annotation", (
             Source(("distributed/fsdp/_dynamo_utils.py",), ("_annotate_modules_for_dynamo",)),
         )),
-        Area("splitting", "splitting", (
+        # SPL-16 too: DDPOptimizer's fake-tensor compile path (SubmodCompiler,
+        # DDPOptimizerContext) runs only under torch.compile of a real DDP module
+        Area("splitting", "splitting or test_compiled_ddp_matches_plan_and_eager", (
             Source(("_dynamo/backends/distributed.py",), ("DDPOptimizer",)),
         )),
         Area("exec_order", "exec_order", (
