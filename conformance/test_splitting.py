@@ -118,6 +118,13 @@ SPLIT_CASES = {
     # a parameter-free preamble: fused into the bucket after it
     "preamble-fused": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0,
                                  (OpSpec("act"), OpSpec("mutate"), OpSpec("module", 0), OpSpec("module", 1))), 16, 16),
+    # the last bucket meets its cap in a dropped parameter read (64 B) and takes one op more, the
+    # linear before it: extended by exactly one op absorbing 80 bytes (SPL-7, the log's table SPL-13)
+    "extended-by-one-op": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"),), 0,
+                                     (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0))), 1, 1),
+    # two dropped reads: the bucket goes on over the first read's nodes to the linear, absorbing 144 bytes
+    "extended-by-several-ops": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"), ParamSpec("matrix")), 0,
+                                          (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("scratch", 1))), 1, 1),
 }
 
 
@@ -134,13 +141,13 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
         wrt = _grad_targets(built)
         expected = chk.evaluate(built.gm, built.example_inputs, wrt)
         result, backend = split(impl, built, cap, first)
-        return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
+        return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap, facts, first)
                 or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
                 or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
                 or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),
                                "the original graph module after the split", "SPL-12", exact=True))
 
-    check = (f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
+    check = (f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap}, facts, {first})"
              " or chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
              " or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), 'the split module', 'SPL-11')"
              " or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),"
@@ -260,9 +267,9 @@ def test_split_plan(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
         built = build_graph(spec, form)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         result, _ = split(impl, built, cap, first)
-        return chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap)
+        return chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap, facts, first)
 
-    check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap})"
+    check = f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap}, facts, {first})"
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form), form=form)
 
 

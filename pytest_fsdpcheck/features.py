@@ -70,7 +70,7 @@ def _steps(spec) -> set[str]:
 
 
 def _param_uses(spec) -> Counter:
-    return Counter(op.ref for op in spec.ops if op.kind in ("param", "hop", "accum"))
+    return Counter(op.ref for op in spec.ops if op.kind in ("param", "hop", "accum", "scratch"))
 
 
 @dataclass(frozen=True)

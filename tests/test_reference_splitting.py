@@ -22,7 +22,7 @@ def test_module_form_plans_conform(spec, cap):
     )
     assert not chk.check_plan(facts, result.buckets, cap, cap)
     assert not chk.check_counted_once(facts, result.buckets)
-    assert not chk.check_table(result.table, result.buckets, cap)
+    assert not chk.check_table(result.table, result.buckets, cap, facts, cap)
     meta = chk.value_meta(built.gm, built.example_inputs)
     assert not chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
 

@@ -62,7 +62,10 @@ class OpSpec:
     ref = a matrix parameter), ``accum`` (``t = h * 2; t.add_(h @ p.t())``,
     ref = a matrix parameter: parameter-reading nodes whose only user is a
     mutation with no users, so a bucket can reach its cap without an
-    external output and must be extended)."""
+    external output and must be extended), ``scratch`` (``(h @ p.t()).mul_(2)``
+    with ``h`` unchanged, ref = a matrix parameter: a parameter read no later
+    node depends on, so a bucket extended over it absorbs its bytes; fixed
+    cases only, the strategies do not draw it)."""
 
     kind: str
     ref: int = 0
@@ -93,7 +96,7 @@ class GraphSpec:
                 tied = self.modules[op.ref].tied_to
                 if tied is not None:
                     keys.append(("module", tied))
-            elif op.kind in ("param", "hop", "accum"):
+            elif op.kind in ("param", "hop", "accum", "scratch"):
                 keys.append(("param", op.ref))
             for key in keys:
                 count[key] = count.get(key, 0) + 1
@@ -195,6 +198,8 @@ def make_module(spec: GraphSpec, device="cpu"):
                     t = h * 2
                     t.add_(h @ getattr(self, f"p{op.ref}").t())
                     h = t
+                elif op.kind == "scratch":
+                    (h @ getattr(self, f"p{op.ref}").t()).mul_(2)
                 values.append(h)
             return tuple(values[i] for i in spec.outputs) + (h,)
 
@@ -370,6 +375,8 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             t = call(operator.mul, (h, 2))
             meth("add_", (t, call(operator.matmul, (h, meth("t", (param(f"p{op.ref}"),))))))
             h = t
+        elif op.kind == "scratch":
+            meth("mul_", (call(operator.matmul, (h, meth("t", (param(f"p{op.ref}"),)))), 2))
         values.append(h)
     graph.output(tuple(values[i] for i in spec.outputs) + (h,))
     graph.erase_node(anchor)

@@ -223,6 +223,42 @@ class _ReversedBuckets(PlantedSplitting):  # SPL-2: the bucket list last-first (
         return result
 
 
+# The log's extended-bucket table broken, the buckets right (SPL-13 alone
+# sees it): the mutants of torch's pretty_print_buckets that survived while
+# only an extended-bucket table present in the log was compared.
+
+_EXTENDED_HEADING = "DDPOptimizer extended these buckets"
+
+
+def _extension_rows(table):
+    """``(lines before the extended-bucket table, its heading lines, its rows)``."""
+    at = next((k for k, line in enumerate(table) if line.startswith(_EXTENDED_HEADING)), len(table))
+    return table[:at], table[at:at + 2], table[at + 2:]
+
+
+class _OmitsExtendedTable(PlantedSplitting):  # SPL-13: no extended-bucket table at all
+    def finish(self, result, gm, buckets):
+        result.table = _extension_rows(result.table)[0]
+        return result
+
+
+class _OmitsOneOpExtensions(PlantedSplitting):  # SPL-13: a bucket extended by one op left out (`> 1` for `> 0`)
+    def finish(self, result, gm, buckets):
+        before, heading, rows = _extension_rows(result.table)
+        kept = [row for row in rows if row.split(" | ")[1] != "1"]
+        result.table = before + (heading + kept if kept else [])
+        return result
+
+
+class _MisreportsAbsorbedBytes(PlantedSplitting):  # SPL-13: the extended bucket's whole size as the bytes it absorbed
+    def finish(self, result, gm, buckets):
+        before, heading, rows = _extension_rows(result.table)
+        sizes = [b.size for b in reversed(result.buckets)]
+        cells = [row.split(" | ") for row in rows]
+        result.table = before + heading + [f"{i} | {ops} | {sizes[int(i)]}" for i, ops, _ in cells]
+        return result
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -243,6 +279,9 @@ ClosesAboveCap = _impl(_ClosesAboveCap)
 SizeWithNextNode = _impl(_SizeWithNextNode)
 NeverSplits = _impl(_NeverSplits)
 ReversedBuckets = _impl(_ReversedBuckets)
+OmitsExtendedTable = _impl(_OmitsExtendedTable)
+OmitsOneOpExtensions = _impl(_OmitsOneOpExtensions)
+MisreportsAbsorbedBytes = _impl(_MisreportsAbsorbedBytes)
 
 #: planted implementation name -> the invariant it must fail
 TARGETS = {
@@ -290,6 +329,9 @@ FIXED_CASE_TARGETS = {
     "EditsOriginal": "SPL-12",
     "WrongTable": "SPL-13",
     "DropsANode": "SPL-2",
+    "OmitsExtendedTable": "SPL-13",
+    "OmitsOneOpExtensions": "SPL-13",
+    "MisreportsAbsorbedBytes": "SPL-13",
 }
 
 #: planted implementation name -> the invariant test_higher_order_cases fails it on
