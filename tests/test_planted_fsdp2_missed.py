@@ -26,7 +26,11 @@ def test_an_ignore_rule_without_a_memo_fails_only_the_shared_ignored_growth(run_
     test_large_trees are left out: no ignore rule on shared modules, and
     seconds to build)."""
     (spec,) = MISSED_PLANTED
-    k = "test_fsdp2 and (test_ignored_params or test_linear_growth or (test_large_trees and diamonds))"
+    # test_linear_growth_deep_ignored (added after) is left out: deciding a
+    # module again from every ancestor is quadratic down a chain too, but
+    # only by a ratio near its limit, which a loaded machine can blur
+    k = ("test_fsdp2 and (test_ignored_params or (test_linear_growth and not deep_ignored) "
+         "or (test_large_trees and diamonds))")
     result, report = run_suite(spec, k=k, extra=NO_SHRINK)
     demand_failures(result, report, MISSED_PLANTED, control=None)
     outcomes = _outcomes(report, spec)
