@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fresh", action="store_true", help="discard the sessions' results and start over")
     parser.add_argument("--retry-errors", action="store_true",
                         help="run again the mutants whose test process failed to report (harness or worker errors)")
+    parser.add_argument("--rejudge-survivors", action="store_true",
+                        help="run the unmutated checks and then the survivors again, with the checks as they are now "
+                             "(after adding a check, case or generator feature)")
     parser.add_argument("--report", action="store_true", help="print the figures of the sessions so far; run nothing")
     parser.add_argument("--triage", help="equivalent-mutant file (default: the one shipped with this package)")
     return parser
@@ -87,10 +90,14 @@ def main(argv=None) -> int:
                 print(f"{name}: torch {session.torch_version}, session {session.folder}", flush=True)
                 for note in session.notes:
                     print(f"  note: {note}")
-                if args.retry_errors:
+                if args.retry_errors or args.rejudge_survivors:
                     with use_db(str(session.db_path.resolve())) as db:
-                        errors = figures(name, db.work_items, dict(db.results), triage).error_jobs
-                    session.forget(errors)
+                        fig = figures(name, db.work_items, dict(db.results), triage)
+                    session.forget(fig.error_jobs if args.retry_errors else [])
+                    if args.rejudge_survivors:
+                        # the checks changed since the baseline: it must pass again before a kill means anything
+                        state["baseline"] = None
+                        session.forget(fig.survivor_jobs)
                 baseline = session.baseline(state)
                 timeout = args.timeout or 60 + 5 * baseline["seconds"]
                 print(f"  unmutated checks pass in {baseline['seconds']} s; timeout per mutant {timeout:.0f} s; "

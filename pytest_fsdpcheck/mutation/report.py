@@ -28,6 +28,7 @@ class Figures:
     errors: list = field(default_factory=list)  # (mutant, why): harness or worker failures, not counted as killed
     error_jobs: list = field(default_factory=list)  # their Cosmic Ray job ids (--retry-errors runs them again)
     survivors: list = field(default_factory=list)  # (mutant, diff)
+    survivor_jobs: list = field(default_factory=list)  # their job ids (--rejudge-survivors runs them again)
     seconds: list = field(default_factory=list)  # the test process's time per judged mutant
 
     @property
@@ -85,6 +86,7 @@ def figures(area: str, work_items, results: dict, triage: list[dict]) -> Figures
         else:
             fig.survived += 1
             fig.survivors.append((_name(item), result.diff or ""))
+            fig.survivor_jobs.append(item.job_id)
     return fig
 
 
