@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="run again the mutants whose test process failed to report (harness or worker errors)")
     parser.add_argument("--rejudge-survivors", action="store_true",
                         help="run the unmutated checks and then the survivors again, with the checks as they are now "
-                             "(after adding a check, case or generator feature)")
+                             "(after adding a check, case or generator feature); a session judged with a -k "
+                             "selection the current one includes is resumed, its kills kept")
     parser.add_argument("--report", action="store_true", help="print the figures of the sessions so far; run nothing")
     parser.add_argument("--triage", help="equivalent-mutant file (default: the one shipped with this package)")
     return parser
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
                     print(f"{name}: no session in {session.folder}")
                     continue
             else:
-                state = session.open(fresh=args.fresh)
+                state = session.open(fresh=args.fresh, widen=args.rejudge_survivors)
                 print(f"{name}: torch {session.torch_version}, session {session.folder}", flush=True)
                 for note in session.notes:
                     print(f"  note: {note}")

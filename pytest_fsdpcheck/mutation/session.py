@@ -160,15 +160,21 @@ class AreaSession:
         os.replace(tmp, self.state_path)
 
     # -- init -------------------------------------------------------------
-    def open(self, fresh: bool = False) -> dict:
+    def open(self, fresh: bool = False, widen: bool = False) -> dict:
         """The session's state, creating the session unless one for the same
-        torch files, area and checks exists (then it resumes)."""
+        torch files, area and checks exists (then it resumes). With
+        ``widen``, a session judged with checks that the current ones
+        include (every test they select, the current ones select too) is
+        resumed: its kills still stand, and its survivors are for the caller
+        to judge again."""
         if not self.files:
             raise MutationError(f"{self.area.name}: nothing to mutate on torch {self.torch_version} "
                                 f"({'; '.join(self.notes)})")
         fingerprint = self._fingerprint()
         state = self.load_state()
         if state is not None and not fresh:
+            if widen and state["fingerprint"] != fingerprint:
+                self._widen(state, fingerprint)
             if state["fingerprint"] != fingerprint:
                 raise MutationError(f"{self.folder} holds a session for other torch files or checks "
                                     f"(torch {state['fingerprint']['torch']}); pass --fresh to start over")
@@ -182,6 +188,33 @@ class AreaSession:
                  "notes": self.notes, "baseline": None, "runs": []}
         self.save_state(state)
         return state
+
+    def _widen(self, state: dict, fingerprint: dict) -> None:
+        before = state["fingerprint"]
+        if {**before, "checks": fingerprint["checks"]} != fingerprint:
+            return  # other torch files: nothing judged before carries over
+        old, new = self.selected(before["checks"]), self.selected(fingerprint["checks"])
+        if not old <= new:
+            raise MutationError(f"{self.area.name}: the checks '{fingerprint['checks']}' leave out "
+                                f"{len(old - new)} test(s) the session's kills were judged with "
+                                f"(e.g. {sorted(old - new)[0]}); pass --fresh to start over")
+        state.setdefault("widened", []).append({"from": before["checks"], "to": fingerprint["checks"],
+                                                "tests": [len(old), len(new)]})
+        state["fingerprint"] = fingerprint
+        self.save_state(state)
+
+    def selected(self, checks: str) -> set[str]:
+        """The test ids a -k expression selects on the unmutated torch (the
+        command's own -q is the one that lists them by id)."""
+        args = shlex.split(test_command(self.area, [], checks))
+        args = args[args.index("--") + 1:]
+        run = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only"],
+                             capture_output=True, text=True, cwd=self.folder)
+        ids = {line for line in run.stdout.splitlines() if "::" in line}
+        if run.returncode != 0 or not ids:
+            raise MutationError(f"{self.area.name}: cannot collect the checks '{checks}': "
+                                f"{(run.stdout + run.stderr).strip().splitlines()[-1:]}")
+        return ids
 
     def _init_db(self) -> None:
         import cosmic_ray.commands
