@@ -122,10 +122,12 @@ def test_only_a_failing_check_kills():
     assert (plain.mutants, plain.killed, plain.at_startup, plain.timed_out, plain.survived, len(plain.errors),
             plain.pending) == (6, 2, 1, 1, 1, 1, 1)
     assert "if not a:" in plain.survivors[0][1]
+    assert plain.survivor_jobs == ["passed"]  # what --rejudge-survivors runs again
     entry = {"area": "traversal", "file": "distributed/fsdp/x.py", "operator": "core/AddNot",
              "before": "if a:", "after": "if not a:", "reason": "why"}
     triaged = figures("traversal", items, results, [entry])
     assert (triaged.survived, triaged.equivalent) == (0, [(triaged.equivalent[0][0], "why")])
+    assert triaged.survivor_jobs == []  # an equivalent mutant is never run again
     assert figures("annotation", items, results, [entry]).survived == 1  # another area's entry
 
 
@@ -183,3 +185,28 @@ def test_killed_run_resumes_and_torch_stays_byte_identical(tmp_path):
     assert "unmutated checks pass" in resumed.stdout and "3 pending" in resumed.stdout
     assert "| annotation | 3 | 1 | 0 | 0 | 0 | 0 | 0 | 2 |" in resumed.stdout, resumed.stdout
     assert copy.read_bytes() == installed.read_bytes()
+
+
+def test_rejudging_keeps_kills_only_under_checks_that_include_the_old_ones(tmp_path, monkeypatch):
+    pytest.importorskip("cosmic_ray")
+    from pytest_fsdpcheck.mutation.session import AreaSession
+
+    # what each -k expression selects, as collection would say
+    selections = {"annotate": {"t.py::a"}, "annotate or plan": {"t.py::a", "t.py::p"}, "plan": {"t.py::p"}}
+    monkeypatch.setattr(AreaSession, "selected", lambda self, checks: selections[checks])
+    folder = tmp_path / "annotation"
+    first = AreaSession(folder, AREAS["annotation"], "annotate")
+    first.open()  # a new session: Cosmic Ray's database over the area's file, nothing run
+
+    wider = AreaSession(folder, AREAS["annotation"], "annotate or plan")
+    with pytest.raises(MutationError, match="--fresh"):
+        wider.open()  # other checks, no rejudging asked for: refused as before
+    state = wider.open(widen=True)
+    assert state["fingerprint"]["checks"] == "annotate or plan"
+    assert state["widened"] == [{"from": "annotate", "to": "annotate or plan", "tests": [1, 2]}]
+
+    # a selection leaving out a test the kills were judged with keeps nothing
+    narrower = AreaSession(folder, AREAS["annotation"], "plan")
+    with pytest.raises(MutationError, match=r"leave out 1 test\(s\).*t\.py::a"):
+        narrower.open(widen=True)
+    assert wider.load_state()["fingerprint"]["checks"] == "annotate or plan"
