@@ -156,6 +156,48 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
 
 
+#: the log without ``tabulate`` (an optional package torch never installs):
+#: the cases cut a chain without extending a bucket, and extend one by an op
+NO_TABULATE_CASES = ("first-cap-below-cap", "extended-by-one-op")
+#: run before the split, in the test and in its reproducer: ``import tabulate`` raises ImportError
+BLOCK_TABULATE = "sys.modules['tabulate'] = None"
+
+
+@pytest.mark.invariant("SPL-13")
+@pytest.mark.parametrize("case", NO_TABULATE_CASES)
+def test_bucket_log_without_tabulate(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """Where ``tabulate`` cannot be imported the split still works, and its
+    log still states the cap and the bucket count and says whether buckets
+    were extended (the tables are what needs ``tabulate``)."""
+    import sys
+
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        saved = sys.modules.get("tabulate", _ABSENT)
+        exec(BLOCK_TABULATE, {"sys": sys})
+        try:
+            result, _ = split(impl, built, cap, first)
+        except ImportError as exc:
+            return [Violation("SPL-13", f"the split fails where tabulate cannot be imported: {type(exc).__name__}: {exc}")]
+        finally:
+            if saved is _ABSENT:
+                del sys.modules["tabulate"]
+            else:
+                sys.modules["tabulate"] = saved
+        return chk.check_table(result.table, result.buckets, cap, facts, first)
+
+    check = f"chk.check_table(result.table, result.buckets, {cap}, facts, {first})"
+    before = ["import sys", BLOCK_TABULATE]
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
+
+
+_ABSENT = object()
+
+
 #: SPL-14's fixed case: a linear module, then a higher-order op (``wrap``)
 #: reading a parameter, in one bucket and split at every node
 HOP_CASE = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("hop", 0)))

@@ -6,17 +6,29 @@ cases run before any splitting property (collection's cheapest-first order),
 so such a bug stops the run within a second of its first test."""
 
 from tests.demands import demand_failures
-from tests.planted.splitting import FIXED_CASE_TARGETS, HOP_CASE_TARGETS
+from tests.planted.splitting import FIXED_CASE_TARGETS, HOP_CASE_TARGETS, NO_TABULATE_TARGETS
 
 #: each planted splitter on the fixed cases only
 PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
 PLANTED.update({f"tests.planted.splitting:{name}": (inv, "test_higher_order_cases") for name, inv in HOP_CASE_TARGETS.items()})
+#: loggers that break only where ``tabulate`` cannot be imported
+NO_TABULATE = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without_tabulate")
+               for name, inv in NO_TABULATE_TARGETS.items()}
 
 
 def test_cap_bugs_fail_a_fixed_case(run_suite):
     result, report = run_suite("reference", *PLANTED, k="test_split_cases or test_higher_order_cases", extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, PLANTED)
+
+
+def test_log_bugs_without_tabulate_fail_their_case(run_suite):
+    """Both loggers log as they should where ``tabulate`` imports; the case
+    run without it is what fails them."""
+    result, report = run_suite("reference", *NO_TABULATE, k="test_bucket_log_without_tabulate",
+                               extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, NO_TABULATE)
 
 
 def test_split_cases_run_before_the_splitting_properties(pytester):

@@ -193,6 +193,8 @@ def table_lines(buckets: list[_Bucket], bucket_bytes_cap: int) -> list[str]:
     ]
     extended = [(i, b) for i, b in numbered if b.extra_ops]
     if extended:
+        lines.insert(1, "Some buckets were extended beyond their requested parameter capacities "
+                        "to give each subgraph an output node.")
         lines.append("DDPOptimizer extended these buckets to ensure per-subgraph output nodes:")
         lines.append("Index | Extra Ops | Extra Param Size (b)")
         lines += [f"{i} | {b.extra_ops} | {b.size - b.size_before_extension}" for i, b in extended]

@@ -259,6 +259,45 @@ class _MisreportsAbsorbedBytes(PlantedSplitting):  # SPL-13: the extended bucket
         return result
 
 
+def _tabulate_missing() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return True
+    return False
+
+
+class _TablesNeedTabulate(PlantedSplitting):
+    """Logs as torch does where ``tabulate`` cannot be imported: the header
+    only, no tables (the base of the loggers below)."""
+
+    def finish(self, result, gm, buckets):
+        if _tabulate_missing():
+            result.table = [line for line in result.table[:2] if not line.startswith("DDPOptimizer produced")]
+        return result
+
+
+class _ExtensionOnlyInTable(_TablesNeedTabulate):  # SPL-13: only the extended-bucket table says a bucket grew
+    def finish(self, result, gm, buckets):
+        result.table = [line for line in result.table if not line.startswith("Some buckets were extended")]
+        return super().finish(result, gm, buckets)
+
+
+class _CrashesWithoutTabulate(_TablesNeedTabulate):  # SPL-13: the log's tables are not optional
+    def finish(self, result, gm, buckets):
+        if _tabulate_missing():
+            raise ImportError("No module named 'tabulate'")
+        return super().finish(result, gm, buckets)
+
+
+class _NotesExtensionAlways(PlantedSplitting):  # SPL-13: the note that buckets were extended, also where none was
+    def finish(self, result, gm, buckets):
+        if result.table and not any(line.startswith("Some buckets were extended") for line in result.table):
+            result.table = [result.table[0], "Some buckets were extended beyond their requested parameter capacities.",
+                            *result.table[1:]]
+        return result
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -282,6 +321,9 @@ ReversedBuckets = _impl(_ReversedBuckets)
 OmitsExtendedTable = _impl(_OmitsExtendedTable)
 OmitsOneOpExtensions = _impl(_OmitsOneOpExtensions)
 MisreportsAbsorbedBytes = _impl(_MisreportsAbsorbedBytes)
+ExtensionOnlyInTable = _impl(_ExtensionOnlyInTable)
+CrashesWithoutTabulate = _impl(_CrashesWithoutTabulate)
+NotesExtensionAlways = _impl(_NotesExtensionAlways)
 
 #: planted implementation name -> the invariant it must fail
 TARGETS = {
@@ -332,7 +374,11 @@ FIXED_CASE_TARGETS = {
     "OmitsExtendedTable": "SPL-13",
     "OmitsOneOpExtensions": "SPL-13",
     "MisreportsAbsorbedBytes": "SPL-13",
+    "NotesExtensionAlways": "SPL-13",
 }
+
+#: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
+NO_TABULATE_TARGETS = {"ExtensionOnlyInTable": "SPL-13", "CrashesWithoutTabulate": "SPL-13"}
 
 #: planted implementation name -> the invariant test_higher_order_cases fails it on
 HOP_CASE_TARGETS = {"HopCrash": "SPL-14"}
