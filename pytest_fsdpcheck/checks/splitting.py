@@ -489,6 +489,7 @@ def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
 # --------------------------------------------------------------------------- SPL-13
 
 _HEADER = re.compile(r"used bucket cap (\d+) and created (\d+) buckets")
+_EXTENDED = re.compile(r"\bextended\b", re.IGNORECASE)
 _HEADER_NO_COUNT = re.compile(r"used bucket cap (\d+) and produced the following buckets")
 
 
@@ -550,7 +551,6 @@ def check_table(lines: list[str], buckets, bucket_cap: int, facts, first_cap: in
     cap, with the ops and bytes it absorbed, taken from the graph (``facts``),
     not from what the implementation says of its buckets."""
     header, rows, extended = parse_table(lines)
-_EXTENDED = re.compile(r"\bextended\b", re.IGNORECASE)
     has_params = any(b.params for b in buckets)
     if has_params and header is None:
         return [Violation("SPL-13", f"the log should state the bucket cap and the number of buckets ({len(buckets)}), got {short(lines, 4)}")]
@@ -569,6 +569,14 @@ _EXTENDED = re.compile(r"\bextended\b", re.IGNORECASE)
     # extended-bucket table either; with them, a missing one is a lost report
     if (rows or extended) and extended != want:
         return [Violation("SPL-13", f"the extended-bucket table (index, extra ops, extra bytes) should be {want}, got {extended}")]
+    # the note that buckets grew past their caps is the one report of it a
+    # log without tables still carries, so it must follow the spec both ways
+    said = any(_EXTENDED.search(line) for line in lines if not re.search(r"[|│]", line))
+    if has_params and said != bool(want):
+        return [Violation("SPL-13", f"the log should say that buckets were extended past their caps "
+                                    f"(the spec extends {len(want)}: (index, extra ops, extra bytes) {want})" if want else
+                                    f"the log says buckets were extended past their caps, but the spec extends none: "
+                                    f"{short([line for line in lines if _EXTENDED.search(line)], 2)}")]
     return []
 
 
@@ -630,14 +638,6 @@ def _split_kept(splitting, gm, example_inputs, cap, first):
                            backend=lambda sub_gm, _inputs: sub_gm.forward)
 
 
-    # the note that buckets grew past their caps is the one report of it a
-    # log without tables still carries, so it must follow the spec both ways
-    said = any(_EXTENDED.search(line) for line in lines if not re.search(r"[|│]", line))
-    if has_params and said != bool(want):
-        return [Violation("SPL-13", f"the log should say that buckets were extended past their caps "
-                                    f"(the spec extends {len(want)}: (index, extra ops, extra bytes) {want})" if want else
-                                    f"the log says buckets were extended past their caps, but the spec extends none: "
-                                    f"{short([line for line in lines if _EXTENDED.search(line)], 2)}")]
 def check_captured_split(splitting, gm, example_inputs, facts, cap: int, first: int) -> list[Violation]:
     """SPL-2..8 on one split of a graph Dynamo captured from a whole model
     (the corpus, users' models); each submodule is kept uncompiled."""
