@@ -83,6 +83,16 @@ def test_every_area_has_its_seeds_in_the_installed_torch():
         assert found, f"{area.name}: {notes}"
 
 
+def test_a_seed_an_older_release_lacks_leaves_the_others_mutated(tmp_path):
+    from pytest_fsdpcheck.mutation.areas import Area, Source
+
+    (tmp_path / "old.py").write_text(SOURCE)
+    area = Area("traversal", "traversal", (Source(("new.py", "old.py"), ("Walker", "gone")), Source(("old.py",), ("gone",))))
+    found, notes = targets(area, tmp_path)
+    assert [t.path for t in found] == ["old.py"] and "Walker" in found[0].ranges
+    assert notes == ["old.py: no gone in this torch (mutating Walker)", "old.py: no gone in this torch"]
+
+
 def test_overlay_never_names_the_installed_torch(tmp_path):
     root = torch_root()
     with pytest.raises(MutationError, match="inside the installed torch"):

@@ -80,11 +80,19 @@ def targets(area: Area, root: Path) -> tuple[list[Target], list[str]]:
         if path is None:
             notes.append(f"{' / '.join(source.paths)}: not in this torch")
             continue
+        text = (root / path).read_text(encoding="utf-8")
         try:
-            ranges = scope((root / path).read_text(encoding="utf-8"), source.seeds)
+            ranges = scope(text, source.seeds)
         except KeyError as missing:
-            notes.append(f"{path}: no {missing.args[0]} in this torch")
-            continue
+            # an older release lacks a seed the file's others still call:
+            # those are mutated, and the note says what this torch lacks
+            absent = missing.args[0].split(", ")
+            present = tuple(seed for seed in source.seeds if seed not in absent)
+            notes.append(f"{path}: no {missing.args[0]} in this torch"
+                         + (f" (mutating {', '.join(present)})" if present else ""))
+            if not present:
+                continue
+            ranges = scope(text, present)
         found.append(Target(path, ranges))
     return found, notes
 
