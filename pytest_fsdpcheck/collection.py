@@ -239,19 +239,28 @@ def cost_class(item) -> int:
     return COST_CLASSES.index(cost)
 
 
+def is_growth_check(item) -> bool:
+    """A growth-ratio check among the large inputs (TRV-8, FS2-6, EXO's
+    linear time): it times the implementation on inputs sized so that a
+    quadratic one still finishes in seconds, where a single
+    100,000-module tree of the same class takes it minutes (a visited
+    list: 5 s against over 2 minutes)."""
+    return cost_class(item) == COST_CLASSES.index("large inputs") and "linear_growth" in _name(item)
+
+
 def _cost_key(items) -> dict:
-    """Per item: its class, then, inside a class, fixed cases before
-    properties, slow properties last, and the areas taking turns (each
-    area's first check before any area's second), so a bug in any area
-    meets a check that sees it within the first few seconds."""
+    """Per item: its class, then, inside a class, growth-ratio checks first,
+    fixed cases before properties, slow properties last, and the areas
+    taking turns (each area's first check before any area's second), so a
+    bug in any area meets a check that sees it within the first few seconds."""
     turn: dict = {}
     keys = {}
     for item in items:
         is_property = bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
         slow = (item.path.name, _name(item)) in _SLOW_PROPERTIES
-        group = (cost_class(item), is_property, slow, item.path.name)
+        group = (cost_class(item), not is_growth_check(item), is_property, slow, item.path.name)
         turn[group] = turn.get(group, -1) + 1
-        keys[item.nodeid] = (cost_class(item), is_property, slow, turn[group])
+        keys[item.nodeid] = (*group[:-1], turn[group])
     return keys
 
 

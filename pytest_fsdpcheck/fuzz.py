@@ -11,6 +11,7 @@ the budget only decides how many rounds run, never what they contain.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -343,6 +344,64 @@ def request_stop(path: str) -> None:
 
 def stop_requested() -> bool:
     return stop_path is not None and os.path.exists(stop_path)
+
+
+#: how often a running test's watcher looks for the stop file
+STOP_POLL_S = 0.2
+
+
+class _Watch:
+    armed = False
+
+
+@contextlib.contextmanager
+def stop_watch():
+    """Around a suite test's call on an xdist worker given a stop file: once
+    the file appears, the test is ended where it stands (the main thread
+    is interrupted, as the per-call time limit does) and reported skipped,
+    "not run to the end": never a pass, never a failure. A fixed case can
+    take seconds (a corpus model's capture, the distributed ranks) that the
+    run, already failed elsewhere, would otherwise wait for. A test that
+    has returned, or raised, is left as it ended."""
+    import signal
+    import threading
+
+    usable = (stop_path is not None and hasattr(signal, "SIGUSR1")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+    import _thread
+
+    watch = _Watch()
+
+    def on_stop(signum, frame):
+        if watch.armed:
+            watch.armed = False
+            import pytest
+
+            pytest.skip(STOP_REASON)
+
+    done = threading.Event()
+
+    def poll():
+        while not done.wait(STOP_POLL_S):
+            if stop_requested():
+                _thread.interrupt_main(signal.SIGUSR1)
+                return
+
+    previous = signal.signal(signal.SIGUSR1, on_stop)
+    poller = threading.Thread(target=poll, name="fsdpcheck-stop-watch", daemon=True)
+    watch.armed = True
+    poller.start()
+    try:
+        yield
+    finally:
+        # first: an interrupt still pending once the test has ended changes nothing
+        watch.armed = False
+        done.set()
+        poller.join()
+        signal.signal(signal.SIGUSR1, previous)
 
 
 # --- running a property -------------------------------------------------------------

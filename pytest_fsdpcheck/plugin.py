@@ -142,7 +142,9 @@ def pytest_runtest_call(item):
     state = get_session(item.config)
     if state is None or not collection.is_suite_item(item):
         return (yield)
-    with verdicts.observed_call(item, state):
+    from .fuzz import stop_watch
+
+    with verdicts.observed_call(item, state), stop_watch():
         return (yield)
 
 

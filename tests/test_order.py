@@ -48,6 +48,19 @@ def test_cheapest_first_on_every_area(collected):
         _index(ids, lambda n: n.startswith("test_traversal.py::test_states_with_modules")))
 
 
+def test_growth_checks_before_the_largest_inputs(collected):
+    """TRV-8/FS2-6/EXO linear time: the growth-ratio checks (inputs a
+    quadratic implementation still finishes in seconds) come before the
+    single 100,000-module trees of the same class, which take it minutes:
+    a visited list (planted ListVisited) ran past 2 minutes serially under
+    -x inside test_large_trees before test_linear_growth failed it in 5 s."""
+    ids = collected("--fsdpcheck-impl", "reference")
+    for module in ("test_traversal.py", "test_fsdp2.py"):
+        growth = _index(ids, lambda n, m=module: n.startswith(f"{m}::test_linear_growth"))
+        large = _index(ids, lambda n, m=module: n.startswith(f"{m}::test_large_trees"))
+        assert growth and large and max(growth) < min(large), (module, ids[max(growth)], ids[min(large)])
+
+
 def test_under_x_the_first_failure_is_the_cheap_property(pytester, monkeypatch):
     """The issue's case: flags on the wrong modules of fully_shard's walk are
     seen by the single-process FS2 checks, long before the multi-process
