@@ -284,22 +284,26 @@ def order(session, items) -> None:
 
 
 def share_budget(session, items) -> None:
-    """Under a time budget, fixed cases first and each property's share of
-    the budget set."""
+    """Under a time budget, the features' floors first, then the fixed
+    cases, and each property's share of the budget set."""
     if session.plan is None or session.plan.budget_s is None:
         return
-    from .fuzz import FIRST_ROUND_S, Slicer
+    from .fuzz import FIRST_ROUND_S, Slicer, floor_of
 
     def is_budgeted(item):
         props = dict(item.user_properties)
         return getattr(getattr(item, "obj", None), "is_hypothesis_test", False) and PROP_IMPL in props and PROP_NOT_PROVIDED not in props
 
     def key(item):
-        # The fixed cases first: the properties then share whatever time is
-        # left. Shard-major: xdist hands out consecutive items in chunks, so
-        # a property's shards far apart land on different workers.
+        # Each feature's floor (features.FLOORS) first: the budget may not fit
+        # one round of every property, nor the fixed cases' estimates hold on
+        # a loaded machine. Then the fixed cases: the properties then share
+        # whatever time is left. Shard-major: xdist hands out consecutive
+        # items in chunks, so a property's shards far apart land on
+        # different workers.
         shard = getattr(item, "callspec", None) and item.callspec.params.get("fsdpcheck_shard", 0) or 0
-        return (bool(is_budgeted(item)), shard)
+        budgeted = bool(is_budgeted(item))
+        return (not (budgeted and floor_of(item)), budgeted, shard)
 
     items.sort(key=key)
     budgeted = [item.nodeid for item in items if is_budgeted(item)]

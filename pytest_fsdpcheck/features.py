@@ -101,8 +101,11 @@ feature("TreeSpec", "tied parameters", lambda s, _: bool(s.tied))
 feature("TreeSpec", "frozen parameters", lambda s, _: bool(s.frozen) and any(s.params[m] for m in s.frozen if m < len(s.params)))
 
 # --- FX graphs (splitting) -------------------------------------------------------------
-feature("GraphSpec", "graph form: dynamo (placeholders)", lambda s, where: _graph_form(where) == "dynamo")
-feature("GraphSpec", "graph form: module (call_module/get_attr)", lambda s, where: _graph_form(where) == "module")
+#: graph form -> the label of its feature: only an item of that form can reach it
+FORM_FEATURES: dict[str, str] = {}
+for _form, _shape in (("dynamo", "placeholders"), ("module", "call_module/get_attr")):
+    feature("GraphSpec", f"graph form: {_form} ({_shape})", lambda s, where, f=_form: _graph_form(where) == f)
+    FORM_FEATURES[_form] = f"GraphSpec: graph form: {_form} ({_shape})"
 feature("GraphSpec", "tied parameters", lambda s, _: any(m.tied_to is not None for m in s.modules))
 feature("GraphSpec", "frozen parameters", lambda s, _: any(m.frozen for m in s.modules) or any(p.frozen for p in s.params))
 feature("GraphSpec", "DDP-ignored parameters", lambda s, _: any(m.ignored for m in s.modules) or any(p.ignored for p in s.params))
@@ -223,6 +226,46 @@ feature("Fsdp2Plan", "FSDP1 units", lambda p, _: bool(p.fsdp1_units))
 feature("Fsdp2Plan", "replicate-owned modules", lambda p, _: bool(p.tree.replicate))
 feature("Fsdp2Plan", "shared modules", lambda p, _: max(_registrations(p.tree.children).values(), default=0) > 1)
 feature("Fsdp2Plan", "tied parameters", lambda p, _: bool(p.tree.tied))
+
+
+# --- floors: which property reaches each feature under a time budget -----------------------
+
+#: Each feature's floor: the suite property (``module::function``) that draws
+#: it at the least cost, one round of it taking 0.2-0.8 s on one free core
+#: (the slow properties, 1-6 s a round, are nobody's floor). Under
+#: ``--fsdpcheck-fuzz-time`` these properties' first streams start before
+#: every other property and take rounds until an example of each of their
+#: features has been checked (``fuzz.FLOOR_ROUNDS`` at most): a budget too
+#: short for one round of every property still reaches every feature.
+#: ``tests/test_feature_reach.py`` checks each floor draws its features.
+FLOORS: dict[str, tuple[str, ...]] = {
+    "test_traversal.py::test_matches_reference": tuple(
+        f"TreeSpec: {n}" for n in ("replicate marks", "root states", "states shared by several modules",
+                                   "states with a handle")),
+    "test_annotation.py::test_matches_reference": tuple(
+        f"TreeSpec: {n}" for n in ("shared modules", "diamond chains", "a module registered twice under one parent",
+                                   "ignored modules", "tied parameters", "frozen parameters")),
+    "test_fsdp2.py::test_managed_states": tuple(label(f) for f in FEATURES if f.kind == "Fsdp2Spec"),
+    "test_fsdp2_plans.py::test_plan_walk_ignored_params": tuple(label(f) for f in FEATURES if f.kind == "Fsdp2Plan"),
+    # both graph forms' items: each reaches its form
+    "test_splitting.py::test_counted_once": tuple(label(f) for f in FEATURES
+                                                  if f.kind == "GraphSpec" and f.name != "higher-order ops"),
+    "test_splitting.py::test_higher_order_ops": ("GraphSpec: higher-order ops",),
+    "test_exec_order.py::test_param_uses_by_keyword_and_in_lists_drawn": tuple(
+        f"ModelSpec: {n}" for n in ("a parameter passed by keyword", "a parameter inside a list argument",
+                                    "a module called several times", "shared modules", "an op using two parameters",
+                                    "a parent using a child's parameter")),
+    "test_exec_order.py::test_tracer_restored": tuple(
+        f"ModelSpec: {n}" for n in ("a trace that raises", "tracer subclasses", "leaf blocks")),
+    "test_exec_order.py::test_matches_reference": ("ModelSpec: concrete_args",),
+}
+
+
+def floor_of(module: str, function: str, form: str | None = None) -> frozenset[str]:
+    """The features a property item is the floor of: its function's, less
+    the graph-form features of the forms other than its own."""
+    others = {label for f, label in FORM_FEATURES.items() if f != form}
+    return frozenset(FLOORS.get(f"{module}::{function}", ())) - others
 
 
 # --- counting ----------------------------------------------------------------------------

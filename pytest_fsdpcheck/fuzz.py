@@ -478,6 +478,40 @@ def database_key(item) -> bytes:
     return f"{item.path.name}::{item.originalname}[{params}]".encode()
 
 
+#: The most rounds a property item takes for the features it is the floor
+#: of (``features.FLOORS``) beyond its share of the time: a floor feature is
+#: drawn by most rounds of its property (``tests/test_feature_reach.py``),
+#: and one its implementation rejects must not eat the other properties' turns.
+FLOOR_ROUNDS = 4
+
+
+def floor_of(item) -> frozenset[str]:
+    """The features a property item is the floor of: only the first stream's
+    items have any, so under -n N one worker's item of each floor property
+    runs first, the other shards share the time with the rest."""
+    from .features import floor_of as features_floor_of
+
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("fsdpcheck_shard", 0):
+        return frozenset()
+    function = getattr(item, "originalname", None) or item.name.partition("[")[0]
+    return features_floor_of(item.path.name, function, params.get("fsdpcheck_graph_form"))
+
+
+def another_round(now: float, round_s: float, item_deadline: float, budget_deadline: float, rounds: int,
+                  floor_missing: bool) -> bool:
+    """Whether a property item under a time budget starts another round:
+    never one planned to end past the budget; then one while a feature it is
+    the floor of has no checked example yet (up to :data:`FLOOR_ROUNDS`
+    rounds), else only if the round ends nearer the item's deadline than
+    stopping now."""
+    if now + round_s > budget_deadline:
+        return False
+    if floor_missing and rounds < FLOOR_ROUNDS:
+        return True
+    return now + round_s / 2 < item_deadline
+
+
 def _seed(test, value: int) -> None:
     # What hypothesis.seed() does, less its database=None: a seeded stream
     # still saves its failures and replays the saved ones first.
@@ -505,6 +539,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
         fn(**args)
         return
     deadline = slicer.item_deadline(item.nodeid, last_here=getattr(item, "_fsdpcheck_last_here", False))
+    floor = floor_of(item)
     first = getattr(fn, "_hypothesis_internal_use_settings", None) or settings()
     started = time.time()
     rounds = 0
@@ -517,10 +552,10 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
             now = time.time()
             if rounds == 1 and slicer is not None:
                 slicer.first_round_done(now - started)
-            # another round only if it ends nearer the item's deadline than
-            # stopping now, and never one planned to end past the budget
-            round_s = (now - started) / rounds
-            if now + round_s / 2 >= deadline or now + round_s > plan.deadline:
+            # the tally counts only examples that went through the checks
+            reached = _tally.features if _tally is not None else {}
+            missing = any(not reached.get(name) for name in floor)
+            if not another_round(now, (now - started) / rounds, deadline, plan.deadline, rounds, missing):
                 break
             if rounds == 1:
                 # saved examples were replayed by the first round

@@ -78,3 +78,39 @@ def test_the_graph_form_is_the_items_not_the_implementations():
     _, present = features.observe([spec], features.Where(prefers_dynamo, "module"))
     assert "GraphSpec: graph form: module (call_module/get_attr)" in present
     assert "GraphSpec: graph form: dynamo (placeholders)" not in present
+
+
+def test_every_feature_has_one_floor_among_the_suite_properties():
+    """Under a time budget each feature is reached by its floor property
+    (``features.FLOORS``), run before the others: a feature with no floor,
+    or a floor naming a property the suite lacks, would be left to chance."""
+    names = {name.replace(".", ".py::", 1) for name, *_ in suite_properties()}
+    assert set(features.FLOORS) <= names, sorted(set(features.FLOORS) - names)
+    floored = [f for fs in features.FLOORS.values() for f in fs]
+    offered = [features.label(f) for f in features.FEATURES]
+    assert sorted(floored) == sorted(offered)  # each exactly once, no unknown label
+
+
+@pytest.mark.parametrize("run_seed", [0, 1, 2])
+def test_each_floor_draws_its_features_within_its_rounds(run_seed):
+    """A floor property's first stream takes rounds (seeded as a fuzz run
+    seeds them) until each of its features has been drawn, at most
+    ``FLOOR_ROUNDS``: here each gets there, per graph form, for several
+    run seeds."""
+    from pytest_fsdpcheck.fuzz import FLOOR_ROUNDS, stream_seed
+
+    by_name = {name.replace(".", ".py::", 1): (strategies, count, forms)
+               for name, strategies, count, forms in suite_properties()}
+    for floor, (strategies, count, forms) in by_name.items():
+        if floor not in features.FLOORS:
+            continue
+        module, function = floor.split("::")
+        for form in forms:
+            wanted = features.floor_of(module, function, form)
+            reached: set[str] = set()
+            for round_ in range(FLOOR_ROUNDS):
+                for values in one_round(strategies, count, stream_seed(run_seed, 0, 1, round_)):
+                    reached.update(features.observe(values.values(), features.Where(None, form))[1])
+                if wanted <= reached:
+                    break
+            assert sorted(wanted - reached) == [], (floor, form)
