@@ -26,7 +26,14 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
-from pytest_fsdpcheck.generators.fsdp2 import build_fsdp2_plan, fsdp2_plans, fsdp2_shared_ignored
+from pytest_fsdpcheck.generators.fsdp2 import (
+    Fsdp2Plan,
+    PlanCall,
+    build_fsdp2_plan,
+    fsdp2_plans,
+    fsdp2_shared_ignored,
+)
+from pytest_fsdpcheck.generators.trees import TreeSpec
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
 
@@ -193,6 +200,24 @@ def test_plan_walk_several_roots(fsdpcheck_impl, plan):
     """Roots sharing submodules, containing one another, or holding a group already."""
     _require(fsdpcheck_impl, "several_roots", "one module, not a group")
     _check(fsdpcheck_impl, plan, plan_walk)
+
+
+#: Fixed plans: a call given several roots, one of which an earlier call
+#: made a root (its group held already). FS2-5: every root given is walked,
+#: wherever it stands among them; only a non-root module holding a group is
+#: pruned (FS2-2). The property above reaches this after a search (6-18 s).
+_SIBLINGS = TreeSpec(children=((1, 2), (), ()), params=(1, 1, 1))
+PLAN_CASES = {
+    "grouped-root-given-second": Fsdp2Plan(tree=_SIBLINGS, calls=(PlanCall((2,)), PlanCall((1, 2)))),
+    "grouped-root-given-first": Fsdp2Plan(tree=_SIBLINGS, calls=(PlanCall((1,)), PlanCall((1, 2)))),
+}
+
+
+@pytest.mark.invariant("FS2-5")
+@pytest.mark.parametrize("case", list(PLAN_CASES))
+def test_plan_walk_cases(fsdpcheck_impl, case):
+    _require(fsdpcheck_impl, "several_roots", "one module, not a group")
+    _check(fsdpcheck_impl, PLAN_CASES[case], plan_walk)
 
 
 @pytest.mark.invariant("FS2-7")

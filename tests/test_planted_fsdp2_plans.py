@@ -21,3 +21,17 @@ def test_single_call_properties_miss_them(run_suite):
     assert result.ret == 0, "\n".join(result.outlines[-40:])
     for spec in PLANTED:
         assert report["matrix"][spec] and all(c["outcome"] == "pass" for c in report["matrix"][spec].values()), report["matrix"][spec]
+
+
+#: the fixed plans (test_plan_walk_cases) alone, before any property: killer -> the ID it must FAIL
+FIXED_PLAN_TARGETS = {"tests.planted.fsdp2_plans:PrunesGroupedRoots": ("FS2-5", "test_plan_walk_cases")}
+
+
+def test_fixed_plans_catch_a_grouped_root_given_second(run_suite):
+    """A root an earlier call grouped, given second in a call, is walked
+    (FS2-5): a fixed plan sees it at once, where the plan properties needed a
+    search (PrunesGroupedRoots: 16-27 s to its first failure under -x)."""
+    result, report = run_suite("reference", *FIXED_PLAN_TARGETS,
+                               k=f"test_fsdp2_plans and ({selection(FIXED_PLAN_TARGETS)})", extra=NO_SHRINK)
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, FIXED_PLAN_TARGETS)
