@@ -306,6 +306,8 @@ def share_budget(session, items) -> None:
         return (not (budgeted and floor_of(item)), budgeted, shard)
 
     items.sort(key=key)
+    floors = sum(1 for item in items if is_budgeted(item) and floor_of(item))
+    _deal_floors(items, floors, session.plan.workers)
     budgeted = [item.nodeid for item in items if is_budgeted(item)]
     fixed, builds = {}, {}
     for item in items:
@@ -323,7 +325,25 @@ def share_budget(session, items) -> None:
     cpu = time.process_time() - session.started_cpu
     contention = (time.time() - session.started) / cpu if cpu > 0.5 else 1.0
     session.slicer = Slicer(session.plan, {nodeid: i for i, nodeid in enumerate(budgeted)}, fixed,
-                            builds=builds, rounds=rounds, contention=contention)
+                            builds=builds, rounds=rounds, contention=contention, floors=floors)
+
+
+def _deal_floors(items, floors: int, workers: int) -> None:
+    """The first ``floors`` items (the features' floors) dealt over the
+    chunks xdist's load scheduling first hands the workers (consecutive
+    items, a quarter of each worker's share): every worker starts with its
+    part of them, instead of one worker running them all in turn."""
+    if workers < 2 or floors < 2:
+        return
+    chunk = max(2, len(items) // workers // 4)
+    head, rest = items[:floors], items[floors:]
+    dealt = []
+    for worker in range(workers):
+        mine = head[worker::workers]
+        taken = max(0, chunk - len(mine))
+        dealt += mine + rest[:taken]
+        rest = rest[taken:]
+    items[:] = dealt + rest
 
 
 #: What a fixed suite test (one that cannot be cut short) costs on one free

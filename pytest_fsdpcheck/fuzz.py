@@ -221,7 +221,7 @@ class Slicer:
 
     def __init__(self, plan: Plan, positions: dict[str, int], fixed_costs: dict[str, float] | None = None,
                  cpus: int | None = None, builds: dict | None = None, rounds: dict[str, float] | None = None,
-                 contention: float = 1.0):
+                 contention: float = 1.0, floors: int = 0):
         self.plan = plan
         self.positions = positions  # nodeid -> index among the budgeted items
         self.fixed_costs = fixed_costs or {}  # nodeid -> estimated seconds on one free core
@@ -236,8 +236,10 @@ class Slicer:
         self._measured = 0.0
         self._first_rounds: list[float] = []
         self._warm = False
-        # kept for the properties' first rounds: fixed cases stop short of it
-        self.reserve = min(plan.budget_s / 2, len(positions) * FIRST_ROUND_S * self.load / max(1, plan.workers))
+        # kept for the first rounds of the properties after the fixed cases
+        # (the ``floors`` property items run before them): fixed cases stop short of it
+        self.reserve = min(plan.budget_s / 2,
+                           (len(positions) - floors) * FIRST_ROUND_S * self.load / max(1, plan.workers))
 
     def start(self, now: float | None = None) -> float:
         if self.plan.deadline is None:

@@ -48,12 +48,12 @@ def suite_items(workers: int):
 
 
 def play(items, budget_s: float, round_s: float, workers: int, monkeypatch, floor_rounds_needed: int = 1):
-    """Runs the schedule on a fake clock, each worker taking the next item
-    when free (what xdist's load scheduling does once its first chunks are
-    out); every property round takes ``round_s``, a floor property reaches
-    its features in its ``floor_rounds_needed``-th round. Returns the
-    rounds as (start, nodeid, round; None for a fixed case) and the items
-    skipped."""
+    """Runs the schedule on a fake clock as xdist's load scheduling hands it
+    out: each worker first gets a chunk of consecutive items (a quarter of
+    its share), then the next item whenever it is free. Every property round
+    takes ``round_s``, a floor property reaches its features in its
+    ``floor_rounds_needed``-th round. Returns the rounds as (start, worker,
+    nodeid, round; None for a fixed case) and the items skipped."""
     monkeypatch.setattr(fuzz, "_load_average", lambda: 0.0)
     plan = fuzz.Plan(seed=0, workers=workers, budget_s=budget_s)
     # collection as if on a free core: the clock's load is the one given
@@ -61,23 +61,27 @@ def play(items, budget_s: float, round_s: float, workers: int, monkeypatch, floo
     collection.share_budget(session, items)
     slicer = session.slicer
     slicer.start(0.0)
+    chunk = max(2, len(items) // workers // 4) if workers > 1 else len(items)
+    queues = [list(items[k * chunk:(k + 1) * chunk]) for k in range(workers)]
+    pending = list(items[workers * chunk:])
     clocks = [0.0] * workers
     rounds, skipped = [], []
-    for item in items:
-        worker = min(range(workers), key=clocks.__getitem__)
+    while any(queues) or pending:
+        worker = min((k for k in range(workers) if queues[k] or pending), key=clocks.__getitem__)
+        item = queues[worker].pop(0) if queues[worker] else pending.pop(0)
         now = clocks[worker]
         if slicer.admit(item.nodeid, now=now) is not None:
             skipped.append(item.nodeid)
             continue
         if item.nodeid not in slicer.positions:
-            rounds.append((now, item.nodeid, None))
+            rounds.append((now, worker, item.nodeid, None))
             clocks[worker] = now + 0.05  # a fixed case, as estimated
             continue
         deadline = slicer.item_deadline(item.nodeid, now=now)
         floor = fuzz.floor_of(item)
         started, done = now, 0
         while True:
-            rounds.append((now, item.nodeid, done))
+            rounds.append((now, worker, item.nodeid, done))
             now += round_s
             done += 1
             if done == 1:
@@ -92,7 +96,7 @@ def play(items, budget_s: float, round_s: float, workers: int, monkeypatch, floo
 
 def reached(items, rounds) -> set[str]:
     by_id = {item.nodeid: item for item in items}
-    return {f for _, nodeid, r in rounds if r is not None for f in fuzz.floor_of(by_id[nodeid])}
+    return {f for _, _, nodeid, r in rounds if r is not None for f in fuzz.floor_of(by_id[nodeid])}
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -106,13 +110,15 @@ def test_a_budget_too_short_for_every_property_still_runs_every_floor_first(work
     assert any(item.nodeid in skipped for item in items if item.obj.is_hypothesis_test), "the budget fits them all"
     offered = {features.label(f) for f in features.FEATURES}
     assert sorted(offered - reached(items, rounds)) == []
-    # every floor's first round starts before any property's second, before
-    # any property that is nobody's floor, and before the fixed cases
+    # on each worker, its floors' first rounds start before any property's
+    # second, any property that is nobody's floor and any fixed case
     by_id = {item.nodeid: item for item in items}
-    floors = [start for start, nodeid, r in rounds if r == 0 and fuzz.floor_of(by_id[nodeid])]
-    others = [start for start, nodeid, r in rounds if r != 0 or not fuzz.floor_of(by_id[nodeid])]
-    assert floors and max(floors) <= min(others, default=float("inf"))
-    assert any(r is None for _, _, r in rounds), "no fixed case ran"
+    for worker in range(workers):
+        mine = [(start, nodeid, r) for start, w, nodeid, r in rounds if w == worker]
+        floors = [start for start, nodeid, r in mine if r == 0 and fuzz.floor_of(by_id[nodeid])]
+        others = [start for start, nodeid, r in mine if r != 0 or not fuzz.floor_of(by_id[nodeid])]
+        assert floors and max(floors) <= min(others, default=float("inf")), worker
+    assert any(r is None for *_, r in rounds), "no fixed case ran"
 
 
 def test_a_floor_takes_rounds_until_its_features_are_checked_within_the_budget(monkeypatch):
@@ -124,7 +130,7 @@ def test_a_floor_takes_rounds_until_its_features_are_checked_within_the_budget(m
     rounds, _ = play(items, 4.0 + 60 * round_s, round_s, 1, monkeypatch, floor_rounds_needed=3)
     by_id = {item.nodeid: item for item in items}
     per_item: dict[str, int] = {}
-    for _, nodeid, r in rounds:
+    for _, _, nodeid, r in rounds:
         if r is not None:
             per_item[nodeid] = max(per_item.get(nodeid, 0), r + 1)
     floor_items = [nodeid for nodeid in per_item if fuzz.floor_of(by_id[nodeid])]
@@ -151,3 +157,29 @@ def test_only_the_first_streams_items_are_floors():
     floor = fuzz.floor_of(item)
     assert features.FORM_FEATURES["module"] in floor and features.FORM_FEATURES["dynamo"] not in floor
     assert fuzz.floor_of(other_shard) == frozenset()
+
+
+def test_the_fixed_cases_keep_a_reserve_only_for_the_properties_after_them(monkeypatch):
+    """The floors run before the fixed cases: the time the fixed cases leave
+    for first rounds counts only the property items still to come."""
+    monkeypatch.setattr(fuzz, "_load_average", lambda: 0.0)
+    plan = fuzz.Plan(seed=0, budget_s=100.0)
+    positions = {f"p{k}": k for k in range(10)}
+    assert fuzz.Slicer(plan, positions, cpus=1, floors=4).reserve == pytest.approx(6 * fuzz.FIRST_ROUND_S)
+    assert fuzz.Slicer(plan, positions, cpus=1).reserve == pytest.approx(10 * fuzz.FIRST_ROUND_S)
+
+
+def test_under_xdist_every_worker_starts_with_its_part_of_the_floors(monkeypatch):
+    """xdist's load scheduling first hands each worker a chunk of consecutive
+    items: the floors are dealt over those chunks, not all in the first."""
+    monkeypatch.setattr(fuzz, "_load_average", lambda: 0.0)
+    items = suite_items(2)
+    plan = fuzz.Plan(seed=0, workers=2, budget_s=60.0)
+    collection.share_budget(types.SimpleNamespace(plan=plan, started=time.time(), started_cpu=time.process_time()),
+                            items)
+    chunk = max(2, len(items) // 2 // 4)  # what xdist's LoadScheduling sends each worker first
+    floors = [sum(bool(fuzz.floor_of(item)) for item in items[k * chunk:(k + 1) * chunk]) for k in range(2)]
+    total = sum(bool(fuzz.floor_of(item)) for item in items)
+    assert sum(floors) == total and abs(floors[0] - floors[1]) <= 1, (floors, total)
+    # and each chunk starts with them
+    assert all(fuzz.floor_of(item) for k in range(2) for item in items[k * chunk:k * chunk + floors[k]])
