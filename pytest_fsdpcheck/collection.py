@@ -429,6 +429,46 @@ def group_by_corpus_model(items) -> None:
             items[i] = item
 
 
+def xdist_first_chunk(total: int, workers: int, maxschedchunk: int | None) -> int:
+    """How many consecutive items pytest-xdist's load scheduling
+    (``--dist load``, the default of ``-n``) hands each worker to start with."""
+    if total < 2 * workers:
+        return 1  # it deals them one by one already
+    return max(2, min(total // workers // 4, total if maxschedchunk is None else maxschedchunk))
+
+
+def deal_first_chunks(items, workers: int, chunk: int) -> None:
+    """Under ``--dist load`` each worker starts with ``chunk`` consecutive
+    items, then takes more as it goes: in cheapest-first order the first
+    worker would get every cheap check and the others what follows (for an
+    implementation of one area: only the other areas' n/p skips), so under
+    -x the run would wait for one worker to get through them alone. The
+    first ``workers * chunk`` suite items are dealt instead, worker k's
+    first chunk taking every ``workers``-th of them; a corpus model's
+    adjacent tests are dealt as one (one worker builds it). In place;
+    other items keep their slots."""
+    if workers < 2 or chunk < 2:
+        return
+    slots = [i for i, item in enumerate(items) if is_suite_item(item)][: workers * chunk]
+    units: list[list] = []
+    for i in slots:
+        model = _corpus_model(items[i])
+        if model is not None and units and _corpus_model(units[-1][-1]) == model:
+            units[-1].append(items[i])
+        else:
+            units.append([items[i]])
+    hands: list[list] = [[] for _ in range(workers)]
+    for unit in units:
+        min(hands, key=len).extend(unit)
+    for i, item in zip(slots, [item for hand in hands for item in hand], strict=True):
+        items[i] = item
+
+
+def _corpus_model(item):
+    model = getattr(getattr(item, "callspec", None), "params", {}).get("model")
+    return model if item.path.name == _CORPUS_MODULE and isinstance(model, str) else None
+
+
 def tags_from_nodeid(session, nodeid: str):
     """(implementation, invariant IDs) of a suite test, from its id alone
     (the xdist controller collects nothing)."""

@@ -358,7 +358,7 @@ class _Watch:
 
 @contextlib.contextmanager
 def stop_watch():
-    """Around a suite test's call on an xdist worker given a stop file: once
+    """Around a suite test's setup and call on an xdist worker given a stop file: once
     the file appears, the test is ended where it stands (the main thread
     is interrupted, as the per-call time limit does) and reported skipped,
     "not run to the end": never a pass, never a failure. A fixed case can
@@ -373,6 +373,10 @@ def stop_watch():
     if not usable:
         yield
         return
+    if stop_requested():
+        import pytest
+
+        pytest.skip(STOP_REASON)
     import _thread
 
     watch = _Watch()

@@ -85,6 +85,15 @@ def pytest_collection_modifyitems(session, config, items):
         collection.order(state, items)
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_dealt(session, config, items):
+    # trylast: after -k/-m/--deselect, on the items xdist will schedule
+    deal = getattr(config, "workerinput", {}).get("fsdpcheck_deal")
+    if deal is not None and get_session(config) is not None:
+        workers, maxschedchunk = deal
+        collection.deal_first_chunks(items, workers, collection.xdist_first_chunk(len(items), workers, maxschedchunk))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_deselected(items):
     state = get_session(items[0].config) if items else None
@@ -135,6 +144,17 @@ def pytest_runtest_setup(item):
         item._fsdpcheck_budget_skip = True
         collection.record_deselected(state, [item])  # nothing is concluded from a test not run
         pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_runtest_setup")
+def pytest_runtest_setup_watched(item):
+    # a corpus model is built in its test's setup: seconds the stop need not wait for
+    if get_session(item.config) is None or not collection.is_suite_item(item):
+        return (yield)
+    from .fuzz import stop_watch
+
+    with stop_watch():
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -236,6 +256,10 @@ class XdistHooks:
 
                 plan.clock_path = os.path.join(tempfile.mkdtemp(prefix="fsdpcheck-clock-"), "started")
             node.workerinput["fsdpcheck_clock"] = plan.clock_path
+        if node.config.getoption("dist", "no") == "load":
+            # the workers deal their first chunks (collection.deal_first_chunks); only they collect
+            node.workerinput["fsdpcheck_deal"] = [node.workerinput.get("workercount", 1),
+                                                  node.config.getoption("maxschedchunk", None)]
         if self.maxfail:
             if self.stop_path is None:
                 import tempfile

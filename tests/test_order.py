@@ -87,3 +87,46 @@ def test_a_saved_failure_runs_first(collected, pytester, monkeypatch):
     after = collected(*common)
     assert "test_states_with_modules" in after[0], after[:3]
     assert sorted(after) == sorted(before)
+
+
+def _fake(name, model=None):
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.report import PROP_IMPL
+
+    path = pathlib.Path("test_golden.py" if model else "test_traversal.py")
+    params = {"model": model} if model else {}
+    return SimpleNamespace(nodeid=name, path=path, callspec=SimpleNamespace(params=params),
+                           user_properties=[(PROP_IMPL, "impl")])
+
+
+def test_xdist_first_chunks_are_dealt():
+    """-n 2: xdist starts each worker on a chunk of consecutive items, so in
+    cheapest-first order one worker got every cheap check (for a one-area
+    implementation, all 30 it provides) and the other only n/p skips: under
+    -x nothing ran in parallel. Worker k's first chunk now takes every
+    second of the cheapest items, a corpus model's tests staying together."""
+    from pytest_fsdpcheck.collection import deal_first_chunks, xdist_first_chunk
+
+    assert xdist_first_chunk(249, 2, None) == 31 and xdist_first_chunk(249, 2, 5) == 5
+    assert xdist_first_chunk(3, 2, None) == 1
+    items = [_fake("a"), _fake("g1", "m1"), _fake("g2", "m1"), _fake("b"), _fake("c"), _fake("d"),
+             _fake("e"), _fake("f"), _fake("later")]
+    deal_first_chunks(items, workers=2, chunk=4)
+    first, second = [i.nodeid for i in items[:4]], [i.nodeid for i in items[4:8]]
+    assert first == ["a", "b", "c", "e"] and second == ["g1", "g2", "d", "f"], (first, second)
+    assert items[8].nodeid == "later"
+
+
+def test_the_controller_tells_workers_how_xdist_deals(pytester):
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.plugin import XdistHooks
+
+    config = pytester.parseconfig("-n", "2", "--dist", "load")
+    node = SimpleNamespace(config=config, workerinput={"workercount": 2})
+    XdistHooks(config).pytest_configure_node(node)
+    assert node.workerinput["fsdpcheck_deal"] == [2, None]
+    other = SimpleNamespace(config=pytester.parseconfig("-n", "2", "--dist", "loadfile"), workerinput={"workercount": 2})
+    XdistHooks(other.config).pytest_configure_node(other)
+    assert "fsdpcheck_deal" not in other.workerinput

@@ -128,3 +128,15 @@ def _no_error():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def test_a_test_after_the_stop_does_not_start(tmp_path, monkeypatch):
+    """The stop already requested when a test's setup or call begins: it is
+    skipped at once (the setup of a corpus test builds its model: seconds)."""
+    monkeypatch.setattr(fuzz, "stop_path", str(tmp_path / "stop"))
+    fuzz.request_stop(str(tmp_path / "stop"))
+    ran = []
+    with pytest.raises(pytest.skip.Exception, match="not run to the end"):
+        with fuzz.stop_watch():
+            ran.append(True)
+    assert not ran
