@@ -125,6 +125,9 @@ SPLIT_CASES = {
     # two dropped reads: the bucket goes on over the first read's nodes to the linear, absorbing 144 bytes
     "extended-by-several-ops": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"), ParamSpec("matrix")), 0,
                                           (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("scratch", 1))), 1, 1),
+    # [l0 l1] [l2 skip l3]: the skip reads l0's output, so the earlier bucket has two outputs and its
+    # submodule returns a two-element tuple, handed to the backend as it is (SPL-10), the others one
+    "bucket-with-two-outputs": (GraphSpec(4, 2, _CHAIN4.modules, (), 0, (*_CHAIN4.ops[:3], OpSpec("skip", 1), _CHAIN4.ops[3])), 160, 160),
 }
 
 

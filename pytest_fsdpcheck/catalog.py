@@ -32,7 +32,7 @@ INVARIANTS: dict[str, str] = {
     "SPL-7": "extended buckets report the ops and bytes they absorbed",
     "SPL-8": "a parameter-free earliest bucket is fused; no bucket is parameter-free",
     "SPL-9": "one bucket: the original graph is compiled once, unsplit",
-    "SPL-10": "k > 1 buckets: the backend is called k times with right example inputs",
+    "SPL-10": "k > 1 buckets: k backend calls, right inputs, tuple outputs, Dynamo metadata kept",
     "SPL-11": "the split module computes the same outputs and gradients",
     "SPL-12": "the original graph module still computes what it did",
     "SPL-13": "the logged bucket table matches the buckets",

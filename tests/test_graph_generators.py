@@ -96,6 +96,22 @@ def test_synthesized_dynamo_graph_matches_real_capture(spec):
         assert (ours.shape, ours.dtype, ours.requires_grad) == (theirs.shape, theirs.dtype, theirs.requires_grad)
         assert isinstance(ours, torch.nn.Parameter) == isinstance(theirs, torch.nn.Parameter)
         assert hasattr(node, "_dynamo_source") and hasattr(twin, "_dynamo_source")
+    _assert_metadata_like_capture(built.gm, real_gm)
+
+
+def _assert_metadata_like_capture(ours, real):
+    """The graph-level metadata a backend reads (SPL-10 demands the split
+    submodules carry it): every key the capture's ``meta`` has, the flat
+    parameter names mapped as it maps them and the ids of the same types;
+    ``_param_name_to_source`` names what the capture's names, with sources."""
+    from torch._guards import Source
+
+    assert set(real.meta) <= set(ours.meta), (sorted(real.meta), sorted(ours.meta))
+    assert ours.meta["dynamo_flat_name_to_original_fqn"] == real.meta["dynamo_flat_name_to_original_fqn"]
+    for key in set(real.meta) - {"dynamo_flat_name_to_original_fqn"}:
+        assert type(ours.meta[key]) is type(real.meta[key]), key
+    assert ours._param_name_to_source and set(ours._param_name_to_source) <= set(real._param_name_to_source)
+    assert all(isinstance(s, Source) for s in ours._param_name_to_source.values())
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
@@ -117,6 +133,9 @@ def test_module_form_uses_call_module_and_get_attr():
     ops = {n.op for n in built.gm.graph.nodes}
     assert {"call_module", "get_attr"} <= ops
     assert not any(n.op == "placeholder" and n.target.startswith("l_self") for n in built.gm.graph.nodes)
+    # the graph-level metadata is the Dynamo form's (Dynamo set it on module-form graphs too)
+    assert built.gm.meta == build_graph(FEATURES, "dynamo").gm.meta
+    assert built.gm._param_name_to_source == build_graph(FEATURES, "dynamo").gm._param_name_to_source
 
 
 def test_large_graph_has_20000_nodes():

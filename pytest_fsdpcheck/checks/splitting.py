@@ -430,7 +430,68 @@ def check_backend_calls(facts, buckets, calls, gm, example_inputs, meta) -> list
         ops = _op_count(called)
         if ops is not None and not len(b.nodes) - len(extra) <= ops <= len(b.nodes):
             out.append(Violation("SPL-10", f"backend call {i} should compile bucket {i}'s {len(b.nodes)} op nodes, got a module with {ops}"))
+        out += _submodule_faults(i, called, gm)
     return out
+
+
+def _submodule_faults(i, called, gm) -> list[Violation]:
+    """What backend call ``i``'s submodule lacks of what a backend may rely
+    on. AOTAutograd-based compilers take only graphs returning a tuple, so a
+    bucket with one output is handed over returning a one-element tuple (and
+    unwrapped again in the split module, which SPL-11 sees). And a backend
+    reads the graph Dynamo captured through its metadata: ``gm.meta`` (the
+    parameters' original names, the compile id, the backend id),
+    ``_param_name_to_source``, and each input placeholder's
+    ``_dynamo_source`` (aot_autograd finds the static inputs from them; lost,
+    cudagraphs re-record on every call: pytorch#140395). split_module names a
+    submodule's placeholders after the values they receive, so a placeholder
+    named like one of the original graph's is that input; any other takes a
+    value computed by an earlier bucket and has no source."""
+    graph = getattr(called, "graph", None)
+    if graph is None:
+        return []
+    out = []
+    returned = next((n.args[0] for n in graph.nodes if n.op == "output"), None)
+    if not isinstance(returned, (tuple, list)):
+        out.append(Violation("SPL-10", f"backend call {i} should get a submodule returning a flat tuple (what "
+                                        "AOTAutograd-based compilers take), its graph returns a single value"))
+    elif any(isinstance(v, (tuple, list)) for v in returned):
+        out.append(Violation("SPL-10", f"backend call {i} should get a submodule returning a flat tuple (what "
+                                        "AOTAutograd-based compilers take), its graph returns a tuple holding a tuple"))
+    lost = []
+    want_meta, got_meta = getattr(gm, "meta", None) or {}, getattr(called, "meta", None) or {}
+    missing = [k for k in want_meta if k not in got_meta]
+    changed = [k for k in want_meta if k in got_meta and not _same(got_meta[k], want_meta[k])]
+    if missing:
+        lost.append(f"meta lacks {sorted(missing)}")
+    if changed:
+        lost.append(f"meta holds other values for {sorted(changed)}")
+    if hasattr(gm, "_param_name_to_source"):
+        if not hasattr(called, "_param_name_to_source"):
+            lost.append("it has no _param_name_to_source")
+        elif not _same(called._param_name_to_source, gm._param_name_to_source):
+            lost.append("its _param_name_to_source differs")
+    sources = {n.name: getattr(n, "_dynamo_source", None) for n in gm.graph.nodes if n.op == "placeholder"}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    unsourced = [n.name for n in placeholders if n.name in sources and not _same(getattr(n, "_dynamo_source", None), sources[n.name])]
+    foreign = [n.name for n in placeholders if n.name not in sources and getattr(n, "_dynamo_source", None) is not None]
+    if unsourced:
+        lost.append(f"its placeholders {unsourced} do not carry the original inputs' _dynamo_source")
+    if foreign:
+        lost.append(f"its placeholders {foreign}, which take values computed by earlier buckets, carry a _dynamo_source")
+    if lost:
+        out.append(Violation("SPL-10", f"backend call {i} should get a submodule carrying the original graph "
+                                        f"module's metadata and its inputs' sources, but {'; '.join(lost)}"))
+    return out
+
+
+def _same(got, want) -> bool:
+    if got is want:
+        return True
+    try:
+        return type(got) is type(want) and bool(got == want)
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is not the same one
+        return False
 
 
 def _minus(items, remove):

@@ -254,7 +254,12 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
         for node, value in zip(placeholders, inputs, strict=False):
             node.meta["example_value"] = value
             node._dynamo_source = _source(node.target, True)
-        gm._param_name_to_source = {}  # set on every graph Dynamo hands a backend
+        # The graph-level metadata is not the form's either: the Dynamo that
+        # still gave module form (torch 2.4's output_graph; 2.13 with
+        # parameters not lifted) set `dynamo_flat_name_to_original_fqn` on
+        # every graph (later releases add the compile and backend ids) and
+        # `_param_name_to_source`, read from the module's attributes.
+        _set_dynamo_metadata(gm, module)
         return BuiltGraph(gm, list(inputs), module, inputs, form)
     if form != "dynamo":
         raise ValueError(f"unknown graph form {form!r}")
@@ -381,10 +386,42 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
     graph.output(tuple(values[i] for i in spec.outputs) + (h,))
     graph.erase_node(anchor)
     gm = fx.GraphModule(root, graph)
-    # compile_fn copies these onto the split submodules (torch >= 2.5)
-    gm._param_name_to_source = {}
+    _set_dynamo_metadata(gm, module)
     gm.graph.lint()
     return gm, order
+
+
+def _set_dynamo_metadata(gm, module) -> None:
+    """What Dynamo puts on every graph module it hands a backend (torch
+    2.13's output_graph): ``meta`` with the flat name of every parameter and
+    buffer of the module mapped to its qualified name, the compile id and
+    the backend id; ``_param_name_to_source``, each ``self.<name>`` mapped
+    to its source. compile_fn copies them onto the split submodules (torch
+    >= 2.8), where aot_autograd reads them."""
+    names = [name for name, _ in module.named_parameters()] + [name for name, _ in module.named_buffers()]
+    gm.meta["dynamo_flat_name_to_original_fqn"] = {"L__self___" + n.replace(".", "_"): n for n in names}
+    gm.meta["dynamo_compile_id"] = _compile_id()
+    gm.meta["backend_id"] = "__compiled_fn_0_fsdpcheck"
+    gm._param_name_to_source = {f"self.{n}": _attr_chain(n) for n in names}
+
+
+def _attr_chain(qualname: str):
+    """``self.a.b`` as a chain of attribute sources (one member each, as Dynamo builds them)."""
+    from torch._dynamo.source import AttrSource
+
+    source = _source("self", True)
+    for part in qualname.split("."):
+        source = AttrSource(source, part)
+    return source
+
+
+def _compile_id():
+    try:
+        from torch._guards import CompileId
+
+        return CompileId(frame_id=0, frame_compile_id=0)
+    except (ImportError, TypeError):  # pragma: no cover - releases without it, or other fields
+        return "0/0"
 
 
 def _hop_body_graph():

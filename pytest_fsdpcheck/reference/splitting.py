@@ -208,6 +208,7 @@ _SWITCHES = {
     "method_args": ("all", "string_receiver_only"),
     "ddp_ignored_from": ("real_inputs", "example_value"),
     "attr_outputs": ("not_counted", "counted"),
+    "submodule_metadata": ("propagated", "dropped"),
 }
 
 
@@ -229,7 +230,8 @@ class ReferenceSplitting:
                 f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
-        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **self._switches)
+        planning = {k: v for k, v in self._switches.items() if k != "submodule_metadata"}
+        buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **planning)
         infos = [
             BucketInfo(
                 nodes=[n.name for n in b.nodes],
@@ -249,10 +251,11 @@ class ReferenceSplitting:
         # output on some releases: the switch that makes such submodules
         # copies them as torch does, so it fails where torch fails.
         copy_first = self._switches.get("attr_outputs") == "counted"
-        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend, copy_first), table)
+        keep_metadata = self._switches.get("submodule_metadata", "propagated") == "propagated"
+        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend, copy_first, keep_metadata), table)
 
 
-def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False):
+def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True):
     import torch
     from torch.fx.passes.split_module import split_module
 
@@ -271,10 +274,13 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False):
                 submod = split_gm.get_submodule(node.target)
                 if copy_first and not node.users:
                     _copy_like_ddp_optimizer(submod, node)
+                if keep_metadata:
+                    _carry_metadata(gm, submod)
+                single = _return_tuple(submod)
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 compiled = backend(submod, list(args))
-                env[node] = submod(*args)
-                setattr(split_gm, node.target, _wrapper_class()(compiled))
+                env[node] = submod(*args)[0] if single else submod(*args)
+                setattr(split_gm, node.target, _wrapper_class()(compiled, single))
             elif node.op == "get_attr":
                 env[node] = _fetch_attr(split_gm, node.target)
             elif node.op == "call_function":
@@ -283,6 +289,32 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False):
                 env[node] = node.target(*args, **kwargs)
     split_gm.recompile()
     return split_gm
+
+
+def _carry_metadata(gm, submod):
+    """What a backend reads off the graph Dynamo captured, onto a bucket's
+    submodule: the graph module's ``meta`` and ``_param_name_to_source``,
+    and each input placeholder's ``_dynamo_source`` (split_module names a
+    submodule's placeholders after the values they take; one taking an
+    earlier bucket's value has no source)."""
+    submod.meta = dict(getattr(gm, "meta", {}))
+    if hasattr(gm, "_param_name_to_source"):
+        submod._param_name_to_source = dict(gm._param_name_to_source)
+    sources = {n.name: getattr(n, "_dynamo_source", None) for n in gm.graph.nodes if n.op == "placeholder"}
+    for node in submod.graph.nodes:
+        if node.op == "placeholder":
+            node._dynamo_source = sources.get(node.name)
+
+
+def _return_tuple(submod) -> bool:
+    """Make ``submod`` return a tuple, as AOTAutograd-based backends need;
+    whether it returned a single value (which the split module unwraps)."""
+    output = next(n for n in submod.graph.nodes if n.op == "output")
+    if isinstance(output.args[0], (tuple, list)):
+        return False
+    output.args = ((output.args[0],),)
+    submod.recompile()
+    return True
 
 
 def _copy_like_ddp_optimizer(submod, node):
@@ -305,11 +337,13 @@ def _wrapper_class():
     class CompiledSubmodule(torch.nn.Module):
         """Holds a backend's compiled callable in place of a split submodule."""
 
-        def __init__(self, fn):
+        def __init__(self, fn, single):
             super().__init__()
             self.fn = fn
+            self.single = single  # the submodule was given a one-element tuple to return
 
         def forward(self, *args):
-            return self.fn(*args)
+            out = self.fn(*args)
+            return out[0] if self.single else out
 
     return CompiledSubmodule

@@ -259,6 +259,83 @@ class _MisreportsAbsorbedBytes(PlantedSplitting):  # SPL-13: the extended bucket
         return result
 
 
+# What the backend is handed for each bucket broken, the plan and the split
+# module's results right (SPL-10 alone sees it): the behaviours of torch's
+# compile_submod and propagate_* bent one at a time.
+
+
+def split_and_compile(gm, buckets, example_inputs, backend, *, wrap="single", meta=True, sources=True):
+    """The reference's split and per-bucket compile, with what the backend
+    gets bendable: ``wrap`` (``single``: a one-output submodule returns a
+    one-element tuple, as the spec says; ``never``: it returns its value;
+    ``always``: every output tuple is wrapped once more), ``meta`` (the
+    graph module's ``meta`` and ``_param_name_to_source`` carried) and
+    ``sources`` (the input placeholders' ``_dynamo_source`` carried). The
+    split module unwraps what was wrapped, so its results stay right."""
+    from torch.fx.passes.split_module import split_module
+
+    partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
+    split_gm = split_module(gm, None, lambda node: partition[node])
+    env: dict = {}
+    placeholders = iter(example_inputs)
+    with torch.no_grad():
+        for node in split_gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "call_module":
+                submod = split_gm.get_submodule(node.target)
+                saved = {n: getattr(n, "_dynamo_source", None) for n in submod.graph.nodes if n.op == "placeholder"}
+                ref._carry_metadata(gm, submod)
+                if not meta:
+                    submod.meta = {}
+                    del submod._param_name_to_source
+                if not sources:
+                    for placeholder, source in saved.items():
+                        placeholder._dynamo_source = source
+                output = next(n for n in submod.graph.nodes if n.op == "output")
+                wrapped = wrap == "always" or (wrap == "single" and not isinstance(output.args[0], tuple))
+                if wrapped:
+                    output.args = ((output.args[0],),)
+                    submod.recompile()
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                compiled = backend(submod, list(args))
+                env[node] = submod(*args)[0] if wrapped else submod(*args)
+                setattr(split_gm, node.target, ref._wrapper_class()(compiled, wrapped))
+            elif node.op == "get_attr":
+                env[node] = ref._fetch_attr(split_gm, node.target)
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+    split_gm.recompile()
+    return split_gm
+
+
+class _BackendGets(PlantedSplitting):
+    handed: dict = {}
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return split_and_compile(gm, buckets, example_inputs, backend, **self.handed)
+
+
+class _SingleOutputs(_BackendGets):  # SPL-10: a one-output submodule handed over returning its value, not a tuple
+    handed = {"wrap": "never"}
+
+
+class _DoubleWrapsTuples(_BackendGets):  # SPL-10: every output wrapped once more, a tuple of outputs included
+    handed = {"wrap": "always"}
+
+
+class _DropsGraphMetadata(_BackendGets):  # SPL-10: the submodules without the graph's meta and _param_name_to_source
+    handed = {"meta": False}
+
+
+class _DropsInputSources(_BackendGets):  # SPL-10: the submodules' input placeholders without their _dynamo_source
+    handed = {"sources": False}
+
+
 def _tabulate_missing() -> bool:
     try:
         import tabulate  # noqa: F401
@@ -324,6 +401,10 @@ MisreportsAbsorbedBytes = _impl(_MisreportsAbsorbedBytes)
 ExtensionOnlyInTable = _impl(_ExtensionOnlyInTable)
 CrashesWithoutTabulate = _impl(_CrashesWithoutTabulate)
 NotesExtensionAlways = _impl(_NotesExtensionAlways)
+SingleOutputs = _impl(_SingleOutputs)
+DoubleWrapsTuples = _impl(_DoubleWrapsTuples)
+DropsGraphMetadata = _impl(_DropsGraphMetadata)
+DropsInputSources = _impl(_DropsInputSources)
 
 #: planted implementation name -> the invariant it must fail
 TARGETS = {
@@ -375,6 +456,10 @@ FIXED_CASE_TARGETS = {
     "OmitsOneOpExtensions": "SPL-13",
     "MisreportsAbsorbedBytes": "SPL-13",
     "NotesExtensionAlways": "SPL-13",
+    "SingleOutputs": "SPL-10",
+    "DoubleWrapsTuples": "SPL-10",
+    "DropsGraphMetadata": "SPL-10",
+    "DropsInputSources": "SPL-10",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
