@@ -265,6 +265,31 @@ def test_exo1_never_restoring_is_not_the_bound_method_leftover():
     assert ids == [] and "call_module=a function recording_call_module, not the tracer's method" in wider.message
 
 
+# --- SPL-10: the metadata lost, nothing else -------------------------------------------
+
+
+def _backend_calls(impl):
+    from pytest_fsdpcheck.checks import splitting as chk
+    from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, build_graph
+
+    spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("module", 1)))
+    built = build_graph(spec, "dynamo")
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    meta = chk.value_meta(built.gm, built.example_inputs)
+    calls = []
+    result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap=80, first_bucket_cap=80,
+                                  backend=lambda gm, ex: calls.append((gm, ex)) or gm)
+    return chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
+
+
+def test_spl10_lost_metadata_explains_nothing_else_of_what_the_backend_gets():
+    bug = "spl-split-submodules-lose-dynamo-metadata"
+    alone, ids = _explained_by(_impl("Only", bug), _backend_calls)
+    assert ids == [bug] and len(alone) == 2 and all("metadata" in v.message for v in alone)
+    wider, ids = _explained_by(_impl("Wider", bug), _backend_calls)
+    assert ids == [] and [v for v in wider if "flat tuple" in v.message], wider
+
+
 # --- every counterexample through the suite ---------------------------------------------
 
 

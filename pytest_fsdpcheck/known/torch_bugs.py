@@ -155,6 +155,22 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         forms=("dynamo",),
     ),
     KnownBug(
+        id="spl-split-submodules-lose-dynamo-metadata",
+        invariants=("SPL-10",),
+        reason="DDPOptimizer.compile_fn hands the backend the submodules fx's split_module made, which carry "
+        "none of the captured graph's metadata: no `meta` (dynamo_flat_name_to_original_fqn, compile and "
+        "backend ids), no `_param_name_to_source`, and placeholders without their `_dynamo_source`, so "
+        "aot_autograd finds no static input indices and cudagraphs re-record on every call "
+        "(pytorch/pytorch#140395). Fixed in 2.8 by propagate_metadata and propagate_dynamo_source "
+        "(pytorch/pytorch#155746). The reproducer shows the bug on 2.4.1 and 2.7.1 and not on 2.13.0; the "
+        "2.4.1-2.7.1 sources lack both functions, 2.8.0-2.13.0 have them, and the seed era splits the same way. "
+        "Example inputs, call counts and the tuple outputs are right: only the metadata is lost.",
+        affects="<2.8",
+        seen=("2.4.1", "2.7.1"),
+        reference={"splitting": {"submodule_metadata": "dropped"}},
+        reproducer="spl-split-submodules-lose-dynamo-metadata.py",
+    ),
+    KnownBug(
         id="exo-patch-tracer-leaves-bound-methods",
         invariants=("EXO-1",),
         reason="torch.distributed.fsdp._trace_utils._ExecOrderTracer.patch_tracer restores by assigning "

@@ -32,6 +32,7 @@ TESTS = {
     "spl-param-counted-per-use": "test_counted_once_cases",
     "spl-method-arg-receiver-not-str": "test_sizes_with_method_arguments",
     "spl-ddp-ignored-lost-on-fake": "test_golden_buckets and frozen_ignored",
+    "spl-split-submodules-lose-dynamo-metadata": "test_split_cases",
     "exo-patch-tracer-leaves-bound-methods": "test_tracer_left_clean",
     "exo-param-keyword-unrecorded": "test_param_uses_by_keyword_and_in_lists and keyword",
     "exo-param-in-list-unrecorded": "test_param_uses_by_keyword_and_in_lists and list",
@@ -287,12 +288,26 @@ class _NeverRestored:
             tracer.__dict__.update(patched)
 
 
+def _metadata_and_tuple_lost(_inner):
+    """SPL-10: the submodules lose the captured graph's metadata as torch's
+    bug does, and besides a one-output submodule is handed over returning its
+    value, not a tuple (torch wraps it on every release: not the bug)."""
+    from tests.planted.splitting import _BackendGets
+
+    class _LosesMetadataAndTuple(_BackendGets):
+        graph_forms = ("dynamo", "module")
+        handed = {"wrap": "never", "meta": False, "sources": False}
+
+    return _LosesMetadataAndTuple()
+
+
 #: bug id -> (area, wrapper, what the switch-free implementation lacks: True keeps the bug's switch on)
 WIDER = {
     "trv-registry-created-on-read": ("traversal", _TrainingOff, True),
     "fs2-group-conflict-not-rejected": ("fsdp2", _ConflictKeyError, True),
     "fs2-reapply-assertion": ("fsdp2", _ReapplyKeyError, True),
     "exo-patch-tracer-leaves-bound-methods": ("exec_order", _NeverRestored, False),
+    "spl-split-submodules-lose-dynamo-metadata": ("splitting", _metadata_and_tuple_lost, False),
 }
 
 
