@@ -333,9 +333,9 @@ def _deal_floors(items, floors: int, workers: int) -> None:
     chunks xdist's load scheduling first hands the workers (consecutive
     items, a quarter of each worker's share): every worker starts with its
     part of them, instead of one worker running them all in turn."""
-    if workers < 2 or floors < 2:
+    chunk = xdist_first_chunk(len(items), workers, None)
+    if workers < 2 or floors < 2 or chunk < 2:
         return
-    chunk = max(2, len(items) // workers // 4)
     head, rest = items[:floors], items[floors:]
     dealt = []
     for worker in range(workers):

@@ -61,7 +61,7 @@ def play(items, budget_s: float, round_s: float, workers: int, monkeypatch, floo
     collection.share_budget(session, items)
     slicer = session.slicer
     slicer.start(0.0)
-    chunk = max(2, len(items) // workers // 4) if workers > 1 else len(items)
+    chunk = collection.xdist_first_chunk(len(items), workers, None) if workers > 1 else len(items)
     queues = [list(items[k * chunk:(k + 1) * chunk]) for k in range(workers)]
     pending = list(items[workers * chunk:])
     clocks = [0.0] * workers
@@ -177,7 +177,7 @@ def test_under_xdist_every_worker_starts_with_its_part_of_the_floors(monkeypatch
     plan = fuzz.Plan(seed=0, workers=2, budget_s=60.0)
     collection.share_budget(types.SimpleNamespace(plan=plan, started=time.time(), started_cpu=time.process_time()),
                             items)
-    chunk = max(2, len(items) // 2 // 4)  # what xdist's LoadScheduling sends each worker first
+    chunk = collection.xdist_first_chunk(len(items), 2, None)  # what xdist's LoadScheduling sends each worker first
     floors = [sum(bool(fuzz.floor_of(item)) for item in items[k * chunk:(k + 1) * chunk]) for k in range(2)]
     total = sum(bool(fuzz.floor_of(item)) for item in items)
     assert sum(floors) == total and abs(floors[0] - floors[1]) <= 1, (floors, total)
