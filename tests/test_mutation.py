@@ -220,3 +220,21 @@ def test_rejudging_keeps_kills_only_under_checks_that_include_the_old_ones(tmp_p
     with pytest.raises(MutationError, match=r"leave out 1 test\(s\).*t\.py::a"):
         narrower.open(widen=True)
     assert wider.load_state()["fingerprint"]["checks"] == "annotate or plan"
+
+
+def test_the_checks_subprocesses_import_the_mutant_too(tmp_path):
+    """SPL-16 and FS2-9 run their ranks in processes of their own: those must
+    import the overlay's copy as well, or the area's end-to-end checks never
+    see a mutant."""
+    (tmp_path / "fsdpcheck_probe_module.py").write_text("WHERE = 'overlay copy'\n")
+    (tmp_path / "test_probe.py").write_text(
+        "import subprocess, sys\n"
+        "def test_rank_process_sees_the_copy():\n"
+        "    out = subprocess.run([sys.executable, '-c', 'import fsdpcheck_probe_module as m; print(m.WHERE)'],\n"
+        "                         capture_output=True, text=True, cwd='/')\n"
+        "    assert out.stdout.strip() == 'overlay copy', out.stderr\n")
+    run = subprocess.run([sys.executable, "-m", "pytest_fsdpcheck.mutation.child",
+                          "fsdpcheck_probe_module=fsdpcheck_probe_module.py", "--", "-q", "-p", "no:randomly",
+                          "-p", "no:cacheprovider", "test_probe.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "fsdpcheck-mutation: pytest exit 0" in run.stdout, run.stdout[-2000:]

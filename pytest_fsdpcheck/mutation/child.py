@@ -57,6 +57,36 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+#: the environment variable that carries ``{module: copy}`` to subprocesses
+SUBPROCESS_FILES = "FSDPCHECK_MUTATION_FILES"
+_SITE = """\
+# written by pytest_fsdpcheck.mutation.child: the checks' own subprocesses
+# (the ranks of SPL-16 and FS2-9) import the mutant too, not the installed torch
+import json, os, sys
+from pytest_fsdpcheck.mutation.child import OverlayFinder, SUBPROCESS_FILES
+if os.environ.get(SUBPROCESS_FILES):
+    sys.meta_path.insert(0, OverlayFinder(json.loads(os.environ[SUBPROCESS_FILES])))
+"""
+
+
+def _overlay_in_subprocesses(overlay: str, files: dict[str, str]) -> None:
+    """Every Python process the checks start imports the listed modules from
+    their copies as well: a ``sitecustomize`` on their ``PYTHONPATH`` (neither
+    the environment nor Python ships one here; one already importable would
+    be shadowed, so it is refused)."""
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("sitecustomize") is not None:
+        raise SystemExit(f"{MARKER} harness error: a sitecustomize module exists; the overlay cannot reach subprocesses")
+    site = os.path.join(overlay, ".fsdpcheck-site")
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as out:
+        out.write(_SITE)
+    os.environ[SUBPROCESS_FILES] = json.dumps(files)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     overlay = os.getcwd()
@@ -72,6 +102,7 @@ def main(argv: list[str]) -> int:
         print(f"{MARKER} harness error: imported before the overlay: {', '.join(already)}")
         return 3
     _exit_with_parent()
+    _overlay_in_subprocesses(overlay, files)
     # Cosmic Ray keeps only stdout: a usage error pytest prints to stderr
     # would be lost from the mutant's record
     os.dup2(1, 2)
