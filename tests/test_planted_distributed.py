@@ -66,6 +66,16 @@ def test_checker_catches_unsplit_graph_and_dead_rank():
     assert any(m.startswith("rank 1:") and "timed out" in m for m in messages)
 
 
+def test_checker_catches_a_failing_or_wrong_step_through_aot_autograd():
+    grads = {"w": torch.ones(3)}
+    assert check_ddp_end_to_end([_rank(aot={"grads": grads, "params": grads})], "impl") == []
+    (failed,) = check_ddp_end_to_end([_rank(aot={"error": "Traceback ...\nIndexError: list index out of range"})], "impl")
+    assert "through AOTAutograd" in failed.message and failed.message.endswith("IndexError: list index out of range")
+    wrong = {"w": torch.tensor([1.0, 2.0, 1.0])}
+    (differs,) = check_ddp_end_to_end([_rank(aot={"grads": wrong, "params": grads})], "impl")
+    assert differs.invariant == "SPL-16" and "gradient (through AOTAutograd) of w" in differs.message
+
+
 def test_checker_catches_ranks_disagreeing():
     other = _rank(1, compiled={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}},
                   eager={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}})

@@ -328,6 +328,26 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     finally:
         ddp_backend.DDPOptimizer.compile_fn = original_compile_fn
 
+    # The same step through AOTAutograd, as inductor compiles it: each
+    # bucket's backward is compiled lazily, in reverse, at the first backward,
+    # and must find its own bucket's forward metadata (pytorch#160745). The
+    # forward and backward graphs run as traced, so only the split is judged.
+    progress["phase"] = "aot"
+    torch._dynamo.reset()
+    try:
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        def run_traced(gm, _example_inputs):
+            return make_boxed_func(gm.forward)
+
+        aot_ddp = DDP(copy.deepcopy(model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+        aot_compiled = torch.compile(aot_ddp, backend=aot_autograd(fw_compiler=run_traced, bw_compiler=run_traced))
+        aot_loss, aot_grads, aot_params = step(aot_compiled, aot_ddp)
+        aot = {"loss": aot_loss, "grads": aot_grads, "params": aot_params}
+    except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
+        aot = {"error": traceback.format_exc(limit=8)}
+
     progress["phase"] = "plans"
     return {
         "ddp_bucket_bytes_cap": compiled_ddp.bucket_bytes_cap,
@@ -339,6 +359,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         "unsharded": unsharded_grads,
         "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
         "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
+        "aot": aot,
     }
 
 
