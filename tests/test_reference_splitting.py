@@ -72,3 +72,38 @@ def test_a_misplaced_parameter_is_named_as_the_graph_names_it():
     assert [v.invariant for v in dotted] == ["SPL-3"] and dotted == joined
     assert "it leaves out [a.weight, a.bias]" in dotted[0].message
     assert "b_weight" in joined[0].detail and "b_weight" not in joined[0].message
+
+
+def _split_calls(form="dynamo"):
+    from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec
+
+    spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("module", 1)))
+    built = build_graph(spec, form)
+    facts = chk.graph_facts(built.gm, built.example_inputs)
+    meta = chk.value_meta(built.gm, built.example_inputs)
+    calls = []
+    result = ReferenceSplitting().split(built.gm, built.example_inputs, bucket_bytes_cap=80, first_bucket_cap=80,
+                                        backend=lambda gm, ex: calls.append((gm, ex)) or gm)
+    return lambda: chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta), calls
+
+
+def test_spl10_sees_each_piece_of_metadata_a_submodule_holds_wrongly():
+    """What the planted splitters do not reach: a changed value, a source on
+    a placeholder that takes an earlier bucket's value, an emptied
+    ``_param_name_to_source``; the reference's copies (equal, not the same
+    objects) pass."""
+    judge, calls = _split_calls()
+    assert not judge()
+    later = calls[1][0]
+    later.meta = {**later.meta, "backend_id": "another"}
+    (v,) = judge()
+    assert v.invariant == "SPL-10" and "backend call 1" in v.message and "other values for ['backend_id']" in v.message
+    judge, calls = _split_calls()
+    (taking,) = [n for n in calls[1][0].graph.nodes if n.op == "placeholder" and not n.name.startswith("l_self")]
+    taking._dynamo_source = "l_x_"
+    (v,) = judge()
+    assert f"placeholders [{taking.name!r}], which take values computed by earlier buckets, carry" in v.message
+    judge, calls = _split_calls()
+    calls[0][0]._param_name_to_source = {}
+    (v,) = judge()
+    assert "backend call 0" in v.message and "its _param_name_to_source differs" in v.message
