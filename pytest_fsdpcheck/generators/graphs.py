@@ -254,11 +254,13 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
         for node, value in zip(placeholders, inputs, strict=False):
             node.meta["example_value"] = value
             node._dynamo_source = _source(node.target, True)
-        # The graph-level metadata is not the form's either: the Dynamo that
-        # still gave module form (torch 2.4's output_graph; 2.13 with
-        # parameters not lifted) set `dynamo_flat_name_to_original_fqn` on
-        # every graph (later releases add the compile and backend ids) and
-        # `_param_name_to_source`, read from the module's attributes.
+        # The graph-level metadata does not depend on the form either: torch
+        # 2.4's Dynamo, which still gave module form, sets
+        # `dynamo_flat_name_to_original_fqn` (compile_and_call_fx_graph) and
+        # `_param_name_to_source` (call_user_compiler) on every graph it hands
+        # a backend; later
+        # releases add the compile and backend ids. (2.0-2.3 not read.) The
+        # same values as the Dynamo form's, so SPL-10 asks the same of both.
         _set_dynamo_metadata(gm, module)
         return BuiltGraph(gm, list(inputs), module, inputs, form)
     if form != "dynamo":
