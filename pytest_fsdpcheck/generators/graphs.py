@@ -258,9 +258,9 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
         # 2.4's Dynamo, which still gave module form, sets
         # `dynamo_flat_name_to_original_fqn` (compile_and_call_fx_graph) and
         # `_param_name_to_source` (call_user_compiler) on every graph it hands
-        # a backend; later
-        # releases add the compile and backend ids. (2.0-2.3 not read.) The
-        # same values as the Dynamo form's, so SPL-10 asks the same of both.
+        # a backend; later releases add the compile and backend ids (2.0-2.3
+        # not read). The same values as the Dynamo form's, so SPL-10 asks the
+        # same of both.
         _set_dynamo_metadata(gm, module)
         return BuiltGraph(gm, list(inputs), module, inputs, form)
     if form != "dynamo":
