@@ -151,9 +151,13 @@ def pytest_runtest_setup_watched(item):
     # a corpus model is built in its test's setup: seconds the stop need not wait for
     if get_session(item.config) is None or not collection.is_suite_item(item):
         return (yield)
-    from .fuzz import stop_watch
+    from . import fuzz
 
-    with stop_watch():
+    with fuzz.stop_watch():
+        if fuzz.stop_path is not None:
+            # what a worker's first call imports before the test's body
+            # (Dynamo: 2 s on the shared 2-core box), imported where the stop can end it
+            verdicts.warm_up()
         return (yield)
 
 
