@@ -24,13 +24,18 @@ def test_single_call_properties_miss_them(run_suite):
 
 
 #: the fixed plans (test_plan_walk_cases) alone, before any property: killer -> the ID it must FAIL
-FIXED_PLAN_TARGETS = {"tests.planted.fsdp2_plans:PrunesGroupedRoots": ("FS2-5", "test_plan_walk_cases")}
+FIXED_PLAN_TARGETS = {
+    "tests.planted.fsdp2_plans:PrunesGroupedRoots": ("FS2-5", "test_plan_walk_cases"),
+    "tests.planted.fsdp2_plans:SharedIgnoreMemo": (("FS2-3", "FS2-2", "FS2-5"), "test_plan_walk_cases"),
+}
 
 
-def test_fixed_plans_catch_a_grouped_root_given_second(run_suite):
+def test_fixed_plans_catch_them(run_suite):
     """A root an earlier call grouped, given second in a call, is walked
-    (FS2-5): a fixed plan sees it at once, where the plan properties needed a
-    search (PrunesGroupedRoots: 16-27 s to its first failure under -x)."""
+    (FS2-5); a module only the first call's ignored parameters drop is
+    managed by the next call (FS2-3's rule, per call): fixed plans see both
+    at once, where the plan properties needed a search (PrunesGroupedRoots:
+    16-27 s to its first failure under -x, SharedIgnoreMemo 21 s)."""
     result, report = run_suite("reference", *FIXED_PLAN_TARGETS,
                                k=f"test_fsdp2_plans and ({selection(FIXED_PLAN_TARGETS)})", extra=NO_SHRINK)
     assert result.ret == 1, "\n".join(result.outlines[-40:])
