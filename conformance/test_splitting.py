@@ -122,6 +122,11 @@ SPLIT_CASES = {
     # linear before it: extended by exactly one op absorbing 80 bytes (SPL-7, the log's table SPL-13)
     "extended-by-one-op": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"),), 0,
                                      (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0))), 1, 1),
+    # the graph's end closes its bucket at a linear; the next bucket meets its cap in a dropped read
+    # and takes the linear before it: a later bucket, not the first, extended by one op absorbing 80 bytes
+    "extended-later-bucket": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear"), ModuleSpec("linear")),
+                                        (ParamSpec("matrix"),), 0,
+                                        (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("module", 2))), 1, 1),
     # two dropped reads: the bucket goes on over the first read's nodes to the linear, absorbing 144 bytes
     "extended-by-several-ops": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"), ParamSpec("matrix")), 0,
                                           (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("scratch", 1))), 1, 1),

@@ -142,6 +142,15 @@ class _HidesExtension(PlantedSplitting):  # SPL-7
         return result
 
 
+class _ExtensionFromGraphEnd(PlantedSplitting):  # SPL-7: absorbed bytes measured against the graph end's bucket
+    def finish(self, result, gm, buckets):
+        end = result.buckets[-1]
+        for b in result.buckets:
+            if b.extra_ops and b is not end:
+                b.extra_bytes = b.size - end.size
+        return result
+
+
 class _NoFusion(PlantedSplitting):  # SPL-8
     knobs = {"fuse": False}
 
@@ -382,6 +391,7 @@ CountsPerUse = _impl(_CountsPerUse)
 ClosesLate = _impl(_ClosesLate)
 NoExtension = _impl(_NoExtension)
 HidesExtension = _impl(_HidesExtension)
+ExtensionFromGraphEnd = _impl(_ExtensionFromGraphEnd)
 NoFusion = _impl(_NoFusion)
 AlwaysSplits = _impl(_AlwaysSplits)
 CompilesWhole = _impl(_CompilesWhole)
@@ -460,6 +470,7 @@ FIXED_CASE_TARGETS = {
     "DoubleWrapsTuples": "SPL-10",
     "DropsGraphMetadata": "SPL-10",
     "DropsInputSources": "SPL-10",
+    "ExtensionFromGraphEnd": "SPL-7",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
