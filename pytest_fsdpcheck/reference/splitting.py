@@ -255,7 +255,16 @@ class ReferenceSplitting:
         return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend, copy_first, keep_metadata), table)
 
 
-def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True):
+def _prepare_submodule(gm, submod, keep_metadata=True) -> bool:
+    """What the backend gets for one bucket: the captured graph's metadata
+    and a tuple output; whether a single value was wrapped."""
+    if keep_metadata:
+        _carry_metadata(gm, submod)
+    return _return_tuple(submod)
+
+
+def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True,
+                       prepare=_prepare_submodule):
     import torch
     from torch.fx.passes.split_module import split_module
 
@@ -274,9 +283,7 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 submod = split_gm.get_submodule(node.target)
                 if copy_first and not node.users:
                     _copy_like_ddp_optimizer(submod, node)
-                if keep_metadata:
-                    _carry_metadata(gm, submod)
-                single = _return_tuple(submod)
+                single = prepare(gm, submod, keep_metadata)
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 compiled = backend(submod, list(args))
                 env[node] = submod(*args)[0] if single else submod(*args)

@@ -281,43 +281,24 @@ def split_and_compile(gm, buckets, example_inputs, backend, *, wrap="single", me
     graph module's ``meta`` and ``_param_name_to_source`` carried) and
     ``sources`` (the input placeholders' ``_dynamo_source`` carried). The
     split module unwraps what was wrapped, so its results stay right."""
-    from torch.fx.passes.split_module import split_module
 
-    partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
-    split_gm = split_module(gm, None, lambda node: partition[node])
-    env: dict = {}
-    placeholders = iter(example_inputs)
-    with torch.no_grad():
-        for node in split_gm.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = next(placeholders)
-            elif node.op == "call_module":
-                submod = split_gm.get_submodule(node.target)
-                saved = {n: getattr(n, "_dynamo_source", None) for n in submod.graph.nodes if n.op == "placeholder"}
-                ref._carry_metadata(gm, submod)
-                if not meta:
-                    submod.meta = {}
-                    del submod._param_name_to_source
-                if not sources:
-                    for placeholder, source in saved.items():
-                        placeholder._dynamo_source = source
-                output = next(n for n in submod.graph.nodes if n.op == "output")
-                wrapped = wrap == "always" or (wrap == "single" and not isinstance(output.args[0], tuple))
-                if wrapped:
-                    output.args = ((output.args[0],),)
-                    submod.recompile()
-                args = torch.fx.node.map_arg(node.args, env.__getitem__)
-                compiled = backend(submod, list(args))
-                env[node] = submod(*args)[0] if wrapped else submod(*args)
-                setattr(split_gm, node.target, ref._wrapper_class()(compiled, wrapped))
-            elif node.op == "get_attr":
-                env[node] = ref._fetch_attr(split_gm, node.target)
-            elif node.op == "call_function":
-                args = torch.fx.node.map_arg(node.args, env.__getitem__)
-                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-                env[node] = node.target(*args, **kwargs)
-    split_gm.recompile()
-    return split_gm
+    def prepare(gm, submod, _keep_metadata):
+        saved = {n: getattr(n, "_dynamo_source", None) for n in submod.graph.nodes if n.op == "placeholder"}
+        ref._carry_metadata(gm, submod)
+        if not meta:
+            submod.meta = {}
+            del submod._param_name_to_source
+        if not sources:
+            for placeholder, source in saved.items():
+                placeholder._dynamo_source = source
+        output = next(n for n in submod.graph.nodes if n.op == "output")
+        wrapped = wrap == "always" or (wrap == "single" and not isinstance(output.args[0], tuple))
+        if wrapped:
+            output.args = ((output.args[0],),)
+            submod.recompile()
+        return wrapped
+
+    return ref._split_and_compile(gm, buckets, example_inputs, backend, prepare=prepare)
 
 
 class _BackendGets(PlantedSplitting):
