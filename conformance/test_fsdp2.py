@@ -15,6 +15,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2 import (
+    EQUAL_MODULES,
     NESTED_ROOTS,
     build_fsdp2,
     fsdp2_deep_chain,
@@ -119,6 +120,20 @@ def test_nested_roots(fsdpcheck_impl, case):
         return check_managed(built, impl.fsdp2.managed_modules(built.roots, built.ignored))
 
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "managed"))
+
+
+@pytest.mark.invariant("FS2-1", "FS2-2")
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.invariant("FS2-5")) if len(s.roots) > 1 else c for c, s in EQUAL_MODULES.items()
+])
+def test_equal_modules(fsdpcheck_impl, case):
+    """Modules of a class whose instances all compare equal: the walk tells
+    a root from a module with its own group, a visited module from its
+    sibling and (FS2-5) one root from another by identity."""
+    spec = EQUAL_MODULES[case]
+    if len(spec.roots) > 1:
+        _require(fsdpcheck_impl, "several_roots", "one module, not a group")
+    conform(fsdpcheck_impl, _managed_body(spec), reproducer(fsdpcheck_impl, spec, "managed"))
 
 
 @pytest.mark.invariant("FS2-4")

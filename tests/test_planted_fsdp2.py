@@ -2,7 +2,7 @@
 
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
-from tests.planted.fsdp2 import CORPUS_PLANTED, NESTED_PLANTED, PLANTED
+from tests.planted.fsdp2 import CORPUS_PLANTED, EQUAL_PLANTED, NESTED_PLANTED, PLANTED
 
 
 def test_planted_fsdp2_bugs_are_caught(run_suite):
@@ -19,6 +19,16 @@ def test_nested_roots_mistakes_fail_the_fixed_groups(run_suite):
     (the reference) passes them."""
     result, report = run_suite("reference", *NESTED_PLANTED, k=selection(NESTED_PLANTED), extra=NO_SHRINK)
     demand_failures(result, report, NESTED_PLANTED)
+
+
+def test_modules_compared_by_equality_fail_the_equal_trees(run_suite):
+    """Modules that all compare equal: a walk taking a module with its own
+    group for the root it equals (``!=`` or ``in`` where the reference asks
+    ``is``) enters that group, one keeping its visited modules in a list
+    skips the ones equal to a visited module; each fails FS2-2 on the fixed
+    trees, which the reference passes."""
+    result, report = run_suite("reference", *EQUAL_PLANTED, k=selection(EQUAL_PLANTED), extra=NO_SHRINK)
+    demand_failures(result, report, EQUAL_PLANTED)
 
 
 def test_planted_fsdp2_bugs_are_caught_on_the_corpus(run_suite):

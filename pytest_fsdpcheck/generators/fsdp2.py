@@ -33,6 +33,9 @@ class Fsdp2Spec:
     ignored: frozenset[tuple[int, int]] | None = None
     buffers: tuple[int, ...] = ()  # own buffers per module
     scalars: frozenset[int] = frozenset()  # modules given a scalar parameter ``s``
+    #: modules of a class whose instances all compare equal (``==``) while
+    #: hashing by identity: only identity tells them apart, as it must (FS2-1)
+    equal: frozenset[int] = frozenset()
 
     @property
     def size(self) -> int:
@@ -51,7 +54,7 @@ class Fsdp2Spec:
         parts = [f"tree={self.tree.to_source()}"]
         if self.roots != (0,):
             parts.append(f"roots={self.roots!r}")
-        for name in ("groups", "scalars"):
+        for name in ("groups", "scalars", "equal"):
             value = getattr(self, name)
             if value:
                 parts.append(f"{name}=frozenset({sorted(value)!r})")
@@ -110,6 +113,8 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
             modules[i].register_buffer(f"b{k}", torch.zeros(k + 1))
     for i in sorted(spec.scalars):
         modules[i].register_parameter("s", nn.Parameter(torch.tensor(float(i))))
+    for i in sorted(spec.equal):
+        modules[i].__class__ = equal_module_class()
     ignored = ignored_parameters(spec, modules)
     if area is not None:
         for i in sorted(spec.tree.replicate):
@@ -118,6 +123,27 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
             for i in sorted(spec.groups):
                 area.mark_own_group(modules[i])
     return BuiltFsdp2(spec, tree, tuple(modules[i] for i in spec.roots), ignored)
+
+
+_EQUAL_MODULE: list = []
+
+
+def equal_module_class():
+    """An ``nn.Module`` subclass whose instances all compare equal to each
+    other, hashing by identity as every module does: a model may define
+    ``__eq__`` (a config-like module comparing its fields), and FSDP2 must
+    still tell its modules apart by identity."""
+    if not _EQUAL_MODULE:
+        from torch import nn
+
+        class EqualModule(nn.Module):
+            def __eq__(self, other):
+                return True if isinstance(other, EqualModule) else NotImplemented
+
+            __hash__ = nn.Module.__hash__
+
+        _EQUAL_MODULE.append(EqualModule)
+    return _EQUAL_MODULE[0]
 
 
 def ignored_parameters(spec: Fsdp2Spec, modules) -> set | None:
@@ -247,6 +273,27 @@ NESTED_ROOTS = {
     # 0 -> 1 -> 2 -> 3: 2 is below 0, past a module the walk does not enter
     "below-another-group": _nested([(1,), (2,), (3,), ()], (2, 0), groups=(1,)),
     "below-replicate": _nested([(1,), (2,), (3,), ()], (0, 2), replicate=(1,)),
+}
+
+
+#: modules that all compare equal (FS2-1/2/5): a walk must tell a root from
+#: a module with its own group, a visited module from its sibling and a root
+#: from the modules below another root by identity, never by ``==``
+#: (``!=``, ``in`` on a list); equality would enter the group, skip the
+#: sibling or drop the root
+EQUAL_MODULES = {
+    # 0 -> (1, 2), 1 -> 3: 1 has its own group and equals the root
+    "own-group-below-the-root": Fsdp2Spec(
+        TreeSpec(((1, 2), (3,), (), ()), params=(1, 1, 1, 1)), groups=frozenset({1}), equal=frozenset(range(4))),
+    # 0 -> (1, 2, 3), 1 -> 4: every sibling equals the one visited before it
+    "equal-siblings": Fsdp2Spec(
+        TreeSpec(((1, 2, 3), (4,), (), (), ()), params=(1, 1, 1, 1, 1)), equal=frozenset(range(5))),
+    # 0 -> (1, 2), 1 -> 3, 2 -> 4: the roots 1 and 2 are side by side, each
+    # equal to the other (neither is below the other) and to 4, which has
+    # its own group
+    "several-roots": Fsdp2Spec(
+        TreeSpec(((1, 2), (3,), (4,), (), ()), params=(1, 1, 1, 1, 1)), roots=(1, 2), groups=frozenset({4}),
+        equal=frozenset(range(5))),
 }
 
 

@@ -135,6 +135,46 @@ class _RootsByWalk(ReferenceFsdp2):
         return list(dict.fromkeys(roots))
 
 
+class _RootsByEquality(ReferenceFsdp2):
+    # Tells the group's roots from the modules below them by ``==`` (``!=``,
+    # ``in`` on a list of the roots) where the reference asks ``is``: a module
+    # with a group of its own that compares equal to a root is taken for one
+    # and entered. nn.Module compares by identity, so only a class defining
+    # __eq__ shows it.
+    def managed_modules(self, roots, ignored_params):
+        roots = list(roots)
+        saved = self._own_group
+        self._own_group = weakref.WeakKeyDictionary({m: v for m, v in saved.items() if m not in roots})
+        try:
+            return super().managed_modules(roots, ignored_params)
+        finally:
+            self._own_group = saved
+
+
+class _VisitedByEquality(ReferenceFsdp2):
+    # Keeps the visited modules in a list, so ``in`` compares by ``==``: a
+    # module equal to one visited before is skipped as if it had been.
+    def managed_modules(self, roots, ignored_params):
+        roots, visited, out = self._roots(roots), [], []
+
+        def dfs(module):
+            if not self._composable(module) or (all(module is not r for r in roots) and module in self._own_group):
+                return
+            visited.append(module)
+            for child in unique_children(module):
+                if child not in visited:
+                    dfs(child)
+            out.append(module)
+
+        for root in roots:
+            if root not in visited:
+                dfs(root)
+        if ignored_params is None:
+            return out
+        ignored, memo = {id(p) for p in ignored_params}, {}
+        return [m for m in out if not self._ignorable(m, ignored, memo)]
+
+
 class _Recursive(ReferenceFsdp2):
     def __init__(self):
         super().__init__(recursive=True)
@@ -188,6 +228,8 @@ NoRootReduction = _impl(_NoRootReduction)
 ParamsOnly = _impl(_ParamsOnly)
 IgnoreRuleNoMemo = _impl(_IgnoreRuleNoMemo)
 IgnoreRuleWholeSubtree = _impl(_IgnoreRuleWholeSubtree)
+RootsByEquality = _impl(_RootsByEquality)
+VisitedByEquality = _impl(_VisitedByEquality)
 RecursiveWalk = _impl(_Recursive)
 SkipsNestedRoot = _impl(_SkipsNestedRoot)
 RootsByWalk = _impl(_RootsByWalk)
@@ -222,4 +264,13 @@ NESTED_PLANTED = {
     "tests.planted.fsdp2:NoRootReduction": ("FS2-5", "test_nested_roots"),
     "tests.planted.fsdp2:SkipsNestedRoot": ("FS2-5", "test_nested_roots"),
     "tests.planted.fsdp2:RootsByWalk": ("FS2-5", "test_nested_roots"),
+}
+
+#: modules of a class defining __eq__ (all instances equal), on the fixed
+#: trees of test_equal_modules: a walk comparing modules by equality enters
+#: a group that compares equal to its root, or skips a module equal to one
+#: it visited
+EQUAL_PLANTED = {
+    "tests.planted.fsdp2:RootsByEquality": ("FS2-2", "test_equal_modules"),
+    "tests.planted.fsdp2:VisitedByEquality": ("FS2-2", "test_equal_modules"),
 }
