@@ -157,7 +157,7 @@ def bench_scaling() -> list[tuple[str, str]]:
             for n in sizes:
                 tree = build_tree(make(n), impl.traversal)
                 try:
-                    times[(name, n)] = best_time(lambda t=tree, i=impl: i.traversal.states_with_modules(t.root))
+                    times[(name, n)] = best_time(lambda t=tree, i=impl: i.traversal.states_with_modules(t.root), clock=time.perf_counter)
                 except RecursionError:
                     times[(name, n)] = None
                 del tree

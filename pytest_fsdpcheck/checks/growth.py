@@ -1,6 +1,11 @@
 """Linear-time invariants (TRV-8, EXO-8, FS2-6) as ratios, not wall-clock
 budgets: 4x the input may cost at most ``limit`` x the time (linear gives
-~4x, a quadratic scan ~16x), each side the best of a few runs. Where a wrong
+~4x, a quadratic scan ~16x), each side the best of a few runs, in the
+CPU time of the thread that calls the implementation: on a loaded runner
+wall time also counts the turns other processes took, which fall on the
+two sides unevenly (a 9 ms run on a 2-core box at load 8 came out 10.8x
+for 4x the modules), and the process's CPU clock is only sampled at ticks
+while :func:`cpu_budget`'s timer is armed (Linux). Where a wrong
 implementation is exponential, :func:`check_growth_within` cuts the large
 runs once the ratio is already broken, so the check ends."""
 
@@ -19,29 +24,31 @@ LONG_ENOUGH_S = 1.0
 
 
 def best_time(fn, repeat: int = 3, good_enough: float = 0.0, first: float | None = None,
-              budget: float | None = None) -> float:
+              budget: float | None = None, clock=time.thread_time) -> float:
     """Best of ``repeat`` runs timed by :func:`timed`; stops early once a
     run took at most ``good_enough`` seconds, or at least ``LONG_ENOUGH_S``
     (interruptions are a small share of a long run, and another would only
     repeat a superlinear implementation's cost). ``first`` is a run already
     timed that way, counted as the first of them. ``budget``: each run is
-    cut after that much CPU time (:class:`OverBudget`)."""
+    cut after that much CPU time (:class:`OverBudget`). ``clock``: CPU time
+    for the checks; benchmarks that report seconds pass
+    ``time.perf_counter``."""
     runs = [] if first is None else [first]
     while len(runs) < repeat and not (runs and (min(runs) <= good_enough or runs[-1] >= LONG_ENOUGH_S)):
         with cpu_budget(budget) if budget else contextlib.nullcontext():
-            runs.append(timed(fn)[0])
+            runs.append(timed(fn, clock)[0])
     return min(runs)
 
 
-def timed(fn):
+def timed(fn, clock=time.thread_time):
     """(seconds, result) of one call of ``fn`` with the cyclic collector off,
     as timeit does (a collection over a big heap adds a superlinear cost of
     its own)."""
     gc.disable()
     try:
-        start = time.perf_counter()
+        start = clock()
         result = fn()
-        return time.perf_counter() - start, result
+        return clock() - start, result
     finally:
         gc.enable()
 
