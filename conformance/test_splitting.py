@@ -133,6 +133,10 @@ SPLIT_CASES = {
     # [l0 l1] [l2 skip l3]: the skip reads l0's output, so the earlier bucket has two outputs and its
     # submodule returns a two-element tuple, handed to the backend as it is (SPL-10), the others one
     "bucket-with-two-outputs": (GraphSpec(4, 2, _CHAIN4.modules, (), 0, (*_CHAIN4.ops[:3], OpSpec("skip", 1), _CHAIN4.ops[3])), 160, 160),
+    # [p0 l0] [l1]: the preamble reads a trainable parameter of zero elements, so it holds no bytes and
+    # is fused into the bucket after it (SPL-8), which then lists that parameter too (SPL-3)
+    "zero-element-param-in-preamble": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("empty"),), 0,
+                                                 (OpSpec("param", 0), OpSpec("module", 0), OpSpec("module", 1))), 80, 80),
 }
 
 

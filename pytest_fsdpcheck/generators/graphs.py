@@ -43,8 +43,11 @@ class ModuleSpec:
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """A parameter used directly: ``matrix`` ``[w, w]`` (``h @ p.t()``) or
-    ``vector`` ``[w]`` (``h * p``, in ``dtype``, cast back to float32)."""
+    """A parameter used directly: ``matrix`` ``[w, w]`` (``h @ p.t()``),
+    ``vector`` ``[w]`` (``h * p``, in ``dtype``, cast back to float32) or
+    ``empty`` ``[0]`` (``h + p.sum()``: a parameter of no elements and no
+    bytes, still trainable and read; fixed cases only, the strategies do not
+    draw it)."""
 
     kind: str = "matrix"
     dtype: str = "float32"
@@ -144,7 +147,7 @@ def make_module(spec: GraphSpec, device="cpu"):
                     mod.weight = mods[m.tied_to].weight
             self.mods = nn.ModuleList(mods)
             for i, p in enumerate(spec.params):
-                shape = (w, w) if p.kind == "matrix" else (w,)
+                shape = {"matrix": (w, w), "empty": (0,)}.get(p.kind, (w,))
                 self.register_parameter(f"p{i}", nn.Parameter(torch.randn(shape, dtype=getattr(torch, p.dtype))))
             for i in range(spec.buffers):
                 self.register_buffer(f"b{i}", torch.rand(w) + 0.5)
@@ -179,6 +182,8 @@ def make_module(spec: GraphSpec, device="cpu"):
                     p = getattr(self, f"p{op.ref}")
                     if spec.params[op.ref].kind == "matrix":
                         h = h @ p.t()
+                    elif spec.params[op.ref].kind == "empty":
+                        h = h + p.sum()
                     else:
                         h = h.mul(p) if op.method else torch.mul(h, p)
                         if spec.params[op.ref].dtype != "float32":
@@ -357,6 +362,8 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             ps = spec.params[op.ref]
             if ps.kind == "matrix":
                 h = call(operator.matmul, (h, meth("t", (p,))))
+            elif ps.kind == "empty":
+                h = call(operator.add, (h, meth("sum", (p,))))
             else:
                 h = meth("mul", (h, p)) if op.method else call(torch.mul, (h, p))
                 if ps.dtype != "float32":

@@ -171,6 +171,20 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reproducer="spl-split-submodules-lose-dynamo-metadata.py",
     ),
     KnownBug(
+        id="spl-zero-byte-preamble-asserts",
+        invariants=("SPL-3", "SPL-8"),
+        reason="DDPOptimizer.compile_fn fuses a zero-byte earliest bucket (a parameter-free preamble) "
+        "into the next one, and asserts that such a bucket lists no parameter: a trainable parameter "
+        "of zero elements read there is listed but weighs no bytes, so the split raises "
+        "AssertionError('Params should be empty if size is 0') instead of fusing the preamble with it. "
+        "Measured on 2.4.1 and 2.13.0 only (both sources carry the assertion); the releases before, "
+        "between and after were not run.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.13.0"),
+        reference={"splitting": {"zero_byte_preamble": "asserted"}},
+        reproducer="spl-zero-byte-preamble-asserts.py",
+    ),
+    KnownBug(
         id="exo-patch-tracer-leaves-bound-methods",
         invariants=("EXO-1",),
         reason="torch.distributed.fsdp._trace_utils._ExecOrderTracer.patch_tracer restores by assigning "

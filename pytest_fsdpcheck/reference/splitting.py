@@ -9,7 +9,9 @@ such an output it keeps absorbing nodes, and records how many. A
 ``get_attr`` node is no such output: split_module keeps it in the parent
 graph and passes its value to every submodule that reads it, so a bucket
 whose only outward node is a ``get_attr`` would be a submodule with no
-output. A parameter-free earliest bucket is fused into the next one.
+output. A parameter-free earliest bucket (no bytes: a zero-element
+parameter weighs none) is fused into the next one, with whatever
+parameters it lists.
 
 Whether a bucket has an external output is tracked incrementally: nodes join
 a bucket in reverse graph order and a node's users all come after it, so once
@@ -111,6 +113,7 @@ def plan(
     close_at_cap: str = "with_output",
     method_receiver: str = "ignored",
     attr_outputs: str = "not_counted",
+    zero_byte_preamble: str = "fused",
 ) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order.
 
@@ -124,7 +127,9 @@ def plan(
     closes a full bucket whether or not it has an external output;
     ``method_receiver="module_counted"`` counts, at a ``call_method`` node, the
     parameters of the module its receiver's string target names (a called
-    module's output, in module-form graphs), once per module.
+    module's output, in module-form graphs), once per module;
+    ``zero_byte_preamble="asserted"`` raises torch's ``AssertionError`` where
+    the earliest bucket, to be fused, lists a parameter (of zero elements).
     """
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     real = dict(zip(placeholders, example_inputs, strict=False)) if ddp_ignored_from == "real_inputs" else {}
@@ -167,7 +172,12 @@ def plan(
         current.nodes.append(node)
     if len(buckets) > 1 and buckets[-1].size == 0:
         preamble = buckets.pop()
+        if preamble.params and zero_byte_preamble == "asserted":
+            raise AssertionError("Params should be empty if size is 0")
         buckets[-1].nodes.extend(preamble.nodes)
+        # a zero-element parameter read there is still read there (SPL-3)
+        buckets[-1].params.extend(preamble.params)
+        buckets[-1].param_ids.extend(preamble.param_ids)
     buckets.reverse()
     for bucket in buckets:
         bucket.nodes.reverse()
@@ -209,6 +219,7 @@ _SWITCHES = {
     "ddp_ignored_from": ("real_inputs", "example_value"),
     "attr_outputs": ("not_counted", "counted"),
     "submodule_metadata": ("propagated", "dropped"),
+    "zero_byte_preamble": ("fused", "asserted"),
 }
 
 

@@ -16,7 +16,7 @@ from pytest_fsdpcheck.reference import splitting as ref
 
 def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_frozen=False,
          per_use=False, fuse=True, close_late=False, first_cap_everywhere=False, close_above=False,
-         size_with_node=False, split=True):
+         size_with_node=False, split=True, fuse_params=True):
     buckets = [ref._Bucket()]
     index: dict = {}
     counted: set = set()
@@ -53,7 +53,11 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
             current.has_external_output = any(index.get(u) != here for u in node.users)
         current.nodes.append(node)
     if fuse and len(buckets) > 1 and buckets[-1].size == 0:
-        buckets[-2].nodes.extend(buckets.pop().nodes)
+        preamble = buckets.pop()
+        buckets[-1].nodes.extend(preamble.nodes)
+        if fuse_params:  # a zero-element parameter the preamble read
+            buckets[-1].params.extend(preamble.params)
+            buckets[-1].param_ids.extend(preamble.param_ids)
     buckets.reverse()
     for b in buckets:
         b.nodes.reverse()
@@ -153,6 +157,10 @@ class _ExtensionFromGraphEnd(PlantedSplitting):  # SPL-7: absorbed bytes measure
 
 class _NoFusion(PlantedSplitting):  # SPL-8
     knobs = {"fuse": False}
+
+
+class _FusionDropsParams(PlantedSplitting):  # SPL-3: a fused zero-byte preamble's parameters listed nowhere
+    knobs = {"fuse_params": False}
 
 
 class _AlwaysSplits(PlantedSplitting):  # SPL-9
@@ -374,6 +382,7 @@ NoExtension = _impl(_NoExtension)
 HidesExtension = _impl(_HidesExtension)
 ExtensionFromGraphEnd = _impl(_ExtensionFromGraphEnd)
 NoFusion = _impl(_NoFusion)
+FusionDropsParams = _impl(_FusionDropsParams)
 AlwaysSplits = _impl(_AlwaysSplits)
 CompilesWhole = _impl(_CompilesWhole)
 WrongOutputs = _impl(_WrongOutputs)
@@ -452,6 +461,7 @@ FIXED_CASE_TARGETS = {
     "DropsGraphMetadata": "SPL-10",
     "DropsInputSources": "SPL-10",
     "ExtensionFromGraphEnd": "SPL-7",
+    "FusionDropsParams": "SPL-3",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
