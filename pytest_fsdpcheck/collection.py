@@ -203,6 +203,11 @@ _TEST_COST = {
     "test_golden_exec_order": "single call",
     "test_corpus_fsdp2_invariants": "single call",
     "test_large_trees": "large inputs",
+    # EXO-8's ratio on a quarter of test_linear_growth's leaf (1,000 and
+    # 4,000 parameters: a linear recorder 0.05 s in all, a quadratic one
+    # 1.5 s), among the fixed cases: the full sizes cost a quadratic
+    # recorder 6 s and run after every single-call property.
+    "test_linear_growth_quick": "single call",
     "test_linear_growth": "large inputs",
     "test_linear_growth_shared_ignored": "large inputs",
     "test_linear_growth_deep_ignored": "large inputs",

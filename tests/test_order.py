@@ -61,6 +61,22 @@ def test_growth_checks_before_the_largest_inputs(collected):
         assert growth and large and max(growth) < min(large), (module, ids[max(growth)], ids[min(large)])
 
 
+def test_exec_order_quick_growth_among_the_fixed_cases(collected):
+    """EXO-8's quick ratio (a quarter of test_linear_growth's leaf) runs
+    with the fixed cases, before exec order's properties and every large
+    input: the full-size ratio, planted QuadraticMembership's only catch
+    before, ran after them all (its serial first failure under -x 16.6 s,
+    now 7.0 s)."""
+    from pytest_fsdpcheck.conformance import test_exec_order as exo
+
+    properties = {name for name, fn in vars(exo).items() if getattr(fn, "is_hypothesis_test", False)}
+    ids = collected("--fsdpcheck-impl", "reference")
+    quick = ids.index("test_exec_order.py::test_linear_growth_quick[reference]")
+    later = _index(ids, lambda n: (n.startswith("test_exec_order.py::") and n.partition("::")[2].partition("[")[0] in properties)
+                   or "test_large_trees" in n or "test_linear_growth[" in n)
+    assert properties and later and quick < min(later), (ids[quick], ids[min(later)])
+
+
 def test_under_x_the_first_failure_is_the_cheap_property(pytester, monkeypatch):
     """The issue's case: flags on the wrong modules of fully_shard's walk are
     seen by the single-process FS2 checks, long before the multi-process
