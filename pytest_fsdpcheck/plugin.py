@@ -33,7 +33,15 @@ def pytest_configure(config):
     from . import session
 
     collection.add_suite_paths(config)
-    session.start(config, options.read_settings(config))
+    try:
+        session.start(config, options.read_settings(config))
+    except pytest.UsageError as exc:
+        if not hasattr(config, "workerinput"):
+            raise
+        # xdist prints a worker's usage error as its traceback, and goes on;
+        # a failed collection is printed once, as the line it carries
+        config.pluginmanager.register(WorkerLoadError(str(exc)), "fsdpcheck-load-error")
+        return
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "fsdpcheck-xdist")
         from . import fuzz
@@ -236,14 +244,37 @@ def pytest_sessionfinish(session, exitstatus):
         session.config.workeroutput["fsdpcheck_matched"] = [
             i for i, e in enumerate(state.divergences) if e in state.matched_entries]
         session.config.workeroutput["fsdpcheck_deselected"] = sorted(state.deselected)
+        session.config.workeroutput["fsdpcheck_loaded"] = state.loaded()
+        return
+    if state.worker_load_error:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
     verdicts.finish(state, session, exitstatus)
+
+
+class WorkerLoadError:
+    """Registered on an xdist worker whose session could not start (an
+    implementation or model that does not load where the controller, which
+    imports neither, could not tell): its collection fails with the reason,
+    and the controller ends the run as a usage error."""
+
+    PREFIX = "fsdpcheck: "
+
+    def __init__(self, message: str):
+        self.message = message if message.startswith(self.PREFIX) else self.PREFIX + message
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_make_collect_report(self, collector):
+        if isinstance(collector, pytest.Session):
+            return pytest.CollectReport(collector.nodeid, "failed", self.message, [])
+        return None
 
 
 class XdistHooks:
     """Registered only when pytest-xdist is present."""
 
     def __init__(self, config):
+        self.config = config
         self.maxfail = config.getoption("maxfail", 0) or 0
         self.stop_path = None  # the controller's -x/--maxfail stop file (fuzz.stop_path on workers)
         self.failures = 0
@@ -310,6 +341,14 @@ class XdistHooks:
             for index in output.get("fsdpcheck_matched", ()):
                 state.matched_entries.add(state.divergences[index])
             state.deselected.update(tuple(pair) for pair in output.get("fsdpcheck_deselected", ()))
+            state.learn(output.get("fsdpcheck_loaded"))
+
+    def pytest_collectreport(self, report):
+        # the controller: a worker that could not start its session failed
+        # its collection with the one-line reason (WorkerLoadError)
+        state = get_session(self.config)
+        if state is not None and report.failed and str(report.longrepr).startswith(WorkerLoadError.PREFIX):
+            state.worker_load_error = str(report.longrepr)
 
 
 class HtmlHooks:

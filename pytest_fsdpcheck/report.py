@@ -347,25 +347,18 @@ def header_lines(session) -> list[str]:
     from .contract import provided_areas
     from .known import active_bugs
 
+    if session.awaiting_workers():
+        return _controller_header(session)
     impl_lines = [
         f"  {spec}: {', '.join(provided_areas(obj)) or 'no areas'}" for spec, obj in session.impls.items()
     ]
-    seed = (
-        "derandomized (ci profile)"
-        if session.seed is None
-        else f"{session.seed} (replay with --fsdpcheck-seed={session.seed})"
-    )
     known = [
         f"  {spec}: {', '.join(b.id for b in active_bugs(obj, session.torch_version))}"
         for spec, obj in session.impls.items()
         if active_bugs(obj, session.torch_version)
     ]
     return [
-        f"fsdpcheck: torch {session.torch_version}; devices: {', '.join(session.devices)}; "
-        f"profile: {session.profile}; seed: {seed}",
-        *_plan_header(session),
-        "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
-        *(["fsdpcheck: your models: " + ", ".join(session.models)] if session.models else []),
+        *_common_header(session),
         *(
             ["fsdpcheck: known bugs modelled (python -m pytest_fsdpcheck.known):", *known]
             if known and session.known_bugs
@@ -373,6 +366,29 @@ def header_lines(session) -> list[str]:
         ),
         "fsdpcheck: implementations (areas provided):",
         *impl_lines,
+    ]
+
+
+def _common_header(session) -> list[str]:
+    seed = (
+        "derandomized (ci profile)"
+        if session.seed is None
+        else f"{session.seed} (replay with --fsdpcheck-seed={session.seed})"
+    )
+    devices = ", ".join(session.devices) or "each xdist worker's (auto)"
+    return [
+        f"fsdpcheck: torch {session.torch_version}; devices: {devices}; profile: {session.profile}; seed: {seed}",
+        *_plan_header(session),
+        "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
+        *(["fsdpcheck: your models: " + ", ".join(session.models)] if session.models else []),
+    ]
+
+
+def _controller_header(session) -> list[str]:
+    return [
+        *_common_header(session),
+        "fsdpcheck: implementations: " + ", ".join(session.impls)
+        + " (each xdist worker loads them: their areas and known bugs are listed with the matrix)",
     ]
 
 
@@ -449,6 +465,10 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
     stale, unexpected, unreproduced, unprovided = findings
     exposures = exposures or {}
     tr.section("fsdpcheck conformance matrix")
+    if session.deferred and not session.awaiting_workers():
+        # the header the workers' loading completes (the controller's was partial)
+        for line in header_lines(session):
+            tr.write_line(line)
     for line in session.matrix.render():
         tr.write_line(line)
     for line in _known_lines(session, unreproduced):

@@ -49,6 +49,100 @@ class Session:
     pytest_session: object = None  # pytest's Session, whose exit status the summary may still set
     #: users' model factories (--fsdpcheck-model, entry points), each checked loadable at start
     models: tuple = ()
+    #: the xdist controller's session: implementations, devices and torch's
+    #: version stand in for what the workers load, until they tell (:meth:`learn`)
+    deferred: bool = False
+    #: the controller: why a worker could not start its session (WorkerLoadError)
+    worker_load_error: str | None = None
+
+    def loaded(self) -> dict:
+        """What a worker loaded, for its controller (plain data: execnet)."""
+        from .contract import provided_areas
+        from .known import known_bugs_of
+        from .known.torch_bugs import TORCH_BUGS
+
+        impls = {}
+        for spec, impl in self.impls.items():
+            bugs = known_bugs_of(impl)
+            catalogued = all(any(bug is entry for entry in TORCH_BUGS) for bug in bugs)
+            impls[spec] = {"areas": provided_areas(impl), "bugs": [b.id for b in bugs] if catalogued else None}
+        # str(): torch's version is a str subclass execnet cannot send
+        return {"torch": str(self.torch_version), "devices": [str(d) for d in self.devices], "impls": impls}
+
+    def learn(self, loaded: dict | None) -> None:
+        """The controller: fill in what a worker loaded (:meth:`loaded`)."""
+        if not self.deferred or not loaded:
+            return
+        self.torch_version = loaded["torch"]
+        if not self.devices:
+            self.devices = list(loaded["devices"])
+        for spec, seen in loaded["impls"].items():
+            impl = self.impls.get(spec)
+            if isinstance(impl, DeferredImplementation):
+                impl.learn(seen)
+
+    def awaiting_workers(self) -> bool:
+        """The controller, before any worker told what it loaded."""
+        return any(isinstance(i, DeferredImplementation) and not i.known for i in self.impls.values())
+
+
+class DeferredImplementation:
+    """The xdist controller's stand-in for an implementation its workers
+    load. Only what can be told without importing it is checked at start
+    (:func:`~.impls.check_importable`); the provided areas and catalogued
+    known bugs come from a worker (:meth:`Session.learn`). Anything else
+    asked of it, or everything where no worker told (each crashed), loads
+    the implementation here after all."""
+
+    def __init__(self, spec: str, timeout_s: float):
+        from .impls import check_importable
+
+        check_importable(spec)
+        self._fsdpcheck_spec = spec
+        self._timeout_s = timeout_s
+        self._seen = None
+        self._impl = None
+
+    def learn(self, seen: dict) -> None:
+        if self._seen is None:
+            self._seen = seen
+
+    @property
+    def known(self) -> bool:
+        return self._seen is not None or self._impl is not None
+
+    def __getattr__(self, attr):
+        from .contract import AREAS
+
+        seen = self.__dict__.get("_seen")
+        if seen is not None and attr in AREAS:
+            return PROVIDED_BY_WORKERS if attr in seen["areas"] else None
+        if seen is not None and attr == "known_bugs" and seen["bugs"] is not None:
+            from .known.torch_bugs import TORCH_BUGS
+
+            return tuple(bug for bug in TORCH_BUGS if bug.id in seen["bugs"])
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self.__dict__.get("_impl") is None:
+            from .impls import ImplementationError
+
+            try:
+                self._impl = _load(self._fsdpcheck_spec, self._timeout_s)
+            except ImplementationError:
+                # the workers reported why, as their collection's error
+                self._impl = _NOTHING_LOADED
+        return getattr(self._impl, attr)
+
+
+class _NothingLoaded:
+    """No area, no known bug: an implementation that failed to load."""
+
+
+_NOTHING_LOADED = _NothingLoaded()
+
+
+#: an area a worker loaded (the controller holds no area object)
+PROVIDED_BY_WORKERS = "provided (loaded by the xdist workers)"
 
 
 SESSION_KEY = pytest.StashKey[Session]()
@@ -70,37 +164,40 @@ def start(config, settings: Settings) -> Session:
 
 
 def _build(config, settings: Settings) -> Session:
-    from .impls import BUILTIN, ImplementationError, installed_entry_points, load_implementation
-    from .isolation import Guarded
+    from .impls import BUILTIN, ImplementationError, installed_entry_points
     from .known import divergences as div
 
+    # The xdist controller runs no test: it neither imports torch nor loads
+    # an implementation (a second of CPU or more, spent before any worker
+    # starts, on the cores the workers need); its workers do, and tell it.
+    deferred = xdist_controller(config)
     specs = settings.impl_specs or ("torch", *sorted(set(installed_entry_points()) - set(BUILTIN)))
     impls = {}
     for spec in specs:
         try:
-            impls[spec] = Guarded(load_implementation(spec), spec, settings.timeout_s)
+            impls[spec] = (DeferredImplementation(spec, settings.timeout_s) if deferred
+                           else _load(spec, settings.timeout_s))
         except ImplementationError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
-    devices = _devices(settings.device, settings.world_size)
+    devices = _devices(settings.device, settings.world_size, deferred)
     if settings.profile == "ci":
         seed = None
     else:
         worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
         seed = next(s for s in (worker_seed, settings.seed, random.randrange(2**32)) if s is not None)
 
-    import torch
-
     from .known import judge
 
+    torch_version = _installed_torch_version() if deferred else _imported_torch_version()
     entries, files = [], []
     if settings.divergences:
         try:
-            entries = div.for_torch(div.load(settings.divergences), torch.__version__)
+            entries = div.for_torch(div.load(settings.divergences), torch_version)
         except div.DivergenceFileError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
         files.append(settings.divergences)
     judge.configure(enabled=settings.known_bugs)
-    models = _models(settings.model_specs)
+    models = _model_specs(settings.model_specs) if deferred else _models(settings.model_specs)
     return Session(
         models=models,
         impls=impls,
@@ -112,22 +209,53 @@ def _build(config, settings: Settings) -> Session:
         strict=settings.strict,
         report_path=settings.report,
         html_path=settings.html,
-        torch_version=torch.__version__,
+        torch_version=torch_version,
         known_bugs=settings.known_bugs,
         world_size=settings.world_size,
         plan=_fuzz_plan(config, settings, seed),
         started=time.time(),
         started_cpu=time.process_time(),
+        deferred=deferred,
     )
+
+
+def _load(spec: str, timeout_s: float):
+    from .impls import load_implementation
+    from .isolation import Guarded
+
+    return Guarded(load_implementation(spec), spec, timeout_s)
+
+
+def _imported_torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _installed_torch_version() -> str:
+    """The version torch's metadata states: ``torch.__version__`` without
+    the import (the workers' own, read on import, replaces it at the end)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return _imported_torch_version()  # a source checkout: import it after all
+
+
+def _model_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
+    from .cases import installed_models
+
+    return specs or tuple(sorted(installed_models()))
 
 
 def _models(specs: tuple[str, ...]) -> tuple[str, ...]:
     """The model factories to run, each loaded and built once here so that a
     missing factory, a wrong return type or a module name the model lacks
     stops the run before any test, in one line."""
-    from .cases import CaseError, installed_models, validate_case_spec
+    from .cases import CaseError, validate_case_spec
 
-    specs = specs or tuple(sorted(installed_models()))
+    specs = _model_specs(specs)
     for spec in specs:
         try:
             problems = validate_case_spec(spec)
@@ -155,7 +283,10 @@ def _fuzz_plan(config, settings: Settings, seed):
                 clock_path=worker.get("fsdpcheck_clock"))
 
 
-def _devices(choice: str, world_size: int | None = None) -> list[str]:
+def _devices(choice: str, world_size: int | None = None, deferred: bool = False) -> list[str]:
+    if deferred and choice != "cuda":
+        # "auto": each worker looks; a forced "cuda" is checked here, once
+        return ["cpu"] if choice == "cpu" else []
     import torch
 
     has_cuda = torch.cuda.is_available()

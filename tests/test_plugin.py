@@ -291,22 +291,55 @@ def test_json_report_has_header_and_matrix(pytester, suite):
     )
 
 
-def test_xdist_gives_the_serial_matrix(pytester, suite):
+def test_xdist_gives_the_serial_matrix(pytester, suite, monkeypatch):
+    """The same matrix and header; the controller, which runs no test, never
+    imports torch or an implementation (issue 29 item 4: that import, before
+    any worker starts, made -n 2 fail later than serial), and prints the
+    header its workers' loading completes with the matrix."""
     common = [
         "--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", "tests.planted.traversal:LastOwner",
         "--fsdpcheck-impl", "tests.planted.annotation:TogglesFlag", "-p", "tests.planted.noshrink",
+        "-p", "tests.planted.controller_imports",
         "-k", "test_states_with_modules or test_idempotent or test_handles",
     ]
+    monkeypatch.setenv("FSDPCHECK_TEST_IMPORTS", str(pytester.path / "serial-imports.json"))
     serial = suite(*common, "--fsdpcheck-report", "serial.json")
+    monkeypatch.setenv("FSDPCHECK_TEST_IMPORTS", str(pytester.path / "parallel-imports.json"))
     parallel = suite(*common, "-n", "2", "--fsdpcheck-report", "parallel.json")
     assert serial.ret == parallel.ret == 1
     assert "2 workers" in parallel.stdout.str() or "gw1" in parallel.stdout.str()
     serial_report, parallel_report = _report(pytester, "serial.json"), _report(pytester, "parallel.json")
     assert parallel_report["matrix"] == serial_report["matrix"]
     assert parallel_report["header"] == serial_report["header"]
+    # not vacuous: the serial run imports them all
+    assert _report(pytester, "serial-imports.json") == dict.fromkeys(_report(pytester, "serial-imports.json"), True)
+    assert _report(pytester, "parallel-imports.json") == dict.fromkeys(_report(pytester, "serial-imports.json"), False)
+    parallel.stdout.fnmatch_lines([
+        "*fsdpcheck conformance matrix*",
+        "fsdpcheck: torch *; devices: cpu*; profile: ci; *",
+        "fsdpcheck: implementations (areas provided):",
+        "  tests.planted.traversal:LastOwner: traversal",
+        "  tests.planted.annotation:TogglesFlag: annotation",
+        "invariant  reference *",
+    ])
     # Not vacuous: the matrix holds passes, failures and not-provided cells.
     outcomes = {c["outcome"] for cells in serial_report["matrix"].values() for c in cells.values()}
     assert {"pass", "fail", "not provided"} <= outcomes
+
+
+def test_xdist_worker_load_error_is_one_line(suite):
+    """An implementation only a worker can find broken (the controller checks
+    that its module exists, not what the module holds): one line, the usage
+    error's exit status, no worker traceback."""
+    missing = "tests.planted.traversal:NoSuchImplementation"
+    result = suite("--fsdpcheck", "--fsdpcheck-impl", missing, "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*fsdpcheck: implementation '{missing}': 'tests.planted.traversal' has no attribute*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    nowhere = suite("--fsdpcheck", "--fsdpcheck-impl", "tests.planted.no_such_module:Impl", "-n", "2")
+    assert nowhere.ret == pytest.ExitCode.USAGE_ERROR
+    nowhere.stderr.fnmatch_lines(["*fsdpcheck: implementation 'tests.planted.no_such_module:Impl': cannot import*"])
+    assert "created: 2/2 workers" not in nowhere.stdout.str()  # the controller refused it before any worker started
 
 
 # --- declared divergences ----------------------------------------------------------

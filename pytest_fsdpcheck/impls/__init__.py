@@ -4,6 +4,7 @@ the ``pytest_fsdpcheck.implementations`` entry-point group."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from importlib.metadata import entry_points
 
 from ..contract import contract_problems
@@ -37,6 +38,23 @@ def resolve_target(spec: str) -> str:
     raise ImplementationError(
         f"unknown implementation {spec!r}: use one of {known} or package.module:attr"
     )
+
+
+def check_importable(spec: str) -> None:
+    """What can be told about ``spec`` without importing its module, as the
+    xdist controller does (it runs no test, so it never imports torch): a
+    known name or ``module:attr``, whose module exists (its parent packages
+    are imported to find it). The rest (the attribute, its construction, the
+    contract) is for :func:`load_implementation` on each worker."""
+    module_name = resolve_target(spec).partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a parent package that raises or exits
+        raise ImplementationError(f"implementation {spec!r}: cannot import {module_name!r}: {_one_line(exc)}") from None
+    if found is None:
+        raise ImplementationError(
+            f"implementation {spec!r}: cannot import {module_name!r}: ModuleNotFoundError: No module named {module_name!r}"
+        )
 
 
 def load_implementation(spec: str):
