@@ -238,3 +238,23 @@ def test_the_checks_subprocesses_import_the_mutant_too(tmp_path):
                           "-p", "no:cacheprovider", "test_probe.py"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "fsdpcheck-mutation: pytest exit 0" in run.stdout, run.stdout[-2000:]
+
+
+def test_an_interrupt_is_one_line_and_the_session_resumes(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during a run: one line saying the session keeps what was
+    judged, exit status 130, no traceback."""
+    pytest.importorskip("cosmic_ray")
+    from pytest_fsdpcheck.mutation import __main__ as cli
+    from pytest_fsdpcheck.mutation.session import AreaSession
+
+    monkeypatch.setattr(AreaSession, "selected", lambda self, checks: {"t.py::a"})
+    monkeypatch.setattr(AreaSession, "baseline", lambda self, state: {"seconds": 1.0})
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AreaSession, "execute", interrupted)
+    assert cli.main(["--area", "annotation", "--session-dir", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "interrupted: the annotation session keeps every mutant judged so far; the same command resumes it"]

@@ -110,6 +110,11 @@ def main(argv=None) -> int:
         except MutationError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            # the mutant in progress is left pending; torch's files were never written
+            print(f"interrupted: the {name} session keeps every mutant judged so far; "
+                  "the same command resumes it", file=sys.stderr)
+            return 130
         with use_db(str(session.db_path.resolve())) as db:
             fig = figures(name, db.work_items, dict(db.results), triage)
         rows.append(fig)
