@@ -120,7 +120,8 @@ class DeferredImplementation:
         if seen is not None and attr == "known_bugs" and seen["bugs"] is not None:
             from .known.torch_bugs import TORCH_BUGS
 
-            return tuple(bug for bug in TORCH_BUGS if bug.id in seen["bugs"])
+            catalogue = {bug.id: bug for bug in TORCH_BUGS}
+            return tuple(catalogue[bug_id] for bug_id in seen["bugs"])
         if attr.startswith("__"):
             raise AttributeError(attr)
         if self.__dict__.get("_impl") is None:
