@@ -5,7 +5,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from pytest_fsdpcheck.checks import Violation
+from pytest_fsdpcheck.checks import Violation, error_of
 from pytest_fsdpcheck.checks import splitting as chk
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.graphs import (
@@ -43,28 +43,33 @@ class Recorder:
         return gm
 
 
-def split(impl, built, cap, first, backend=None):
+def split(impl, built, cap, first, backend=None, **options):
     backend = backend or Recorder()
-    result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first, backend=backend)
+    result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first, backend=backend,
+                                  **options)
     return result, backend
 
 
-def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo", before=(), catch=None):
+def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo", before=(), catch=None,
+               lazy=False, after=()):
     """The script a failure prints: builds the graph, splits it, and asserts
     ``check`` (an expression over the names set here). ``before`` runs
-    ahead of the split (what the check compares against); ``catch`` names
-    an exception class the split may raise: it is kept in ``error`` and
-    the check judges it. With reference=True a second copy of the graph is
-    built for the reference implementation (the differential check)."""
+    ahead of the split (what the check compares against), ``after`` after
+    it; ``catch`` names an exception class the split may raise: it is kept
+    in ``error`` and the check judges it. With reference=True a second copy
+    of the graph is built for the reference implementation (the
+    differential check); with lazy=True the split is asked to compile lazily."""
     ref_lines = [f"ref = build_graph(spec, {form!r})"] if reference else []
     ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
     call = [
         f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
-        "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm)",
+        "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm"
+        + (", lazy_compile=True)" if lazy else ")"),
     ]
     if catch is not None:
         call = ["error = result = None", "try:", *("    " + line for line in call),
                 f"except {catch} as exc:", "    error = exc"]
+    call += after
     return snippet(
         impl,
         [
@@ -166,6 +171,66 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
              " 'the original graph module after the split', 'SPL-12', exact=True)")
     before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE]
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
+
+
+@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12")
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+def test_lazy_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """The fixed cases split with lazy compile on (torch: DDPOptimizer's
+    second path, taken with ``optimize_ddp_lazy_compile``, which compiles
+    each submodule at its first call and unwraps what it wrapped): after
+    the split module's first call on the example inputs, and its second,
+    the backend calls and what the split module returns are what SPL-9..12
+    say of any split."""
+    _require_lazy(fsdpcheck_impl)
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        facts = chk.graph_facts(built.gm, built.example_inputs)
+        meta = chk.value_meta(built.gm, built.example_inputs)
+        wrt = _grad_targets(built)
+        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        result, backend = split(impl, built, cap, first, lazy_compile=True)
+        # the first call compiles, the second runs what was compiled: each
+        # submodule is still handed to the backend once (SPL-10)
+        got = []
+        for nth in ("first", "second"):
+            try:
+                got.append(chk.evaluate(result.compiled, built.example_inputs, wrt))
+            except Exception as exc:  # noqa: BLE001 - a lazy split compiles here: what it raises is the split's
+                return [Violation("SPL-11", f"the split module raised {type(exc).__name__} on its {nth} call (a lazy "
+                                            "split compiles its submodules at the first)", detail=str(exc), error=error_of(exc))]
+        return (chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+                or chk.compare(expected, got[0], "the split module", "SPL-11")
+                or chk.compare(expected, got[1], "the split module on its second call", "SPL-11")
+                or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),
+                               "the original graph module after the split", "SPL-12", exact=True))
+
+    check = ("chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+             " or chk.compare(expected, got, 'the split module', 'SPL-11')"
+             " or chk.compare(expected, again, 'the split module on its second call', 'SPL-11')"
+             " or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),"
+             " 'the original graph module after the split', 'SPL-12', exact=True)")
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE]
+    after = ["got = chk.evaluate(result.compiled, built.example_inputs, wrt)  # a lazy split compiles here",
+             "again = chk.evaluate(result.compiled, built.example_inputs, wrt)"]
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before, lazy=True,
+                                             after=after), form=form)
+
+
+def _require_lazy(impl):
+    """n/p, before anything runs, for an implementation with no lazy compile
+    mode (``splitting.lazy_compile`` false or absent; the torch adapter's
+    is decided by release, ``provided``)."""
+    if getattr(impl.splitting, "lazy_compile", False):
+        return
+    from pytest_fsdpcheck.provided import installed_torch, releases
+
+    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
+    pytest.skip(f"not provided: {name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
+                f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})")
 
 
 #: the log without ``tabulate`` (an optional package torch never installs):

@@ -94,6 +94,9 @@ class SplittingArea(Protocol):
     #: implementation's own Dynamo produces. An optional ``graph_forms``
     #: tuple lists every form it accepts (a fork or a direct caller may hand
     #: it the other one); the suite checks each, see :func:`accepted_forms`.
+    #: An optional ``lazy_compile = True`` says ``split`` also takes
+    #: ``lazy_compile=True``: each submodule may then be handed to the backend
+    #: at the split module's first call instead of during the split.
     graph_form: str
 
     def split(

@@ -1,5 +1,6 @@
 """What each torch release provides: per area or feature of the ``torch``
-implementation, the first release that has it.
+implementation, the first release that has it (and the last, for one a
+later release removed).
 
 Decided from the version alone, before anything runs, so an ``n/p`` is never
 the outcome of a probe that failed: a torch release on which the table says
@@ -24,6 +25,11 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # compile_fn's call_module/get_attr branches: every release measured
     "splitting.module_form": (2, 0),
     "splitting.higher_order_ops": (2, 1),
+    # compile_fn's lazy path (optimize_ddp_lazy_compile=True: SubmoduleReplacer,
+    # LazilyCompiledModule compiling each submodule at its first call): read in
+    # 2.4.1's source; 2.13.0 keeps the config flag ("No longer used") but not
+    # the path. Other releases not read: recorded for 2.4 alone (PROVIDED_UNTIL)
+    "splitting.lazy_compile": (2, 4),
     # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
     "fsdp2": (2, 3),
     # _get_managed_modules takes a tuple of root modules
@@ -35,6 +41,13 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # raises "FSDP requires CUDA for streams", 2.6's CPU stream lacks
     # record_event; 2.7 runs a step under gloo
     "fsdp2.cpu_runtime": (2, 7),
+}
+
+
+#: feature -> the last torch release (major, minor) providing it, for a
+#: feature a later release removed
+PROVIDED_UNTIL: dict[str, tuple[int, int]] = {
+    "splitting.lazy_compile": (2, 4),
 }
 
 
@@ -68,12 +81,22 @@ def expected_provided(feature: str, torch_version) -> bool:
     provides ``feature`` (an area of ``catalog.AREAS`` or ``"area.feature"``)."""
     if feature not in PROVIDED_FROM:
         raise KeyError(f"no release is recorded for {feature!r}; known: {', '.join(sorted(PROVIDED_FROM))}")
-    return release(torch_version) >= PROVIDED_FROM[feature]
+    have = release(torch_version)
+    return PROVIDED_FROM[feature] <= have <= PROVIDED_UNTIL.get(feature, have)
 
 
 def first_release(feature: str) -> str:
     """The first torch release providing ``feature``, as ``"2.7"``."""
     return ".".join(map(str, PROVIDED_FROM[feature]))
+
+
+def releases(feature: str) -> str:
+    """The torch releases providing ``feature``: ``"2.4"``, ``"2.3-2.4"`` or ``"2.7 on"``."""
+    first = first_release(feature)
+    if feature not in PROVIDED_UNTIL:
+        return f"{first} on"
+    last = ".".join(map(str, PROVIDED_UNTIL[feature]))
+    return first if first == last else f"{first}-{last}"
 
 
 def installed_torch() -> tuple[int, int]:

@@ -75,12 +75,42 @@ def test_provided_table():
     import pytest
 
     from pytest_fsdpcheck.catalog import AREAS
-    from pytest_fsdpcheck.provided import expected_provided
+    from pytest_fsdpcheck.provided import expected_provided, releases
 
     assert all(expected_provided(area, "2.13.0+cpu") for area in AREAS)
     assert not expected_provided("fsdp2", "2.2.2") and expected_provided("fsdp2", (2, 3))
     assert not expected_provided("fsdp2.ignored_params", "2.6.0") and expected_provided("fsdp2.ignored_params", "2.7.1")
     assert expected_provided("splitting.module_form", "2.0.1") and not expected_provided("splitting.dynamo_form", "2.4.1")
     assert expected_provided("splitting.dynamo_form", "2.5.1")
+    # DDPOptimizer's lazy path: read in 2.4.1, gone (its config flag kept) in 2.13.0
+    assert expected_provided("splitting.lazy_compile", "2.4.1") and not expected_provided("splitting.lazy_compile", "2.13.0")
+    assert releases("splitting.lazy_compile") == "2.4" and releases("fsdp2") == "2.3 on"
     with pytest.raises(KeyError):
         expected_provided("no-such-area", "2.13.0")
+
+
+def test_lazy_compile_follows_the_release(monkeypatch):
+    """The torch adapter's lazy mode is the table's: asked for on a release
+    without the path, a clear error; on one the table gives it but whose
+    DDPOptimizer lacks it, an error naming the finding (never an eager
+    split passed off as a lazy one)."""
+    import pytest
+
+    from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, build_graph
+    from pytest_fsdpcheck.impls import torch_splitting
+    from pytest_fsdpcheck.provided import expected_provided, installed_torch
+
+    spec = GraphSpec(4, 2, (ModuleSpec("linear"),), (), 0, (OpSpec("module", 0),))
+    provided = expected_provided("splitting.lazy_compile", installed_torch())
+    assert torch_splitting.TorchSplitting().lazy_compile == provided
+    if not provided:
+        built = build_graph(spec, "dynamo")
+        with pytest.raises(ValueError, match="no lazy compile path"):
+            torch_splitting.TorchSplitting().split(built.gm, built.example_inputs, bucket_bytes_cap=1, first_bucket_cap=1,
+                                                   backend=lambda gm, ex: gm, lazy_compile=True)
+    monkeypatch.setattr(torch_splitting, "_lazy_path_provided", lambda version: True)
+    monkeypatch.delattr(torch_splitting.importlib.import_module(torch_splitting.MODULE), "SubmoduleReplacer", raising=False)
+    built = build_graph(spec, "dynamo")
+    with pytest.raises(RuntimeError, match="recorded for this torch release but was not found"):
+        torch_splitting.TorchSplitting().split(built.gm, built.example_inputs, bucket_bytes_cap=1, first_bucket_cap=1,
+                                               backend=lambda gm, ex: gm, lazy_compile=True)

@@ -6,7 +6,12 @@ cases run before any splitting property (collection's cheapest-first order),
 so such a bug stops the run within a second of its first test."""
 
 from tests.demands import demand_failures
-from tests.planted.splitting import FIXED_CASE_TARGETS, HOP_CASE_TARGETS, NO_TABULATE_TARGETS
+from tests.planted.splitting import (
+    FIXED_CASE_TARGETS,
+    HOP_CASE_TARGETS,
+    LAZY_CASE_TARGETS,
+    NO_TABULATE_TARGETS,
+)
 
 #: each planted splitter on the fixed cases only
 PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
@@ -14,6 +19,9 @@ PLANTED.update({f"tests.planted.splitting:{name}": (inv, "test_higher_order_case
 #: loggers that break only where ``tabulate`` cannot be imported
 NO_TABULATE = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without_tabulate")
                for name, inv in NO_TABULATE_TARGETS.items()}
+
+#: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
+LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
 
 
 def test_cap_bugs_fail_a_fixed_case(run_suite):
@@ -29,6 +37,19 @@ def test_log_bugs_without_tabulate_fail_their_case(run_suite):
                                extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, NO_TABULATE)
+
+
+def test_lazy_compile_bugs_fail_the_lazy_cases(run_suite):
+    """The fixed cases split lazily: a splitter handing the backend what the
+    spec says only when it compiles at the split, or leaving a wrapped
+    single output wrapped, FAILs them with the invariant's ID (and passes
+    them compiled at the split: test_split_cases)."""
+    result, report = run_suite("reference", *LAZY, k="test_lazy_split_cases or test_split_cases",
+                               extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, LAZY)
+    compiled_at_split = [line for line in result.outlines if line.startswith("FAILED") and "::test_split_cases[" in line]
+    assert not compiled_at_split, compiled_at_split
 
 
 def test_split_cases_run_before_the_splitting_properties(pytester):

@@ -524,8 +524,10 @@ def evaluate(fn, example_inputs, wrt):
         outputs = (outputs,)
     outputs = list(outputs)
     loss = sum(o.float().sum() for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point())
-    grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else ()
-    return [o.detach() for o in outputs], [None if g is None else g.detach() for g in grads]
+    # no floating tensor among the outputs (a tuple left wrapped): no loss,
+    # no gradients, and the output kept as it is, for compare to name
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt and isinstance(loss, torch.Tensor) else (None,) * len(wrt)
+    return [o.detach() if isinstance(o, torch.Tensor) else o for o in outputs], [None if g is None else g.detach() for g in grads]
 
 
 def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
@@ -540,6 +542,8 @@ def compare(expected, got, what: str, inv: str, exact=False) -> list[Violation]:
                 return [Violation(inv, f"{what}: {label} {i} expected {'none' if a is None else 'a tensor'}, got {'none' if b is None else 'a tensor'}")]
             if a is None:
                 continue
+            if isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                return [Violation(inv, f"{what}: {label} {i} should be a tensor, as the original graph's is, got a {type(b).__name__}")]
             same = torch.equal(a, b) if exact else (a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-4, atol=1e-5))
             if not same:
                 diff = (a.float() - b.float()).abs().max().item() if a.shape == b.shape else f"shape {tuple(b.shape)} vs {tuple(a.shape)}"

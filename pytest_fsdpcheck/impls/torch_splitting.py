@@ -36,11 +36,22 @@ class TorchSplitting:
         importlib.import_module(MODULE).DDPOptimizer  # noqa: B018 - the area needs the class
         self.graph_forms = _forms_handled(installed_torch())
         self.graph_form = self.graph_forms[0]
+        # compile_fn's second path, taken with optimize_ddp_lazy_compile on
+        # (an opt-in): by release, like the forms
+        self.lazy_compile = _lazy_path_provided(installed_torch())
 
-    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False):
         import torch._dynamo.config as dynamo_config
 
         mod = importlib.import_module(MODULE)
+        if lazy_compile and not self.lazy_compile:
+            raise ValueError("lazy_compile: this torch release's DDPOptimizer has no lazy compile path")
+        if lazy_compile and not (hasattr(dynamo_config, "optimize_ddp_lazy_compile") and hasattr(mod, "SubmoduleReplacer")):
+            # the table says this release has the path: its absence is a finding
+            raise RuntimeError(
+                "DDPOptimizer's lazy compile path (torch._dynamo.config.optimize_ddp_lazy_compile, "
+                f"{MODULE}.SubmoduleReplacer) is recorded for this torch release but was not found"
+            )
         optimizer = mod.DDPOptimizer(bucket_bytes_cap, backend, first_bucket_cap=first_bucket_cap)
         handler = _Collect()
         logger = getattr(mod, "log", None) or logging.getLogger(MODULE)
@@ -54,13 +65,15 @@ class TorchSplitting:
         logger.propagate = False
         if graph_logger is not None:
             graph_logger.setLevel(logging.INFO)
-        # The seed era can defer each submodule's compile to its first run;
-        # compile eagerly so the backend calls (SPL-10) happen inside the split.
+        # Releases with the lazy path defer each submodule's compile to its
+        # first run when asked to; by default compile eagerly so the backend
+        # calls (SPL-10) happen inside the split. With lazy_compile they happen
+        # at the split module's first call.
         had_lazy = hasattr(dynamo_config, "optimize_ddp_lazy_compile")
         old_lazy = getattr(dynamo_config, "optimize_ddp_lazy_compile", None)
         try:
             if had_lazy:
-                dynamo_config.optimize_ddp_lazy_compile = False
+                dynamo_config.optimize_ddp_lazy_compile = bool(lazy_compile)
             compiled = optimizer.compile_fn(gm, list(example_inputs))
         finally:
             if had_lazy:
@@ -85,6 +98,12 @@ def _forms_handled(version) -> tuple[str, ...]:
     from ..provided import expected_provided
 
     return tuple(form for form in ("dynamo", "module") if expected_provided(f"splitting.{form}_form", version))
+
+
+def _lazy_path_provided(version) -> bool:
+    from ..provided import expected_provided
+
+    return expected_provided("splitting.lazy_compile", version)
 
 
 def _buckets(buckets) -> list[BucketInfo]:

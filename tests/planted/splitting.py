@@ -373,6 +373,79 @@ class _NotesExtensionAlways(PlantedSplitting):  # SPL-13: the note that buckets 
         return result
 
 
+# The lazy mode (torch: DDPOptimizer's optimize_ddp_lazy_compile path): each
+# splitter compiles at the split as the spec says, and with lazy_compile on
+# defers each bucket's compile to its submodule's first call, getting what
+# it hands over or unwraps wrong the way a bent copy of torch's lazy wrapper
+# would. Only the lazy cases (test_lazy_split_cases) see them.
+
+
+class _CompiledAtFirstCall(torch.nn.Module):
+    """A bucket's submodule, handed to the backend on its first call with
+    the values it gets then; ``unwrap``: it returns the one value of the
+    tuple its compiled form returns."""
+
+    def __init__(self, submod, backend, unwrap):
+        super().__init__()
+        self.submod, self.backend, self.unwrap = submod, backend, unwrap
+        self.compiled = None
+
+    def forward(self, *args):
+        if self.compiled is None:
+            self.compiled = self.backend(self.submod, list(args))
+        out = self.compiled(*args)
+        return out[0] if self.unwrap else out
+
+
+def lazy_split(gm, buckets, backend, *, wrap="single", unwrap=True):
+    """The split with every bucket's compile deferred to its first call;
+    ``wrap`` as in :func:`split_and_compile`, ``unwrap=False``: what was
+    wrapped is never unwrapped again."""
+    from torch.fx.passes.split_module import split_module
+
+    partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
+    split_gm = split_module(gm, None, lambda node: partition[node])
+    for node in split_gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        submod = split_gm.get_submodule(node.target)
+        ref._carry_metadata(gm, submod)
+        output = next(n for n in submod.graph.nodes if n.op == "output")
+        wrapped = wrap == "always" or (wrap == "single" and not isinstance(output.args[0], tuple))
+        if wrapped:
+            output.args = ((output.args[0],),)
+            submod.recompile()
+        setattr(split_gm, node.target, _CompiledAtFirstCall(submod, backend, wrapped and unwrap))
+    split_gm.recompile()
+    return split_gm
+
+
+class _LazySplitting(PlantedSplitting):
+    lazy_compile = True
+    bent: dict = {}
+
+    def split(self, gm, example_inputs, *, lazy_compile=False, **caps):
+        self.lazily = lazy_compile
+        return super().split(gm, example_inputs, **caps)
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if not self.lazily or len(buckets) == 1:
+            return super().compile(gm, buckets, example_inputs, backend)
+        return lazy_split(gm, buckets, backend, **self.bent)
+
+
+class _LazyNeverWraps(_LazySplitting):  # SPL-10: lazily, a one-output submodule handed over returning its value
+    bent = {"wrap": "never"}
+
+
+class _LazyWrapsEveryOutput(_LazySplitting):  # SPL-10: lazily, every output wrapped once more, a tuple of outputs included
+    bent = {"wrap": "always"}
+
+
+class _LazyKeepsWrappedSingles(_LazySplitting):  # SPL-11: lazily, a one-output submodule's tuple passed on, not its value
+    bent = {"unwrap": False}
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -405,6 +478,9 @@ SingleOutputs = _impl(_SingleOutputs)
 DoubleWrapsTuples = _impl(_DoubleWrapsTuples)
 DropsGraphMetadata = _impl(_DropsGraphMetadata)
 DropsInputSources = _impl(_DropsInputSources)
+LazyNeverWraps = _impl(_LazyNeverWraps)
+LazyWrapsEveryOutput = _impl(_LazyWrapsEveryOutput)
+LazyKeepsWrappedSingles = _impl(_LazyKeepsWrappedSingles)
 
 #: planted implementation name -> the invariant it must fail
 TARGETS = {
@@ -469,3 +545,7 @@ NO_TABULATE_TARGETS = {"ExtensionOnlyInTable": "SPL-13", "CrashesWithoutTabulate
 
 #: planted implementation name -> the invariant test_higher_order_cases fails it on
 HOP_CASE_TARGETS = {"HopCrash": "SPL-14"}
+
+#: planted implementation name -> the invariant test_lazy_split_cases fails it on
+#: (each passes the cases compiled at the split)
+LAZY_CASE_TARGETS = {"LazyNeverWraps": "SPL-10", "LazyWrapsEveryOutput": "SPL-10", "LazyKeepsWrappedSingles": "SPL-11"}
