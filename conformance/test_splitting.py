@@ -226,11 +226,12 @@ def _require_lazy(impl):
     is decided by release, ``provided``)."""
     if getattr(impl.splitting, "lazy_compile", False):
         return
-    from pytest_fsdpcheck.provided import installed_torch, releases
+    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
-    pytest.skip(f"not provided: {name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
-                f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})")
+    skip_for_release("splitting.lazy_compile",
+                     f"{name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
+                     f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})")
 
 
 #: the log without ``tabulate`` (an optional package torch never installs):

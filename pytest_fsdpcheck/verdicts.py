@@ -31,6 +31,8 @@ VALID_SHARE_FLOOR = 0.5
 #: on a "not provided" report whose reason is a user's case's own (no plan, a
 #: graph break): it tells nothing of what the implementation provides
 PROP_CASE_INPUT = "fsdpcheck_case_input"
+#: the feature a "not provided" skip's release lacks (provided.skip_for_release)
+PROP_RELEASE_LACKS = "fsdpcheck_release_lacks"
 
 
 class TooFewValidExamples(AssertionError):
@@ -196,9 +198,13 @@ def judge_report(item, call, report, session, failure) -> None:
     if call.when != "call":
         return
     from .cases.model import is_case_skip
+    from .provided import RELEASE_LACKS_MARK
 
     if report.skipped and call.excinfo is not None and is_case_skip(call.excinfo.value):
         report.user_properties = [*report.user_properties, (PROP_CASE_INPUT, True)]
+    lacking = getattr(call.excinfo.value, RELEASE_LACKS_MARK, None) if report.skipped and call.excinfo else None
+    if lacking:
+        report.user_properties = [*report.user_properties, (PROP_RELEASE_LACKS, lacking)]
     props = dict(item.user_properties)
     impl_id = props[PROP_IMPL]
     violated = None
@@ -300,7 +306,9 @@ def _unprovided(session) -> list[tuple[str, str]]:
 class CaseInputRecorder:
     """Registered for the run (the xdist controller's reports too): per
     (invariant, implementation), whether every "not provided" report it got
-    was for a user's case's own reason (:data:`PROP_CASE_INPUT`), kept in
+    was for a reason that says nothing against the invariant (a user's
+    case's own, :data:`PROP_CASE_INPUT`, or a feature of one check the
+    release lacks, :data:`PROP_RELEASE_LACKS`), kept in
     ``session.case_inputs`` for the strict verdict."""
 
     def __init__(self, session):
@@ -316,7 +324,7 @@ class CaseInputRecorder:
             return
         if not props.get(PROP_NOT_PROVIDED) and "not provided:" not in str(report.longrepr):
             return
-        ours = bool(props.get(PROP_CASE_INPUT))
+        ours = bool(props.get(PROP_CASE_INPUT) or props.get(PROP_RELEASE_LACKS))
         for inv in props.get(PROP_INVARIANTS) or ():
             self.session.case_inputs[(inv, impl)] = self.session.case_inputs.get((inv, impl), True) and ours
 
