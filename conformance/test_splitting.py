@@ -145,6 +145,15 @@ SPLIT_CASES = {
 }
 
 
+def _case_inputs(spec, form):
+    """A fixed case's graph, what the checks compare the split with (its
+    facts, its values' metadata) and what it computes before any split."""
+    built = build_graph(spec, form)
+    wrt = _grad_targets(built)
+    return (built, chk.graph_facts(built.gm, built.example_inputs), chk.value_meta(built.gm, built.example_inputs),
+            wrt, chk.evaluate(built.gm, built.example_inputs, wrt))
+
+
 @pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-13")
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
@@ -152,11 +161,7 @@ def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     form = fsdpcheck_graph_form
 
     def body(impl):
-        built = build_graph(spec, form)
-        facts = chk.graph_facts(built.gm, built.example_inputs)
-        meta = chk.value_meta(built.gm, built.example_inputs)
-        wrt = _grad_targets(built)
-        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        built, facts, meta, wrt, expected = _case_inputs(spec, form)
         result, backend = split(impl, built, cap, first)
         return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap, facts, first)
                 or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
@@ -187,11 +192,7 @@ def test_lazy_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     form = fsdpcheck_graph_form
 
     def body(impl):
-        built = build_graph(spec, form)
-        facts = chk.graph_facts(built.gm, built.example_inputs)
-        meta = chk.value_meta(built.gm, built.example_inputs)
-        wrt = _grad_targets(built)
-        expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        built, facts, meta, wrt, expected = _case_inputs(spec, form)
         result, backend = split(impl, built, cap, first, lazy_compile=True)
         # the first call compiles, the second runs what was compiled: each
         # submodule is still handed to the backend once (SPL-10)
