@@ -132,6 +132,11 @@ SPLIT_CASES = {
     "extended-later-bucket": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear"), ModuleSpec("linear")),
                                         (ParamSpec("matrix"),), 0,
                                         (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("module", 2))), 1, 1),
+    # both buckets meet their cap in a dropped read and take the linear before it: each was extended by one
+    # op absorbing 80 bytes, the earlier bucket's measured from its own size at its cap (SPL-7), not from
+    # where the bucket holding the graph's end began its extension
+    "two-buckets-extended": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"), ParamSpec("matrix")), 0,
+                                       (OpSpec("module", 0), OpSpec("scratch", 0), OpSpec("module", 1), OpSpec("scratch", 1))), 1, 1),
     # two dropped reads: the bucket goes on over the first read's nodes to the linear, absorbing 144 bytes
     "extended-by-several-ops": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("matrix"), ParamSpec("matrix")), 0,
                                           (OpSpec("module", 0), OpSpec("module", 1), OpSpec("scratch", 0), OpSpec("scratch", 1))), 1, 1),
@@ -142,6 +147,10 @@ SPLIT_CASES = {
     # is fused into the bucket after it (SPL-8), which then lists that parameter too (SPL-3)
     "zero-element-param-in-preamble": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (ParamSpec("empty"),), 0,
                                                  (OpSpec("param", 0), OpSpec("module", 0), OpSpec("module", 1))), 80, 80),
+    # [l0] [l1 add]: the input's method call `x.add(h)` takes l1's output as its argument; an argument that
+    # is a module's output reads none of that module's parameters, so l1's bytes count at l1's own call (SPL-3)
+    "module-output-as-method-argument": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0,
+                                                   (OpSpec("module", 0), OpSpec("module", 1), OpSpec("skip", 0, method=True))), 80, 80),
 }
 
 

@@ -50,6 +50,9 @@ CHAIN = GraphSpec(8, 2, tuple(ModuleSpec("linear") for _ in range(3)), (), 0, (O
 PREAMBLE = GraphSpec(4, 1, (ModuleSpec("norm"),), (ParamSpec("vector"),), 0, (OpSpec("skip", 0), OpSpec("act"), OpSpec("module", 0), OpSpec("param", 0)))
 # the fixed cases' dropped parameter reads (conformance SPLIT_CASES' extended-by-*): kept by a real capture
 SCRATCH = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"), ParamSpec("matrix")), 0, (OpSpec("module", 0), OpSpec("scratch", 0), OpSpec("scratch", 1)))
+# the fixed case module-output-as-method-argument's `x.add(h)`: a method call on the input, taking a module's output
+METHOD_SKIP = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0,
+                        (OpSpec("module", 0), OpSpec("module", 1), OpSpec("skip", 0, method=True)))
 
 
 def canonical(gm, example_inputs):
@@ -80,7 +83,8 @@ def dynamo_capture(built):
     return captured["gm"], captured["inputs"]
 
 
-@pytest.mark.parametrize("spec", [FEATURES, CHAIN, PREAMBLE, SCRATCH], ids=["features", "chain", "preamble", "scratch"])
+@pytest.mark.parametrize("spec", [FEATURES, CHAIN, PREAMBLE, SCRATCH, METHOD_SKIP], ids=["features", "chain", "preamble", "scratch",
+                                                                                "method-skip"])
 def test_synthesized_dynamo_graph_matches_real_capture(spec):
     built = build_graph(spec, "dynamo")
     real_gm, real_inputs = dynamo_capture(built)

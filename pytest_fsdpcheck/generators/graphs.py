@@ -61,7 +61,9 @@ class OpSpec:
     ``method`` uses ``h.mul(p)`` instead of ``torch.mul(h, p)`` for vectors),
     ``act`` (tanh), ``mutate`` (``t = h + 1; t.mul_(2)``: a node with no
     users), ``buffer`` (ref = buffer), ``skip`` (``h + values[ref]``; value 0
-    is the input), ``hop`` (``torch.ops.higher_order.wrap`` of ``h @ p.t()``,
+    is the input; ``method`` uses ``values[ref].add(h)``, a method call
+    taking the running value, a module's output among them, as its argument;
+    fixed cases only, the strategies do not draw it), ``hop`` (``torch.ops.higher_order.wrap`` of ``h @ p.t()``,
     ref = a matrix parameter), ``accum`` (``t = h * 2; t.add_(h @ p.t())``,
     ref = a matrix parameter: parameter-reading nodes whose only user is a
     mutation with no users, so a bucket can reach its cap without an
@@ -196,7 +198,7 @@ def make_module(spec: GraphSpec, device="cpu"):
                 elif op.kind == "buffer":
                     h = h * getattr(self, f"b{op.ref}")
                 elif op.kind == "skip":
-                    h = h + values[op.ref]
+                    h = values[op.ref].add(h) if op.method else h + values[op.ref]
                 elif op.kind == "hop":
                     h = hop_body(h, getattr(self, f"p{op.ref}"))[0]
                 elif op.kind == "accum":
@@ -376,7 +378,7 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
         elif op.kind == "buffer":
             h = call(operator.mul, (h, param(f"b{op.ref}")))
         elif op.kind == "skip":
-            h = call(operator.add, (h, values[op.ref]))
+            h = meth("add", (values[op.ref], h)) if op.method else call(operator.add, (h, values[op.ref]))
         elif op.kind == "hop":
             body_name = f"wrap_body_{hop_count}"
             hop_count += 1

@@ -16,7 +16,7 @@ from pytest_fsdpcheck.reference import splitting as ref
 
 def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_frozen=False,
          per_use=False, fuse=True, close_late=False, first_cap_everywhere=False, close_above=False,
-         size_with_node=False, split=True, fuse_params=True):
+         size_with_node=False, split=True, fuse_params=True, argument_producers=False):
     buckets = [ref._Bucket()]
     index: dict = {}
     counted: set = set()
@@ -40,7 +40,12 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
                 if current.extra_ops == 0:
                     current.size_before_extension = current.size
                 current.extra_ops += 1
-        for name, param in ref._node_params(gm, node):
+        reads = ref._node_params(gm, node)
+        if argument_producers and node.op == "call_method":
+            # the parameters read by the nodes whose outputs the method call takes as arguments
+            reads = [*reads, *(pair for arg in node.args[1:] if isinstance(arg, torch.fx.Node)
+                               for pair in ref._node_params(gm, arg))]
+        for name, param in reads:
             trainable = isinstance(param, torch.nn.Parameter) and (param.requires_grad or count_frozen)
             if trainable and not getattr(param, "_ddp_ignored", False) and (per_use or id(param) not in counted):
                 counted.add(id(param))
@@ -153,6 +158,20 @@ class _ExtensionFromGraphEnd(PlantedSplitting):  # SPL-7: absorbed bytes measure
             if b.extra_ops and b is not end:
                 b.extra_bytes = b.size - end.size
         return result
+
+
+class _ExtensionStartOnce(PlantedSplitting):  # SPL-7: where an extension began recorded for the first extended bucket only
+    def finish(self, result, gm, buckets):
+        # walking back from the graph's end, the first bucket extended keeps its measure;
+        # every one extended after it reports its whole size as absorbed
+        extended = [b for b in result.buckets if b.extra_ops]
+        for b in extended[:-1]:
+            b.extra_bytes = b.size
+        return result
+
+
+class _CountsArgumentProducers(PlantedSplitting):  # SPL-3: a method call counts what its arguments' producers read
+    knobs = {"argument_producers": True}
 
 
 class _NoFusion(PlantedSplitting):  # SPL-8
@@ -454,6 +473,8 @@ ClosesLate = _impl(_ClosesLate)
 NoExtension = _impl(_NoExtension)
 HidesExtension = _impl(_HidesExtension)
 ExtensionFromGraphEnd = _impl(_ExtensionFromGraphEnd)
+ExtensionStartOnce = _impl(_ExtensionStartOnce)
+CountsArgumentProducers = _impl(_CountsArgumentProducers)
 NoFusion = _impl(_NoFusion)
 FusionDropsParams = _impl(_FusionDropsParams)
 AlwaysSplits = _impl(_AlwaysSplits)
@@ -538,6 +559,8 @@ FIXED_CASE_TARGETS = {
     "DropsInputSources": "SPL-10",
     "ExtensionFromGraphEnd": "SPL-7",
     "FusionDropsParams": "SPL-3",
+    "ExtensionStartOnce": "SPL-7",
+    "CountsArgumentProducers": "SPL-3",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
