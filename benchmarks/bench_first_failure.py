@@ -20,6 +20,14 @@ time: on a shared machine they are as noisy as its load), then median and
 worst per mode, the implementations slower than ``--goal`` seconds
 serially and those slower under -n 2 than serially by more than
 ``--tolerance`` seconds.
+
+``-n 2`` has a cost of its own that no plugin can take away: a second
+interpreter starts before the workers do, and the controller prints its
+summary only after the workers' interpreters have exited. The control
+row measures it on a suite with nothing of this project in it (one test
+file that imports torch and Dynamo, compiles once and fails), run the
+same way; the last line names the implementations whose ``-n 2`` cost
+is over the control's.
 """
 
 from __future__ import annotations
@@ -108,6 +116,39 @@ def first_failure(spec: str, mode: str, variant, timeout: float) -> tuple[float 
         return seen, time.perf_counter() - start
 
 
+#: the control suite: torch and Dynamo imported at collection, as the suite's workers do, and the first test fails
+CONTROL_SUITE = """\
+import torch
+import torch._dynamo
+
+
+def test_fails_at_once():
+    compiled = torch.compile(torch.nn.Linear(4, 4), backend=lambda gm, example_inputs: gm)
+    compiled(torch.randn(2, 4))
+    assert False, "the control suite's failure"
+"""
+
+
+def control_failure(mode: str, timeout: float) -> float | None:
+    """Seconds to the first FAILED line of the control suite (plain pytest, no --fsdpcheck)."""
+    with tempfile.TemporaryDirectory() as cwd:
+        Path(cwd, "test_control.py").write_text(CONTROL_SUITE)
+        Path(cwd, "pytest.ini").write_text("[pytest]\n")
+        args = [sys.executable, "-m", "pytest", "-x", "-rf", "-p", "no:cacheprovider", "-p", "no:randomly", "test_control.py"]
+        args += ["-n", "2"] if mode == "n2" else ["-p", "no:xdist"]
+        start = time.perf_counter()
+        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        seen = None
+        for line in proc.stdout:
+            if seen is None and "FAILED" in line:
+                seen = time.perf_counter() - start
+        proc.wait()
+        timer.cancel()
+        return seen
+
+
 def whole_run(mode: str, variant, timeout: float) -> tuple[float, int]:
     """(seconds, exit status) of the default suite against the installed torch."""
     args, env = _command(variant, mode, "-q")
@@ -130,6 +171,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.0, help="seconds -n 2 may exceed serial by")
     parser.add_argument("--whole-run", action="store_true", help="also time the default suite without -x")
     parser.add_argument("--repeat", type=int, default=1, help="whole runs per mode and variant (the best is shown)")
+    parser.add_argument("--control-runs", type=int, default=3,
+                        help="runs of the control suite per mode, before and after (the best is taken; 0: none)")
     args = parser.parse_args(argv)
     specs = [s for s in planted_specs(args.limit) if not args.only or any(o in s for o in args.only)]
     variants = [CHEAPEST_FIRST]
@@ -139,10 +182,21 @@ def main(argv=None) -> int:
     if args.before:
         variants.insert(0, (f"at {args.before}", install_revision(args.before, Path(tmp.name)), ()))
     print(f"load average at start: {_load()}; {os.cpu_count()} CPUs", flush=True)
+    controls: dict[str, list[float | None]] = {mode: [] for mode in args.modes}
+
+    def run_control(when: str) -> None:
+        if not args.control_runs:
+            return
+        for mode in args.modes:
+            controls[mode] += [control_failure(mode, args.timeout) for _ in range(args.control_runs)]
+        print(f"{'control suite (' + when + ')':<52} " + " ".join(
+            f"{_s(_best(controls[m])):>20}" for m in args.modes), flush=True)
+
     results: dict[tuple[str, str], list[float | None]] = {}
     cells = [f"{v[0][:14]} {m}" for v in variants for m in args.modes]
     late = "  n2 - serial" if args.modes == ["serial", "n2"] else ""
     print(f"{'planted implementation':<52} " + " ".join(f"{c:>20}" for c in cells) + late, flush=True)
+    run_control("before")
     for spec in specs:
         row, seen_by = [], {}
         for variant in variants:
@@ -156,6 +210,7 @@ def main(argv=None) -> int:
             serial, n2 = seen_by[(CHEAPEST_FIRST[0], "serial")], seen_by[(CHEAPEST_FIRST[0], "n2")]
             extra = f"  {n2 - serial:+.1f} s" if serial is not None and n2 is not None else "  -"
         print(f"{spec:<52} " + " ".join(f"{c:>20}" for c in row) + extra, flush=True)
+    run_control("after")
     print(f"load average at end: {_load()}")
     print()
     if args.whole_run:
@@ -182,8 +237,22 @@ def main(argv=None) -> int:
                  if a is None or b is None or b > a + args.tolerance]
         print(f"-n 2 later than serial by over {args.tolerance:g} s: "
               + (", ".join(f"{s} ({_s(a)} serial, {_s(b)} -n 2)" for s, a, b in later) or "none"))
+        floor_serial, floor_n2 = _best(controls["serial"]), _best(controls["n2"])
+        if floor_serial is not None and floor_n2 is not None:
+            floor = floor_n2 - floor_serial
+            over = [(s, a, b) for s, a, b in zip(specs, ours["serial"], ours["n2"], strict=True)
+                    if a is None or b is None or b - a > floor]
+            print(f"-n 2's own cost (the control suite's best -n 2 minus its best serial): {floor:+.1f} s; "
+                  "-n 2 later than serial by more than that: "
+                  + (", ".join(f"{s} ({b - a:+.1f} s)" if a is not None and b is not None else s
+                               for s, a, b in over) or "none"))
     tmp.cleanup()
     return 0
+
+
+def _best(times):
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
 
 
 def _s(seconds) -> str:
