@@ -177,10 +177,12 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "into the next one, and asserts that such a bucket lists no parameter: a trainable parameter "
         "of zero elements read there is listed but weighs no bytes, so the split raises "
         "AssertionError('Params should be empty if size is 0') instead of fusing the preamble with it. "
-        "Measured on 2.4.1 and 2.13.0 only (both sources carry the assertion); the releases before, "
-        "between and after were not run.",
-        affects=">=2.4",
-        seen=("2.4.1", "2.13.0"),
+        "The fusion and this assertion are in compile_fn in every release read: the latest patch of each "
+        "minor, 2.0.1 (the first with torch._dynamo) to 2.15.0 (an explicit raise instead of `assert` from "
+        "2.13). The reproducer was run and fails on 2.0.1, 2.3.1, 2.4.1, 2.7.1, 2.13.0 and 2.15.0; the "
+        "releases between were read, not run.",
+        affects=">=2.0",
+        seen=("2.0.1", "2.15.0"),
         reference={"splitting": {"zero_byte_preamble": "asserted"}},
         reproducer="spl-zero-byte-preamble-asserts.py",
     ),
