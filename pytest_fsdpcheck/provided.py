@@ -27,9 +27,11 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     "splitting.higher_order_ops": (2, 1),
     # compile_fn's lazy path (optimize_ddp_lazy_compile=True: SubmoduleReplacer,
     # LazilyCompiledModule compiling each submodule at its first call): read in
-    # 2.4.1's source; 2.13.0 keeps the config flag ("No longer used") but not
-    # the path. Other releases not read: recorded for 2.4 alone (PROVIDED_UNTIL)
-    "splitting.lazy_compile": (2, 4),
+    # the source of each minor's latest patch, 2.0.1-2.15.0: only 2.3.1 and
+    # 2.4.1 have it (the same code in both; test_lazy_split_cases ran it on
+    # both); 2.0-2.2 have neither the flag nor the path, 2.5-2.15 keep the
+    # flag ("No longer used") but not the path (PROVIDED_UNTIL)
+    "splitting.lazy_compile": (2, 3),
     # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
     "fsdp2": (2, 3),
     # _get_managed_modules takes a tuple of root modules

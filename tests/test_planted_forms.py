@@ -82,9 +82,10 @@ def test_provided_table():
     assert not expected_provided("fsdp2.ignored_params", "2.6.0") and expected_provided("fsdp2.ignored_params", "2.7.1")
     assert expected_provided("splitting.module_form", "2.0.1") and not expected_provided("splitting.dynamo_form", "2.4.1")
     assert expected_provided("splitting.dynamo_form", "2.5.1")
-    # DDPOptimizer's lazy path: read in 2.4.1, gone (its config flag kept) in 2.13.0
-    assert expected_provided("splitting.lazy_compile", "2.4.1") and not expected_provided("splitting.lazy_compile", "2.13.0")
-    assert releases("splitting.lazy_compile") == "2.4" and releases("fsdp2") == "2.3 on"
+    # DDPOptimizer's lazy path: read in 2.3.1 and 2.4.1 only; 2.2.2 has no flag, 2.5.1-2.15.0 keep the flag but not the path
+    assert expected_provided("splitting.lazy_compile", "2.3.1") and expected_provided("splitting.lazy_compile", "2.4.1")
+    assert not any(expected_provided("splitting.lazy_compile", v) for v in ("2.2.2", "2.5.1", "2.13.0"))
+    assert releases("splitting.lazy_compile") == "2.3-2.4" and releases("fsdp2") == "2.3 on"
     with pytest.raises(KeyError):
         expected_provided("no-such-area", "2.13.0")
 
