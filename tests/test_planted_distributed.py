@@ -76,6 +76,20 @@ def test_checker_catches_a_failing_or_wrong_step_through_aot_autograd():
     assert differs.invariant == "SPL-16" and "gradient (through AOTAutograd) of w" in differs.message
 
 
+def test_checker_catches_a_failing_or_wrong_step_with_the_loss_in_forward():
+    """The step through AOTAutograd of the model returning its loss (the
+    last bucket's one output a 0-d tensor) is judged like the other."""
+    grads = {"w": torch.ones(3)}
+    assert check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": grads})], "impl") == []
+    error = "Traceback ...\nTypeError: iteration over a 0-d tensor"
+    (failed,) = check_ddp_end_to_end([_rank(aot_loss={"error": error})], "impl")
+    assert failed.invariant == "SPL-16" and "its loss computed in forward" in failed.message
+    assert failed.message.endswith("TypeError: iteration over a 0-d tensor")
+    wrong = {"w": torch.tensor([1.0, 2.0, 1.0])}
+    (differs,) = check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": wrong})], "impl")
+    assert "parameter after the step (through AOTAutograd, its loss computed in forward) of w" in differs.message
+
+
 def test_checker_catches_ranks_disagreeing():
     other = _rank(1, compiled={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}},
                   eager={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}})
