@@ -77,17 +77,19 @@ def test_checker_catches_a_failing_or_wrong_step_through_aot_autograd():
 
 
 def test_checker_catches_a_failing_or_wrong_step_with_the_loss_in_forward():
-    """The step through AOTAutograd of the model returning its loss (the
-    last bucket's one output a 0-d tensor) is judged like the other."""
-    grads = {"w": torch.ones(3)}
-    assert check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": grads})], "impl") == []
+    """The second model's step through AOTAutograd (its loss and a BatchNorm
+    in forward) is judged like the other, against its own eager step."""
+    grads, own = {"w": torch.ones(3)}, {"w": torch.full((3,), 2.0)}
+    assert check_ddp_end_to_end([_rank(aot_loss={"grads": own, "params": own,
+                                                 "eager": {"grads": own, "params": own}})], "impl") == []
     error = "Traceback ...\nTypeError: iteration over a 0-d tensor"
     (failed,) = check_ddp_end_to_end([_rank(aot_loss={"error": error})], "impl")
-    assert failed.invariant == "SPL-16" and "its loss computed in forward" in failed.message
+    assert failed.invariant == "SPL-16" and "its loss and a BatchNorm in forward" in failed.message
     assert failed.message.endswith("TypeError: iteration over a 0-d tensor")
-    wrong = {"w": torch.tensor([1.0, 2.0, 1.0])}
-    (differs,) = check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": wrong})], "impl")
-    assert "parameter after the step (through AOTAutograd, its loss computed in forward) of w" in differs.message
+    # compared with its own eager step, not the first model's
+    (differs,) = check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": own,
+                                                       "eager": {"grads": own, "params": own}})], "impl")
+    assert "gradient (through AOTAutograd, of a model with its loss and a BatchNorm in forward) of w" in differs.message
 
 
 def test_checker_catches_ranks_disagreeing():

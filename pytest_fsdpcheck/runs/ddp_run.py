@@ -51,12 +51,19 @@ class GeneratedMLP(nn.Module):
 
 
 class LossInForward(GeneratedMLP):
-    """The same model returning its loss, as models that compute it in
-    ``forward`` do: the graph's last bucket then has one output, a 0-d
-    tensor."""
+    """The same layers with a BatchNorm before the head, returning the loss
+    from ``forward`` as many models do: the graph's last bucket then has one
+    output, a 0-d tensor, and ``forward`` updates real buffers (the running
+    statistics) while DDPOptimizer propagates fake tensors at compile time."""
+
+    def __init__(self, widths=WIDTHS):
+        super().__init__(widths)
+        self.norm = nn.BatchNorm1d(widths[-1])
 
     def forward(self, x):
-        return super().forward(x).square().mean()
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(self.norm(x)).square().mean()
 
 
 @dataclass(frozen=True)
@@ -357,21 +364,25 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
         aot = {"error": traceback.format_exc(limit=8)}
 
-    # Again with the loss computed in forward: the fake-tensor values the
-    # split passes from bucket to bucket at compile time include a 0-d one.
+    # A second model through AOTAutograd, against its own eager DDP step:
+    # its loss computed in forward (the fake-tensor values the split passes
+    # from bucket to bucket at compile time include a 0-d one) and a
+    # BatchNorm's running statistics updated there (real buffers).
     progress["phase"] = "aot_loss"
     torch._dynamo.reset()
     try:
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
+        torch.manual_seed(0)
         loss_model = LossInForward().to(device)
-        loss_model.load_state_dict(model.state_dict())
-        loss_ddp = DDP(loss_model, device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+        loss_eager = DDP(copy.deepcopy(loss_model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+        eager_of_loss = dict(zip(("loss", "grads", "params"), step(loss_eager, loss_eager, loss_in_forward=True), strict=True))
+        loss_ddp = DDP(copy.deepcopy(loss_model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
         loss_compiled = torch.compile(loss_ddp, backend=aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
                                                                      bw_compiler=lambda gm, _: make_boxed_func(gm.forward)))
         loss_loss, loss_grads, loss_params = step(loss_compiled, loss_ddp, loss_in_forward=True)
-        aot_loss = {"loss": loss_loss, "grads": loss_grads, "params": loss_params}
+        aot_loss = {"loss": loss_loss, "grads": loss_grads, "params": loss_params, "eager": eager_of_loss}
     except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
         aot_loss = {"error": traceback.format_exc(limit=8)}
 
