@@ -102,18 +102,23 @@ def first_failure(spec: str, mode: str, variant, timeout: float) -> tuple[float 
     """(seconds to the first FAILED line or None, seconds the run took)."""
     args, env = _command(variant, mode, "--fsdpcheck-impl", spec, "-x", "-rf")
     with tempfile.TemporaryDirectory() as cwd:
-        start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        seen = None
-        for line in proc.stdout:
-            # xdist prints "[gw0] FAILED ..." as it happens; serial -x prints the summary's line
-            if seen is None and ("FAILED" in line or line.startswith("E  ")):
-                seen = time.perf_counter() - start
-        proc.wait()
-        timer.cancel()
-        return seen, time.perf_counter() - start
+        # xdist prints "[gw0] FAILED ..." as it happens; serial -x prints the summary's line
+        return _time_to_failure(args, cwd, env, lambda line: "FAILED" in line or line.startswith("E  "), timeout)
+
+
+def _time_to_failure(args, cwd, env, is_failure, timeout: float) -> tuple[float | None, float]:
+    """(seconds to the first line ``is_failure`` accepts or None, seconds the run took)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    seen = None
+    for line in proc.stdout:
+        if seen is None and is_failure(line):
+            seen = time.perf_counter() - start
+    proc.wait()
+    timer.cancel()
+    return seen, time.perf_counter() - start
 
 
 #: the control suite: torch and Dynamo imported at collection, as the suite's workers do, and the first test fails
@@ -136,17 +141,7 @@ def control_failure(mode: str, timeout: float) -> float | None:
         Path(cwd, "pytest.ini").write_text("[pytest]\n")
         args = [sys.executable, "-m", "pytest", "-x", "-rf", "-p", "no:cacheprovider", "-p", "no:randomly", "test_control.py"]
         args += ["-n", "2"] if mode == "n2" else ["-p", "no:xdist"]
-        start = time.perf_counter()
-        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-        seen = None
-        for line in proc.stdout:
-            if seen is None and "FAILED" in line:
-                seen = time.perf_counter() - start
-        proc.wait()
-        timer.cancel()
-        return seen
+        return _time_to_failure(args, cwd, None, lambda line: "FAILED" in line, timeout)[0]
 
 
 def whole_run(mode: str, variant, timeout: float) -> tuple[float, int]:
