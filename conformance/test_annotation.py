@@ -16,6 +16,8 @@ from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
+from pytest_fsdpcheck.provided import expected_provided, installed_torch
+from pytest_fsdpcheck.torch_support import compile_unsupported
 
 trees = module_trees(states=False, replicate=False)
 
@@ -134,8 +136,13 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
 @pytest.mark.parametrize("model", ["mlp", "nested", "shared"])
 def test_dynamo_effect(fsdpcheck_impl, model):
     # Decided by a probe of torch before the implementation runs: a failure
-    # of the implementation, or of the reference, is never a reason to judge nothing.
-    reason = dynamo_unsupported()
+    # of the implementation, or of the reference, is never a reason to judge
+    # nothing. Only where this release lacks the effect (provided.py) or
+    # cannot compile at all: on one that has it, the probe failing is torch's
+    # Dynamo breaking ANN-7, and the check runs to say so.
+    reason = compile_unsupported()
+    if reason is None and not expected_provided("annotation.dynamo_effect", installed_torch()):
+        reason = dynamo_unsupported()
     if reason is not None:
         pytest.skip(f"not provided: {reason}")
     conform(fsdpcheck_impl, lambda impl: check_dynamo_effect(impl.annotation, model))

@@ -17,6 +17,12 @@ import re
 PROVIDED_FROM: dict[str, tuple[int, int]] = {
     "traversal": (2, 0),
     "annotation": (2, 0),
+    # ANN-7's Dynamo effect: Dynamo lifting the parameters of a module marked
+    # FSDP-managed as graph inputs with an FSDP guard source (2.1.2 keeps them
+    # as attributes; the history runs pass it from 2.2.2). On a release from
+    # here on, the probe finding no such effect is torch's Dynamo failing
+    # ANN-7, never a reason to judge nothing
+    "annotation.dynamo_effect": (2, 2),
     "exec_order": (2, 0),
     "splitting": (2, 0),
     # DDPOptimizer counts parameters lifted to placeholders (add_param_args,
@@ -56,6 +62,7 @@ PROVIDED_UNTIL: dict[str, tuple[int, int]] = {
 #: invariants whose every check needs a feature newer than their area
 #: (measured in the history runs: SPL-14 n/p on 2.0, FS2-3 and FS2-9 until 2.6)
 INVARIANT_FEATURE: dict[str, str] = {
+    "ANN-7": "annotation.dynamo_effect",
     "SPL-14": "splitting.higher_order_ops",
     "FS2-3": "fsdp2.ignored_params",
     "FS2-9": "fsdp2.ignored_params",

@@ -20,7 +20,10 @@ Tables, one row per killer:
   model, impl)}``, the killer being the model's factory or the
   implementation;
 - ``demand_check_failures`` (``parametrize_with_checks``): ``{killer:
-  (wanted, check, model, impl)}``.
+  (wanted, check, model, impl)}``;
+- ``demand_torch_failures`` (torch's own column; the killer is a fault
+  planted in the installed torch, ``tests/planted/torch_faults.py``):
+  ``{fault: (wanted, selection)}``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ PATHS = {
     "demand_failures": "suite",
     "demand_model_failures": "--fsdpcheck-model",
     "demand_check_failures": "parametrize_with_checks",
+    "demand_torch_failures": "torch's column",
 }
 
 
@@ -85,6 +89,21 @@ def demand_check_failures(result, table: dict) -> None:
         texts = [text for name, text in sections.items() if f"[{model}-{check}]" in name and impl_test(impl) in name]
         if not any(f"{wanted}:" in text for text in texts):
             problems.append(f"{killer}: {check} on {model} ({impl}) did not fail naming {wanted}: {texts}")
+    assert not problems, "\n".join(problems)
+
+
+def demand_torch_failures(result, report, table: dict) -> None:
+    """Every row's fault, planted in the installed torch, makes the ``torch``
+    column FAIL the row's invariant (not known, declared, ERROR, n/p or a
+    case error), with the ID in a failure of a ``torch`` test."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    sections = failure_sections(result.outlines)
+    problems = []
+    for fault, (wanted, _) in table.items():
+        cell = report["matrix"].get("torch", {}).get(wanted, {}).get("outcome")
+        texts = [text for name, text in sections.items() if "[torch" in name and f"{wanted}:" in text]
+        if cell != "fail" or not texts:
+            problems.append(f"{fault}: torch's {wanted} is {cell!r}, {'with' if texts else 'with no'} failure naming it")
     assert not problems, "\n".join(problems)
 
 

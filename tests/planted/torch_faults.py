@@ -1,0 +1,183 @@
+"""Faults planted in the installed torch itself, for the killers that go
+through torch's column.
+
+Every path of the suite that turns a failing check into something other
+than FAIL (known, declared, ERROR, n/p, a case error, a first import, a
+skip at a stop, a retried example) is an excuse a real torch bug could hide
+behind. The planted implementations elsewhere in ``tests/planted`` prove the
+checks catch a broken *adapter*; these prove that a bug of the same shape in
+*torch* still reads FAIL in the ``torch`` column, because the suite's
+``torch`` implementation looks torch's private functions up at call time and
+so runs whatever torch holds.
+
+A suite run loads this module as a plugin (``-p tests.planted.torch_faults``)
+and names the fault in ``FSDPCHECK_TORCH_FAULT``; the fault is planted in
+``pytest_configure``, before any test runs. Without the variable it does
+nothing. Each fault is a class whose ``plant()`` patches torch in this
+process only (nothing installed is written).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FAULT_ENV = "FSDPCHECK_TORCH_FAULT"
+
+
+def pytest_configure(config):
+    name = os.environ.get(FAULT_ENV)
+    if name:
+        fault = globals().get(name)
+        if not (isinstance(fault, type) and hasattr(fault, "plant")):
+            raise SystemExit(f"{FAULT_ENV}={name!r}: no such fault in {__name__}")
+        fault.plant()
+
+
+class RootStatesDropLast:
+    """TRV-7, next to torch 2.13's known ``trv-root-states-walk-modules``:
+    ``_get_fsdp_root_states`` also loses the last root state whenever there
+    are two or more. The known bug explains the walk's order, never a state
+    gone missing: the cell must read FAIL, not known."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp import _runtime_utils
+
+        original = _runtime_utils._get_fsdp_root_states
+
+        def dropping(module):
+            states = list(original(module))
+            return states[:-1] if len(states) > 1 else states
+
+        _runtime_utils._get_fsdp_root_states = dropping
+
+
+class RootStatesDropLastSometimes:
+    """TRV-7 that shows on every other call only, as a bug depending on
+    state left by the call before would: Hypothesis then fails to replay
+    its example (``Flaky``) and shrinks nothing. A retried or unreplayable
+    example is still torch's FAIL, never a pass or an error of the suite."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp import _runtime_utils
+
+        original = _runtime_utils._get_fsdp_root_states
+        calls = [0]
+
+        def sometimes_dropping(module):
+            states = list(original(module))
+            calls[0] += 1
+            return states[:-1] if len(states) > 1 and calls[0] % 2 else states
+
+        _runtime_utils._get_fsdp_root_states = sometimes_dropping
+
+
+class ManagedModulesDropLast:
+    """FS2-1 on a user's model: ``fully_shard``'s walk
+    (``_fsdp_init._get_managed_modules``) loses the last managed module
+    whenever it finds two or more. The user's case itself is sound: the
+    bug is torch's cell, never the case's error."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_init
+
+        original = _fsdp_init._get_managed_modules
+
+        def dropping(*args, **kwargs):
+            modules = list(original(*args, **kwargs))
+            return modules[:-1] if len(modules) > 1 else modules
+
+        _fsdp_init._get_managed_modules = dropping
+
+
+#: the module :class:`AnnotationReimportsDynamoOff` imports again on every call
+REIMPORTED = "tests.planted.torch_faults_dynamo_off"
+
+
+class AnnotationReimportsDynamoOff:
+    """ANN-7 through a re-import: ``_annotate_modules_for_dynamo`` drops a
+    module from ``sys.modules`` and imports it again, and that module's
+    import turns Dynamo off. A re-import is no library's first import: the
+    change is torch's call's, a leak charged to torch (and Dynamo is on
+    again for the next test), never an excused import nor an n/p."""
+
+    @staticmethod
+    def plant():
+        import importlib
+
+        from torch.distributed.fsdp import _dynamo_utils
+
+        importlib.import_module(REIMPORTED)  # imported once before any test ran
+        import torch._dynamo
+
+        torch._dynamo.config.disable = False
+        original = _dynamo_utils._annotate_modules_for_dynamo
+
+        def reimporting(*args, **kwargs):
+            sys.modules.pop(REIMPORTED, None)
+            importlib.import_module(REIMPORTED)
+            return original(*args, **kwargs)
+
+        _dynamo_utils._annotate_modules_for_dynamo = reimporting
+
+
+class StatesWalkQuadraticInThread:
+    """TRV-8 in a helper thread: ``_get_fsdp_states_with_modules`` first
+    walks the tree quadratically (a list as its visited set) in a thread it
+    starts and joins. Time spent in a thread the call uses is the call's."""
+
+    @staticmethod
+    def plant():
+        import threading
+
+        from torch.distributed.fsdp import _traversal_utils
+
+        original = _traversal_utils._get_fsdp_states_with_modules
+
+        def quadratic(module):
+            visited = []
+            stack = [module]
+            while stack:
+                current = stack.pop()
+                if current in visited:  # a list: O(n) per lookup
+                    continue
+                visited.append(current)
+                stack.extend(current._modules.values())
+
+        def threaded(module):
+            worker = threading.Thread(target=quadratic, args=(module,))
+            worker.start()
+            worker.join()
+            return original(module)
+
+        _traversal_utils._get_fsdp_states_with_modules = threaded
+
+
+class DynamoCompilesNothing:
+    """ANN-7's probe failing on a release that provides the effect: torch's
+    Dynamo turned off for the whole process (``config.disable``), so it
+    captures no graph at all. The probe that decides ANN-7's n/p before any
+    implementation runs then finds nothing lifted; on a release the catalog
+    says has the effect that n/p is a finding strict fails on, never a
+    quiet excuse."""
+
+    @staticmethod
+    def plant():
+        import torch._dynamo
+
+        torch._dynamo.config.disable = True
+
+
+class ExecOrderTracerGone:
+    """The exec-order area gone from a release that provides it:
+    ``_trace_utils._ExecOrderTracer`` renamed away. The adapter then
+    provides no exec order; strict fails on the n/p."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp import _trace_utils
+
+        del _trace_utils._ExecOrderTracer

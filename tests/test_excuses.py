@@ -1,0 +1,152 @@
+"""Every excuse, killed through torch's column.
+
+Each path of the suite that turns a failing check into something other than
+FAIL (DESIGN.md, "Excuses") is a place a real torch bug could hide. For each,
+a fault is planted in the installed torch itself (``tests/planted/
+torch_faults.py``: the ``torch`` implementation looks torch's functions up at
+call time, so it runs the fault), and the suite must still read FAIL in the
+``torch`` column, with the invariant's ID in the failure: a bug beside a
+known one, a declared test, a probe's n/p, a user's case, a re-import, a
+stop under xdist, an example that will not replay, a fuzz budget, a walk in a
+thread. DESIGN.md's table names these tests; ``test_every_excuse_has_its_killer``
+holds the two together.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.demands import demand_torch_failures
+from tests.planted.torch_faults import FAULT_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KNOWN = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal and test_root_states")}
+UNREPLAYABLE = {"tests.planted.torch_faults:RootStatesDropLastSometimes": ("TRV-7", "test_traversal and test_root_states")}
+DECLARED = {"tests.planted.torch_faults:RootStatesDropLast": (
+    "TRV-7", "test_traversal and (test_root_states or test_matches_reference)")}
+PROBE = {"tests.planted.torch_faults:DynamoCompilesNothing": ("ANN-7", "test_dynamo_effect")}
+CASE_ERROR = {"tests.planted.torch_faults:ManagedModulesDropLast": ("FS2-2", "test_model_case or test_model_fsdp2_walk")}
+REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
+    "ANN-7", "test_annotation and (test_annotate or test_dynamo_effect)")}
+STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
+BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
+THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
+
+
+@pytest.fixture
+def run_faulted(run_suite, monkeypatch):
+    """A suite run whose torch holds ``table``'s one fault."""
+
+    def run(table: dict, *impls: str, extra=()):
+        (killer, (_, selection)), = table.items()
+        monkeypatch.setenv(FAULT_ENV, killer.rpartition(":")[2])
+        return run_suite(*(impls or ("torch",)), k=selection, extra=("-p", "tests.planted.torch_faults", *extra))
+
+    return run
+
+
+def test_a_second_torch_bug_beside_a_known_one_fails(run_faulted):
+    """known: torch 2.13's ``trv-root-states-walk-modules`` explains TRV-7
+    examples by their order; a root state torch loses is no replay of it."""
+    result, report = run_faulted(KNOWN)
+    demand_torch_failures(result, report, KNOWN)
+
+
+def test_a_torch_bug_showing_every_other_call_fails(run_faulted):
+    """a retried example: the failure does not replay (Hypothesis' Flaky),
+    and is still torch's FAIL, never a pass or the suite's error."""
+    result, report = run_faulted(UNREPLAYABLE)
+    demand_torch_failures(result, report, UNREPLAYABLE)
+
+
+def test_a_declared_test_masks_that_test_only(run_faulted, tmp_path):
+    """declared: a divergence naming one test id turns that test into xfail,
+    and an invariant entry whose torch range has ended masks nothing: the
+    same bug seen by another test of the invariant is torch's FAIL."""
+    divergences = tmp_path / "divergences.toml"
+    divergences.write_text(
+        '[[divergence]]\nmatch = "test_traversal.py::test_root_states[torch]"\nimplementation = "torch"\n'
+        'reason = "one test declared"\n\n'
+        '[[divergence]]\nmatch = "TRV-7"\nimplementation = "torch"\ntorch = "<2.0"\n'
+        'reason = "a range that ended before this torch"\n'
+    )
+    result, report = run_faulted(DECLARED, extra=("--fsdpcheck-divergences", str(divergences), "-rx"))
+    demand_torch_failures(result, report, DECLARED)
+    assert any("test_root_states[torch]" in line and "declared divergence" in line for line in result.outlines), (
+        "the declared test was not masked: the run shows nothing of the declaration")
+
+
+def test_torchs_dynamo_failing_the_probe_fails_ann7(run_faulted):
+    """n/p by a probe: ANN-7 asks torch's Dynamo first. On a release that has
+    the effect (provided.py), Dynamo capturing nothing is torch's ANN-7
+    FAIL, not an n/p that strict then excuses as 'probed away'."""
+    result, report = run_faulted(PROBE, extra=("--fsdpcheck-strict",))
+    demand_torch_failures(result, report, PROBE)
+
+
+def test_a_torch_walk_bug_on_a_users_model_is_torchs_not_the_cases(run_faulted):
+    """case error: the user's case is sound (its case test passes), so the
+    walk's bug on it is a cell of torch's, never the case's one line."""
+    result, report = run_faulted(CASE_ERROR, extra=("--fsdpcheck-model", "tests.planted.plans:good"))
+    demand_torch_failures(result, report, CASE_ERROR)
+    assert result.parseoutcomes().get("passed", 0) >= 1, "test_model_case did not pass: " + "\n".join(result.outlines[-20:])
+
+
+def test_a_reimport_in_torchs_call_is_charged_to_torch(run_faulted):
+    """first import: a module torch's call drops and imports again is no
+    library's first import; what its import changed (Dynamo off) is torch's
+    leak, restored before the next test, so the reference beside it passes."""
+    result, report = run_faulted(REIMPORT, "torch", "reference")
+    demand_torch_failures(result, report, REIMPORT)
+    reference = report["matrix"]["reference"]
+    assert {inv: cell["outcome"] for inv, cell in reference.items() if cell["outcome"] != "pass"} == {}
+
+
+def test_a_stop_under_xdist_keeps_torchs_fail(run_faulted):
+    """skipped at a stop: under ``-x -n 2`` the tests the stop ends read
+    skipped, the failure that reached the limit stays torch's FAIL."""
+    pytest.importorskip("xdist")
+    result, report = run_faulted(STOP, extra=("-x", "-n", "2"))
+    demand_torch_failures(result, report, STOP)
+
+
+def test_a_fuzz_budget_still_reaches_torchs_bug(run_faulted):
+    """not run in budget: a fuzz budget skips what it cannot fit (the cell
+    then reads skipped, never pass); one that fits the fixed cases runs
+    them first, so a bug they show is torch's FAIL however the properties'
+    rounds are cut."""
+    result, report = run_faulted(BUDGET, extra=("--fsdpcheck-fuzz-time", "20s"))
+    demand_torch_failures(result, report, BUDGET)
+
+
+def test_a_torch_walk_quadratic_in_a_thread_fails_growth(run_faulted):
+    """growth timing: the time a call spends in a thread it starts and joins
+    is the call's own."""
+    result, report = run_faulted(THREADED)
+    demand_torch_failures(result, report, THREADED)
+
+
+# --- the table in DESIGN.md ----------------------------------------------------------
+
+
+def _excuse_rows() -> list[tuple[str, str]]:
+    text = (ROOT / "DESIGN.md").read_text(encoding="utf-8")
+    section = text.split("### Excuses", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| (?!excuse|---)(.+?) \| .*?`(tests/[\w/]+\.py::\w+)`", section, re.M)
+
+
+def test_every_excuse_has_its_killer():
+    """Each row of DESIGN.md's excuse table names a killer test that exists,
+    and each killer test here is named by a row."""
+    rows = _excuse_rows()
+    assert len(rows) >= 10, rows
+    for excuse, killer in rows:
+        path, _, name = killer.partition("::")
+        assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), f"{excuse}: {killer} does not exist"
+    named = {killer for _, killer in rows}
+    here = {f"tests/test_excuses.py::{name}" for name in globals() if name.startswith("test_a") or name.startswith("test_torchs")}
+    assert here <= named, f"killers no excuse row names: {sorted(here - named)}"
