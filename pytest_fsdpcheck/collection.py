@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from .catalog import area_of
-from .report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED
+from .report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, model_id
 
 _CORPUS_MODULE = "test_golden.py"
 
@@ -99,7 +99,7 @@ def parametrize(metafunc, session) -> None:
     if ("fsdpcheck_impl" not in metafunc.fixturenames and "fsdpcheck_model_case" in metafunc.fixturenames
             and session is not None and is_suite_test(metafunc.definition)):
         # the user's case itself (test_model_case): one item per model, in no implementation's column
-        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[_model_id(m) for m in session.models])
+        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[model_id(m) for m in session.models])
         return
     if "fsdpcheck_impl" not in metafunc.fixturenames or not is_suite_test(metafunc.definition):
         return
@@ -129,18 +129,13 @@ def parametrize(metafunc, session) -> None:
     if "fsdpcheck_device" in metafunc.fixturenames:
         metafunc.parametrize("fsdpcheck_device", session.devices)
     if "fsdpcheck_model_case" in metafunc.fixturenames:
-        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[_model_id(m) for m in session.models])
+        metafunc.parametrize("fsdpcheck_model_case", session.models, ids=[model_id(m) for m in session.models])
     plan = session.plan
     if plan is not None and plan.workers > 1 and getattr(metafunc.function, "is_hypothesis_test", False):
         # one item per worker, each running its own part of the seed stream
         metafunc.fixturenames.append("fsdpcheck_shard")
         shards = range(plan.workers)
         metafunc.parametrize("fsdpcheck_shard", shards, ids=[f"shard{k + 1}of{plan.workers}" for k in shards])
-
-
-def _model_id(spec: str) -> str:
-    # "pkg.models:make" reads better in a test id without the dots' package path
-    return spec.replace(":", ".")
 
 
 #: the suite module that runs users' models; it has no input without one

@@ -53,6 +53,18 @@ SYMBOL = {
 }
 
 
+def model_id(spec: str) -> str:
+    """A user's model ``pkg.models:make`` as its test ids name it."""
+    # "pkg.models.make" reads better in a test id without the colon
+    return spec.replace(":", ".")
+
+
+def model_test_suffixes(models) -> dict[str, str]:
+    """How a test id checking a user's model ends (``[pkg.mod.make]``,
+    ``-pkg.mod.make]``) -> the model's spec."""
+    return {f"{sep}{model_id(spec)}]": spec for spec in models for sep in ("[", "-")}
+
+
 def _props(report) -> dict:
     return {k: v for k, v in getattr(report, "user_properties", ())}
 

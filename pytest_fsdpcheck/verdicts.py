@@ -377,15 +377,27 @@ def exposures(session) -> dict:
     from .known import exposure as ex
 
     found = {}
+    judged = _models_judged(session)
     for spec in session.models:
         if spec in session.matrix.case_errors:
             continue  # reported once, as the case's error
+        if spec not in judged:
+            continue  # no check of it ran (--collect-only, -k, a usage error): its replay would cost a minute for nothing
         try:
             found[spec] = ex.model_exposure(spec)
         except Exception as exc:  # noqa: BLE001 - one model's replay failing must not hide the others'
             found[spec] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     session._exposures = found
     return found
+
+
+def _models_judged(session) -> set[str]:
+    """The users' models some implementation's check ran on in this run
+    (their test ids end in the model's id)."""
+    from .report import model_test_suffixes
+
+    suffixes = model_test_suffixes(session.models)
+    return {spec for nodeid in session.matrix.per_test for suffix, spec in suffixes.items() if nodeid.endswith(suffix)}
 
 
 def finish(session, pytest_session, exitstatus):

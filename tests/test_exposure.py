@@ -205,3 +205,23 @@ def test_cli_bad_model_is_one_line():
         "error: model 'no_such_pkg.mod:factory': cannot import 'no_such_pkg.mod': "
         "ModuleNotFoundError: No module named 'no_such_pkg'"
     ]
+
+
+def test_exposure_is_worked_out_only_for_models_a_check_ran_on(monkeypatch):
+    """The replay costs up to a minute a model: a run that checked no model
+    (--collect-only, a -k deselecting its tests, a usage error) pays
+    nothing for it, and a run that checked one model replays that one."""
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck import verdicts
+    from pytest_fsdpcheck.known import exposure as ex
+    from pytest_fsdpcheck.report import Matrix
+
+    replayed = []
+    monkeypatch.setattr(ex, "model_exposure", lambda spec: replayed.append(spec) or [])
+    checked, unchecked = "pkg.models:checked", "pkg.models:unchecked"
+    session = SimpleNamespace(models=[checked, unchecked], known_bugs=True, matrix=Matrix())
+    assert verdicts.exposures(session) == {} and replayed == []
+    session = SimpleNamespace(models=[checked, unchecked], known_bugs=True, matrix=Matrix())
+    session.matrix.per_test["conformance/test_models.py::test_model_traversal[torch-pkg.models.checked]"] = {}
+    assert verdicts.exposures(session) == {checked: []} and replayed == [checked]
