@@ -91,6 +91,12 @@ def load_implementation(spec: str):
             f"implementation {spec!r} is a {type(obj).__name__}, not an implementation: give an object "
             "with area attributes, or a class (it is instantiated without arguments); nothing else is called"
         )
+    declared = getattr(obj, "known_bugs", None)
+    if isinstance(declared, str) and declared != INHERITS_TORCH_BUGS:
+        raise ImplementationError(
+            f"implementation {spec!r}: known_bugs = {declared!r}; give a sequence of KnownBug, or "
+            f"{INHERITS_TORCH_BUGS!r} for an implementation that runs torch's own code and so has torch's known bugs"
+        )
     try:
         loaded = Loaded(obj)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - an area property that raises
@@ -113,10 +119,25 @@ class Loaded:
         self._fsdpcheck_inner = impl
         for area in AREAS:
             setattr(self, area, getattr(impl, area, None))
-        self.known_bugs = tuple(getattr(impl, "known_bugs", None) or ())
+        self.known_bugs = declared_bugs(impl)
 
     def __getattr__(self, attr):
         return getattr(self._fsdpcheck_inner, attr)
+
+
+#: ``known_bugs = "torch"``: an implementation wrapping torch's own functions
+#: declares torch's known bugs as its own (they are its bugs too)
+INHERITS_TORCH_BUGS = "torch"
+
+
+def declared_bugs(impl) -> tuple:
+    """The known bugs ``impl`` declares, ``"torch"`` read as torch's."""
+    bugs = getattr(impl, "known_bugs", None) or ()
+    if bugs == INHERITS_TORCH_BUGS:
+        from ..known.torch_bugs import TORCH_BUGS
+
+        return tuple(TORCH_BUGS)
+    return tuple(bugs)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -65,13 +65,62 @@ def conform(impl, body, example: str | None = None, form: str | None = None) -> 
         return
     bugs = explain(impl, outcome, body, form)
     if bugs is None:
+        hint = _torchs_bug_hint(impl, outcome, body, form)
         if isinstance(outcome, Raised):
+            if hint:
+                outcome.exception.add_note(hint)
             raise outcome.exception
-        raise ConformanceFailure(outcome, example)
+        failure = ConformanceFailure(outcome, example)
+        if hint:
+            failure.add_note(hint)
+        raise failure
     for bug in bugs:
         n, hit = _explained.get(bug.id, (0, set()))
         hit.update(bug.invariants if isinstance(outcome, Raised) else {v.invariant for v in outcome})
         _explained[bug.id] = (n + 1, hit)
+
+
+def _final_example() -> bool:
+    """Whether this is the failure the user will read: Hypothesis' last run
+    of the shrunk example, or a check outside Hypothesis (the hint's replays
+    are not paid on every example tried while shrinking)."""
+    try:
+        from hypothesis.control import current_build_context
+
+        return current_build_context().is_final
+    except Exception:  # noqa: BLE001 - no Hypothesis test is running
+        return True
+
+
+class _DeclaringTorchBugs:
+    """``impl`` as if it declared torch's known bugs (for the hint only)."""
+
+    def __init__(self, impl):
+        from .torch_bugs import TORCH_BUGS
+
+        self._impl = impl
+        self.known_bugs = TORCH_BUGS
+
+    def __getattr__(self, attr):
+        return getattr(self._impl, attr)
+
+
+def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
+    """For an implementation that does not declare torch's known bugs: if
+    one of them explains the failure exactly, how to say so. The failure
+    stays a failure: only the implementation's own declaration excuses."""
+    from .bugs import known_bugs_of
+    from .torch_bugs import TORCH_BUGS
+
+    if not _enabled or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
+        return None
+    bugs = explain(_DeclaringTorchBugs(impl), outcome, body, form)
+    if not bugs:
+        return None
+    ids = ", ".join(bug.id for bug in bugs)
+    return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives; an implementation that runs "
+            f"torch's own code has it too and can declare it: known_bugs = \"torch\" "
+            f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
 
 
 class Raised(list):

@@ -397,3 +397,27 @@ def _conflict_variant(wrapper):
 IgnoredShardedRaises = _class("IgnoredShardedRaises", _conflict_variant(_IgnoredShardedRaises),
                               BUGS["fs2-group-conflict-not-rejected"])
 AliasRaises = _class("AliasRaises", _conflict_variant(_AliasRaises), BUGS["fs2-group-conflict-not-rejected"])
+
+
+class WrapsTorch:
+    """A framework's adapter that runs torch's own functions (as one wrapping
+    torch's walk does) and declares nothing: torch's known bugs are its
+    failures, each naming how to declare them."""
+
+    def __init__(self):
+        from pytest_fsdpcheck.catalog import AREAS
+        from pytest_fsdpcheck.impls.torch_impl import TorchImplementation
+
+        runs = TorchImplementation()
+        for area in AREAS:
+            setattr(self, area, getattr(runs, area))
+
+
+class WrapsTorchDeclaring(WrapsTorch):
+    """The same adapter declaring that it has torch's known bugs."""
+
+    known_bugs = "torch"
+
+
+class DeclaresUnknownName(WrapsTorch):
+    known_bugs = "pytorch"
