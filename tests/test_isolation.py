@@ -236,18 +236,24 @@ def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkey
 
 
 def test_import_time_effects_of_a_lazily_imported_library_are_not_a_leak(pytester):
-    """A call that first imports a library drawing from the global
-    generators, setting an environment variable and extending the import
-    path as it loads (rich, Inductor, setuptools do) passes; an
-    implementation drawing from ``random`` in its own code still fails,
-    naming it. pytest-randomly, where installed, stays enabled: its reseeds
-    around every phase are not the implementation's either."""
+    """A call that first imports a third-party library drawing from the
+    global generators, setting an environment variable, extending the import
+    path and raising the recursion limit as it loads (rich, Inductor,
+    setuptools do) passes; an implementation drawing from ``random`` in its
+    own code still fails, naming it. pytest-randomly, where installed, stays
+    enabled: its reseeds around every phase are not the implementation's
+    either."""
     import json
     import os
     import pathlib
 
+    from tests.planted.misbehaving import LAZY_MODULE
+
     root = pathlib.Path(__file__).resolve().parents[1]
-    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    # installed as a library is: outside the implementation's package
+    site = pytester.mkdir("site")
+    (site / f"{LAZY_MODULE}.py").write_text((root / "tests" / "planted" / "lazy_import_effects.py").read_text())
+    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), str(site), os.environ.get("PYTHONPATH", "")]))
     lazy, draws = "tests.planted.misbehaving:ImportsLazily", "tests.planted.misbehaving:DrawsRandom"
     result = pytester.runpytest_subprocess(
         "--fsdpcheck", "-p", "no:xdist", "-rf", "--fsdpcheck-report", "report.json",
@@ -301,8 +307,11 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
         assert isolation.leaks(before, isolation.global_state(), imported) == []
         isolation.restore(before, imported)
         assert os.environ["FSDPCHECK_IMPORTED"] == "1" and "/imported/vendor" in sys.path
-        assert sys.getrecursionlimit() == limit + 7
-        assert torch._dynamo.config.recompile_limit == before["dynamo.config"]["recompile_limit"] + 3
+        # ... but what decides other tests' verdicts goes back, whoever changed it
+        assert sys.getrecursionlimit() == limit
+        assert torch._dynamo.config.recompile_limit == before["dynamo.config"]["recompile_limit"]
+        sys.setrecursionlimit(limit + 7)
+        torch._dynamo.config.recompile_limit += 3
         # the same changes made outside an import are the caller's own
         os.environ["FSDPCHECK_IMPORTED"] = "2"
         sys.path.append("/elsewhere")
