@@ -54,3 +54,9 @@ PLANTED = {
     "tests.planted.reimports:DisablesDynamoOnReimport": ("ANN-7", "test_dynamo_effect"),
     "tests.planted.reimports:RaisesRecursionLimitOnReimport": ("TRV-8", "test_large_trees and deep and root_states"),
 }
+
+#: spec -> the leak its failure must name, charged to the test that made it
+LEAKS = {
+    "tests.planted.reimports:DisablesDynamoOnReimport": "left process-wide state changed: dynamo.config (disable)",
+    "tests.planted.reimports:RaisesRecursionLimitOnReimport": "left process-wide state changed: recursion_limit (",
+}
