@@ -336,6 +336,9 @@ def restore_verdict_state(before: dict) -> None:
             torch.set_num_interop_threads(before["num_interop_threads"])
     if "deterministic" in before and now.get("deterministic") != before["deterministic"]:
         _set_deterministic(before["deterministic"])
+    # read again: an entry may follow torch's flags put back above (Inductor's
+    # ``deterministic``), and set, it would no longer follow them
+    now = _configs()
     for key, config in (("dynamo.config", _dynamo_config()), ("inductor.config", _inductor_config())):
         if config is not None and key in before and now.get(key) != before[key]:
             # only what changed: setting a deprecated entry warns, even to its value
@@ -860,19 +863,16 @@ class FirstImports:
 
     def _loading(self, spec):
         first = self._first_import(spec)
-        self.history.names.add(spec.name)
-        if getattr(spec, "has_location", False) and spec.origin:
-            self.history.files.add(spec.origin)
         if self._reading:
             self._voided = self._voided or not first
-            return self._real(spec)
+            return self._loaded(spec)
         if not first:
-            return self._real(spec)
+            return self._loaded(spec)
         drawn = [(put, get()) for get, put in _generator_objects()]
         before = _import_visible()
         self._reading, self._voided = True, False
         try:
-            return self._real(spec)
+            return self._loaded(spec)
         finally:
             self._reading = False
             if not self._voided:
@@ -881,6 +881,16 @@ class FirstImports:
                 after = _import_visible()
                 for key in after.keys() & before.keys():
                     self._note(key, before[key], after[key])
+
+    def _loaded(self, spec):
+        module = self._real(spec)
+        # Once loaded, met again is a re-import. A load that raised is not
+        # (torch tries an optional module again and again, as each of its
+        # modules that could use it is first imported).
+        self.history.names.add(spec.name)
+        if getattr(spec, "has_location", False) and spec.origin:
+            self.history.files.add(spec.origin)
+        return module
 
     def _note(self, key, before, after) -> None:
         changed = self.changed.setdefault(key, {})
