@@ -313,34 +313,38 @@ def _verdict_state() -> dict:
     return state
 
 
-def restore_verdict_state(before: dict) -> None:
+def restore_verdict_state(before: dict, now: dict | None = None) -> None:
     """Puts back each :data:`VERDICT_STATE` entry that differs from ``before``,
-    whoever changed it (a library's first import included)."""
+    whoever changed it (a library's first import included); ``now``: the
+    state as just read, if it was."""
     import sys
 
     import torch
 
-    now = _verdict_state()
+    now = _verdict_state() if now is None else now
     if now.get("recursion_limit") != before["recursion_limit"]:
         sys.setrecursionlimit(before["recursion_limit"])
-    if "grad_enabled" in before and now.get("grad_enabled") != before["grad_enabled"]:
+    flags = [key for key in ("grad_enabled", "default_dtype", "num_threads", "num_interop_threads", "deterministic")
+             if key in before and now.get(key) != before[key]]
+    if "grad_enabled" in flags:
         torch.set_grad_enabled(before["grad_enabled"])
-    if "default_dtype" in before and now.get("default_dtype") != before["default_dtype"]:
+    if "default_dtype" in flags:
         torch.set_default_dtype(before["default_dtype"])
-    if "num_threads" in before and now.get("num_threads") != before["num_threads"]:
+    if "num_threads" in flags:
         torch.set_num_threads(before["num_threads"])
-    if "num_interop_threads" in before and now.get("num_interop_threads") != before["num_interop_threads"]:
+    if "num_interop_threads" in flags:
         # torch takes it only before its first inter-op work: then the leak
         # stays reported, and cannot be undone
         with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(before["num_interop_threads"])
-    if "deterministic" in before and now.get("deterministic") != before["deterministic"]:
+    if "deterministic" in flags:
         _set_deterministic(before["deterministic"])
-    # read again: an entry may follow torch's flags put back above (Inductor's
-    # ``deterministic``), and set, it would no longer follow them
-    now = _configs()
+    if flags:
+        # read again: an entry may follow torch's flags just put back
+        # (Inductor's ``deterministic``), and set, it would no longer follow them
+        now = _configs()
     for key, config in (("dynamo.config", _dynamo_config()), ("inductor.config", _inductor_config())):
-        if config is not None and key in before and now.get(key) != before[key]:
+        if config is not None and key in before and key in now and now[key] != before[key]:
             # only what changed: setting a deprecated entry warns, even to its value
             _load_config(config, {k: v for k, v in before[key].items() if now[key].get(k, _UNSET) != v})
 

@@ -89,11 +89,12 @@ def observed_call(item, session):
             gc.enable()
         _record(item, impl, tally)
         unhealthy = None if raised else _too_few_valid(item, tally)
-        found = leaks(before, global_state(), imported)
+        after = global_state()
+        found = leaks(before, after, imported)
         if found:
             restore(before, imported)
         else:  # what a library's first import changed, excused but put back all the same
-            restore_verdict_state(before)
+            restore_verdict_state(before, after)
         found = sorted(found + item.__dict__.pop("_fsdpcheck_generators_left", []))
         _user_threads(threads)
         if found:
