@@ -54,7 +54,14 @@ def observed_call(item, session):
     process-wide state an implementation must not leave changed."""
     from . import profiles
     from .fuzz import start_tally
-    from .isolation import FirstImports, ImportHistory, global_state, leaks, restore, restore_verdict_state
+    from .isolation import (
+        FirstImports,
+        ImportHistory,
+        global_state,
+        leaks,
+        restore,
+        restore_verdict_state,
+    )
     from .known import judge
 
     threads = _suite_threads()
