@@ -14,9 +14,11 @@
   :func:`generator_leaks` do the same for the global random generators
   around the test's own body, where only the suite and the implementation
   run.
-* :class:`FirstImports` keeps what a module's import-time code does out of
-  the verdict: that code is a library's, run once per process by whichever
-  test imports it first.
+* :class:`FirstImports` keeps what a third-party library's import-time code
+  does out of the verdict: that code is the library's, run once per process
+  by whichever test imports it first. A re-import, or an import of the
+  implementation's own code, is never such a first import.
+* :data:`VERDICT_STATE` is put back before the next test whoever changed it.
 * :func:`implementation_frames` trims a traceback to the implementation's
   own frames.
 """
@@ -242,6 +244,8 @@ class Guarded:
         self._fsdpcheck_spec = impl_name
         self.calls = 0  # implementation calls in the current test: a determinism fingerprint
         self.hung: str | None = None  # set once a call timed out in the current test
+        #: what importing is the implementation's own doing (see FirstImports)
+        self._fsdpcheck_own = OwnCode.of(impl, impl_name)
         for area in AREAS:
             obj = getattr(impl, area, None)
             setattr(self, area, None if obj is None else _GuardedArea(obj, area, impl_name, timeout, self))
@@ -265,22 +269,84 @@ def global_state() -> dict:
     state = {
         "fx.Tracer": {k: v for k, v in vars(torch.fx.Tracer).items() if not k.startswith("__")},
         "loggers": _logger_levels(),
-        "grad_enabled": torch.is_grad_enabled(),
-        "default_dtype": torch.get_default_dtype(),
-        # the plugin pins this to 1 for the session; an implementation changing it is a leak
-        "num_threads": torch.get_num_threads(),
     }
     modules = torch.nn.modules.module
     for hooks in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_module_registration_hooks", "_global_parameter_registration_hooks"):
         if hasattr(modules, hooks):
             state["nn." + hooks] = dict(getattr(modules, hooks))
-    dynamo = _dynamo_config()
-    if dynamo is not None:
-        state["dynamo.config"] = _config_copy(dynamo)
+    state.update(_verdict_state())
     dist = torch.distributed
     state["process_group"] = dist.is_available() and dist.is_initialized()
     state.update(_process_state())
     return state
+
+
+#: Process state that decides other tests' verdicts (a raised recursion limit
+#: passes a recursive walk of a deep tree, Dynamo turned off leaves nothing
+#: compiled to check, a default dtype or grad mode changes every model built
+#: after it): put back before the next test whoever changed it, so no test's
+#: verdict depends on which tests ran before it in its process (serial, or on
+#: an xdist worker). Charged to the implementation unless a third-party
+#: library's first import changed it (see :class:`FirstImports`).
+VERDICT_STATE = ("recursion_limit", "dynamo.config", "inductor.config", "default_dtype", "grad_enabled",
+                 "deterministic", "num_threads", "num_interop_threads")
+
+
+def _verdict_state() -> dict:
+    """The :data:`VERDICT_STATE` there is: torch's parts once torch is imported
+    (a first import may be torch's own), the configs once Dynamo is."""
+    import sys
+
+    state = {"recursion_limit": sys.getrecursionlimit()}
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_num_interop_threads"):  # torch itself being imported
+        return state
+    state.update({
+        "grad_enabled": torch.is_grad_enabled(),
+        "default_dtype": torch.get_default_dtype(),
+        # the plugin pins this to 1 for the session; an implementation changing it is a leak
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "deterministic": _deterministic(),
+    })
+    state.update(_configs())
+    return state
+
+
+def restore_verdict_state(before: dict, now: dict | None = None) -> None:
+    """Puts back each :data:`VERDICT_STATE` entry that differs from ``before``,
+    whoever changed it (a library's first import included); ``now``: the
+    state as just read, if it was."""
+    import sys
+
+    import torch
+
+    now = _verdict_state() if now is None else now
+    if now.get("recursion_limit") != before["recursion_limit"]:
+        sys.setrecursionlimit(before["recursion_limit"])
+    flags = [key for key in ("grad_enabled", "default_dtype", "num_threads", "num_interop_threads", "deterministic")
+             if key in before and now.get(key) != before[key]]
+    if "grad_enabled" in flags:
+        torch.set_grad_enabled(before["grad_enabled"])
+    if "default_dtype" in flags:
+        torch.set_default_dtype(before["default_dtype"])
+    if "num_threads" in flags:
+        torch.set_num_threads(before["num_threads"])
+    if "num_interop_threads" in flags:
+        # torch takes it only before its first inter-op work: then the leak
+        # stays reported, and cannot be undone
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(before["num_interop_threads"])
+    if "deterministic" in flags:
+        _set_deterministic(before["deterministic"])
+    if flags:
+        # read again: an entry may follow torch's flags just put back
+        # (Inductor's ``deterministic``), and set, it would no longer follow them
+        now = _configs()
+    for key, config in (("dynamo.config", _dynamo_config()), ("inductor.config", _inductor_config())):
+        if config is not None and key in before and key in now and now[key] != before[key]:
+            # only what changed: setting a deprecated entry warns, even to its value
+            _load_config(config, {k: v for k, v in before[key].items() if now[key].get(k, _UNSET) != v})
 
 
 def _logger_levels() -> dict:
@@ -418,6 +484,45 @@ def _dynamo_config():
     return sys.modules["torch._dynamo"].config
 
 
+def _inductor_config():
+    import sys
+
+    # Dynamo imports it; not imported here for the same reason
+    return sys.modules.get("torch._inductor.config")
+
+
+def _configs() -> dict:
+    """Copies of Dynamo's and Inductor's config, where already imported."""
+    found = {}
+    for key, config in (("dynamo.config", _dynamo_config()), ("inductor.config", _inductor_config())):
+        if config is not None:
+            found[key] = _config_copy(config)
+    return found
+
+
+def _deterministic() -> dict:
+    import torch
+
+    flags = {"algorithms": torch.are_deterministic_algorithms_enabled(),
+             "cudnn.deterministic": torch.backends.cudnn.deterministic,
+             "cudnn.benchmark": torch.backends.cudnn.benchmark}
+    warn_only = getattr(torch, "is_deterministic_algorithms_warn_only_enabled", None)
+    if warn_only is not None:
+        flags["warn_only"] = warn_only()
+    return flags
+
+
+def _set_deterministic(flags: dict) -> None:
+    import torch
+
+    if "warn_only" in flags:
+        torch.use_deterministic_algorithms(flags["algorithms"], warn_only=flags["warn_only"])
+    else:
+        torch.use_deterministic_algorithms(flags["algorithms"])
+    torch.backends.cudnn.deterministic = flags["cudnn.deterministic"]
+    torch.backends.cudnn.benchmark = flags["cudnn.benchmark"]
+
+
 def _config_copy(config) -> dict:
     # torch >= 2.2 copies its config with get_config_copy; 2.1's deep-copies
     # a dict holding a module and raises, and 2.0 has no such method: copy
@@ -480,7 +585,7 @@ def leaks(before: dict, after: dict, imported: FirstImports | None = None) -> li
             a = [x for x in a if x in b or not _imported_during(x, before, after)]
         if imported is not None:
             a, b = imported.excused(key, a, b)
-        if key == "dynamo.config" and (b is None or a is None):
+        if key in ("dynamo.config", "inductor.config") and (b is None or a is None):
             continue  # Dynamo was first imported during the test
         if key == "loggers":
             a = {k: a.get(k) for k in b}  # loggers created on first import are not leaks
@@ -515,8 +620,9 @@ def _unwrap_dynamo_disable(now, before):
 
 
 def restore(before: dict, imported: FirstImports | None = None) -> None:
-    """Back to ``before``, but for what first imports did (the modules stay
-    imported and may rely on it)."""
+    """Back to ``before``, but for what first imports did to the rest of the
+    process (the modules stay imported and may rely on it); the
+    :data:`VERDICT_STATE` goes back whoever changed it."""
     import logging
 
     import torch
@@ -532,20 +638,13 @@ def restore(before: dict, imported: FirstImports | None = None) -> None:
     for name, level in before["loggers"].items():
         if name not in imported.kept("loggers", _logger_levels()):
             logging.getLogger(name).setLevel(level)
-    torch.set_grad_enabled(before["grad_enabled"])
-    torch.set_default_dtype(before["default_dtype"])
-    if "num_threads" in before:
-        torch.set_num_threads(before["num_threads"])
+    restore_verdict_state(before)
     modules = torch.nn.modules.module
     for key, value in before.items():
         if key.startswith("nn._global"):
             hooks = getattr(modules, key[3:])
             hooks.clear()
             hooks.update(value)
-    dynamo = _dynamo_config()
-    if dynamo is not None and "dynamo.config" in before:
-        now = _config_copy(dynamo)
-        _load_config(dynamo, {**before["dynamo.config"], **{k: now[k] for k in imported.kept("dynamo.config", now)}})
     dist = torch.distributed
     if not before["process_group"] and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -576,8 +675,7 @@ def _restore_process(before: dict, imported: FirstImports) -> None:
                 hooks.insert(i, hook)
     if after["sys.path"] != before["sys.path"] or after["sys.path_hooks"] != before["sys.path_hooks"]:
         sys.path_importer_cache.clear()
-    if not imported.kept("recursion_limit", sys.getrecursionlimit()):
-        sys.setrecursionlimit(before["recursion_limit"])
+    sys.setrecursionlimit(before["recursion_limit"])
 
 
 def _stop_threads_and_children(before: dict, after: dict) -> None:
@@ -627,10 +725,78 @@ def _let_exit_without(thread) -> None:
 _UNSET = object()
 
 
-class FirstImports:
-    """Watches the modules first imported while a test runs.
+class ImportHistory:
+    """The modules this process has imported so far, by name and by file: one
+    met again is being re-imported (popped from ``sys.modules`` and imported,
+    or its file loaded under another name), and its import-time code runs
+    because the importer asked for it again, not once per process. Kept in
+    the session: a module popped after one test and imported in a later one
+    is still met again."""
 
-    A module's import-time code runs once per process, in whichever test
+    def __init__(self):
+        self.names: set[str] = set()
+        self.files: set[str] = set()
+
+    def note_present(self) -> None:
+        """What is imported now (names only: files are read when needed)."""
+        import sys
+
+        self.names.update(sys.modules)
+
+    def note_files_present(self) -> None:
+        import sys
+
+        self.files.update(f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if isinstance(f, str))
+
+
+class OwnCode:
+    """An implementation's own code: the top-level packages of the module it
+    is named by and of its areas' classes, and their folders. Importing any
+    of it is never a library's first import."""
+
+    def __init__(self, packages=(), folders=()):
+        self.packages = frozenset(packages)
+        self.folders = tuple(folders)
+
+    @classmethod
+    def of(cls, impl, spec: str | None = None) -> OwnCode:
+        import sys
+
+        from .catalog import AREAS
+
+        modules = {type(impl).__module__}
+        if isinstance(impl, type):
+            modules.add(impl.__module__)
+        for area in AREAS:
+            obj = getattr(impl, area, None)
+            if obj is not None:
+                modules.add(type(obj).__module__)
+        if spec is not None:
+            with contextlib.suppress(Exception):
+                from .impls import resolve_target
+
+                modules.add(resolve_target(spec).partition(":")[0])
+        packages = {m.partition(".")[0] for m in modules if m and m.partition(".")[0] not in sys.stdlib_module_names}
+        folders = []
+        for name in packages:
+            module = sys.modules.get(name)
+            paths = list(getattr(module, "__path__", None) or ()) or [getattr(module, "__file__", None)]
+            folders.extend(os.path.realpath(p) for p in paths if isinstance(p, str))
+        return cls(packages, folders)
+
+    def holds(self, name: str, origin: str | None) -> bool:
+        if name.partition(".")[0] in self.packages:
+            return True
+        if origin is None:
+            return False
+        where = os.path.realpath(origin)
+        return any(where == folder or where.startswith(folder + os.sep) for folder in self.folders)
+
+
+class FirstImports:
+    """Watches the third-party libraries first imported while a test runs.
+
+    A library's import-time code runs once per process, in whichever test
     happens to import it first (a lazy import inside torch, a library that
     library pulls in), so what it does to process-wide state depends on
     what is installed and on test order, never on the implementation: rich
@@ -639,26 +805,40 @@ class FirstImports:
     Dynamo's config or the recursion limit. Its draws from the global
     generators are undone as the import ends, so the generators' stream
     does not depend on what is installed either (Hypothesis, for the same
-    reason, keeps them out of its examples). The rest is kept, as the
-    module relies on it, and is not a leak while it holds the value the
-    import left. A change made by the implementation's own code is judged
-    as before.
+    reason, keeps them out of its examples). Its other changes are not a
+    leak while they hold the value the import left; the rest of the process
+    keeps them (the module relies on them), but for the
+    :data:`VERDICT_STATE`, put back before the next test all the same.
+
+    Only a first import excuses: a module imported before in this process
+    (``history``: re-imported after ``sys.modules.pop``, or its file loaded
+    under another name), or one of the implementation's own (``own``: its
+    package, its areas' modules, their folders) runs code the implementation
+    chose to run, whose changes are its own. So does anything imported
+    inside such an import, as one of its steps: an excused import nested in
+    one that is not is read on its own; one that is not nested in an
+    excused one voids that one's excuse.
 
     Watching replaces the import system's loading step (CPython's
     ``importlib._bootstrap._load_unlocked``, through which every first import
     goes) for the duration only; the state is read around the outermost
-    import alone, so a library pulling in a thousand modules costs two
-    reads. Without that step, nothing is excused."""
+    excused import alone, so a library pulling in a thousand modules costs
+    two reads. Without that step, nothing is excused."""
 
-    def __init__(self):
+    def __init__(self, history: ImportHistory | None = None, own: OwnCode | None = None):
         #: state key -> {entry: the value an import left (_UNSET: removed)}
         self.changed: dict[str, dict] = {}
+        self.history = history if history is not None else ImportHistory()
+        self.own = own if own is not None else OwnCode()
         self._bootstrap = self._real = None
-        self._depth = 0
+        self._reading = False  # inside an excused import whose changes are being read
+        self._voided = False  # ... that imported something not excused
+        self._files_read = False
 
     def __enter__(self):
         import sys
 
+        self.history.note_present()
         bootstrap = sys.modules.get("importlib._bootstrap")
         real = getattr(bootstrap, "_load_unlocked", None)
         if real is not None:
@@ -672,25 +852,49 @@ class FirstImports:
             self._bootstrap = None
         return False
 
+    def _first_import(self, spec) -> bool:
+        """Whether loading ``spec`` is a third-party library's first import."""
+        origin = spec.origin if getattr(spec, "has_location", False) else None
+        if spec.name in self.history.names or self.own.holds(spec.name, origin):
+            return False
+        if origin is not None:
+            if not self._files_read:  # once per test that imports anything
+                self.history.note_files_present()
+                self._files_read = True
+            if origin in self.history.files:
+                return False
+        return True
+
     def _loading(self, spec):
-        if self._depth:
-            self._depth += 1
-            try:
-                return self._real(spec)
-            finally:
-                self._depth -= 1
+        first = self._first_import(spec)
+        if self._reading:
+            self._voided = self._voided or not first
+            return self._loaded(spec)
+        if not first:
+            return self._loaded(spec)
         drawn = [(put, get()) for get, put in _generator_objects()]
         before = _import_visible()
-        self._depth = 1
+        self._reading, self._voided = True, False
         try:
-            return self._real(spec)
+            return self._loaded(spec)
         finally:
-            self._depth = 0
-            for put, state in drawn:
-                put(state)
-            after = _import_visible()
-            for key in after.keys() & before.keys():
-                self._note(key, before[key], after[key])
+            self._reading = False
+            if not self._voided:
+                for put, state in drawn:
+                    put(state)
+                after = _import_visible()
+                for key in after.keys() & before.keys():
+                    self._note(key, before[key], after[key])
+
+    def _loaded(self, spec):
+        module = self._real(spec)
+        # Once loaded, met again is a re-import. A load that raised is not
+        # (torch tries an optional module again and again, as each of its
+        # modules that could use it is first imported).
+        self.history.names.add(spec.name)
+        if getattr(spec, "has_location", False) and spec.origin:
+            self.history.files.add(spec.origin)
+        return module
 
     def _note(self, key, before, after) -> None:
         changed = self.changed.setdefault(key, {})
@@ -730,11 +934,8 @@ def _import_visible() -> dict:
     and restore puts back, at a cost fit for every outermost first import."""
     import sys
 
-    state = {"environ": dict(os.environ), "sys.path": list(sys.path),
-             "recursion_limit": sys.getrecursionlimit(), "loggers": _logger_levels()}
-    dynamo = _dynamo_config()
-    if dynamo is not None:
-        state["dynamo.config"] = _config_copy(dynamo)
+    state = {"environ": dict(os.environ), "sys.path": list(sys.path), "loggers": _logger_levels()}
+    state.update(_verdict_state())
     return state
 
 

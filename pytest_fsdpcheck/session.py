@@ -54,6 +54,9 @@ class Session:
     deferred: bool = False
     #: the controller: why a worker could not start its session (WorkerLoadError)
     worker_load_error: str | None = None
+    #: the modules this process imported so far (isolation.ImportHistory, made
+    #: by the first suite test): a module met again is no first import
+    import_history: object = None
 
     def loaded(self) -> dict:
         """What a worker loaded, for its controller (plain data: execnet)."""

@@ -54,13 +54,22 @@ def observed_call(item, session):
     process-wide state an implementation must not leave changed."""
     from . import profiles
     from .fuzz import start_tally
-    from .isolation import FirstImports, LeakedGlobalState, global_state, leaks, restore
+    from .isolation import (
+        FirstImports,
+        ImportHistory,
+        global_state,
+        leaks,
+        restore,
+        restore_verdict_state,
+    )
     from .known import judge
 
     threads = _suite_threads()
-    imported = FirstImports().__enter__()
-    before = global_state()
     impl = item.callspec.params["fsdpcheck_impl"]
+    if session.import_history is None:
+        session.import_history = ImportHistory()
+    imported = FirstImports(session.import_history, getattr(impl, "_fsdpcheck_own", None)).__enter__()
+    before = global_state()
     impl.start_test()
     profiles.reset_digest()
     tally = start_tally()
@@ -74,28 +83,50 @@ def observed_call(item, session):
     if pause_gc:
         gc.disable()
     raised = True
+    in_flight = None
     try:
         yield
         raised = False
+    except BaseException as exc:
+        in_flight = exc
+        raise
     finally:
         imported.__exit__(None, None, None)
         if pause_gc:
             gc.enable()
         _record(item, impl, tally)
         unhealthy = None if raised else _too_few_valid(item, tally)
-        found = leaks(before, global_state(), imported)
+        after = global_state()
+        found = leaks(before, after, imported)
         if found:
             restore(before, imported)
+        else:  # what a library's first import changed, excused but put back all the same
+            restore_verdict_state(before, after)
         found = sorted(found + item.__dict__.pop("_fsdpcheck_generators_left", []))
         _user_threads(threads)
         if found:
-            if not raised:
-                raise LeakedGlobalState(
-                    f"{dict(item.user_properties)[PROP_IMPL]} left process-wide state changed: "
-                    f"{'; '.join(found)} (restored for the next tests)"
-                )
+            _charge_leak(item, found, in_flight, raised)
         if unhealthy:
             raise TooFewValidExamples(unhealthy)
+
+
+def _charge_leak(item, found: list[str], exc: BaseException | None, raised: bool) -> None:
+    """A leak fails the test that made it, naming the test's invariants: a
+    pass, a known bug, a skip (n/p) become FAIL; a failure keeps its own
+    reason and names the leak too."""
+    import pytest
+
+    from .isolation import LeakedGlobalState
+
+    props = dict(item.user_properties)
+    invariants = " ".join(f"{inv}:" for inv in props.get(PROP_INVARIANTS) or ())
+    message = (f"{invariants} {props[PROP_IMPL]} left process-wide state changed: "
+               f"{'; '.join(found)} (restored for the next tests)").lstrip()
+    if not raised or isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
+        raise LeakedGlobalState(message) from exc
+    if isinstance(exc, (Exception, pytest.fail.Exception)):
+        # the failure stays the test's own (its invariants, its reproducer)
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), "LeakedGlobalState: " + message]
 
 
 @contextlib.contextmanager

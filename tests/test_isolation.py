@@ -236,18 +236,24 @@ def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkey
 
 
 def test_import_time_effects_of_a_lazily_imported_library_are_not_a_leak(pytester):
-    """A call that first imports a library drawing from the global
-    generators, setting an environment variable and extending the import
-    path as it loads (rich, Inductor, setuptools do) passes; an
-    implementation drawing from ``random`` in its own code still fails,
-    naming it. pytest-randomly, where installed, stays enabled: its reseeds
-    around every phase are not the implementation's either."""
+    """A call that first imports a third-party library drawing from the
+    global generators, setting an environment variable, extending the import
+    path and raising the recursion limit as it loads (rich, Inductor,
+    setuptools do) passes; an implementation drawing from ``random`` in its
+    own code still fails, naming it. pytest-randomly, where installed, stays
+    enabled: its reseeds around every phase are not the implementation's
+    either."""
     import json
     import os
     import pathlib
 
+    from tests.planted.misbehaving import LAZY_MODULE
+
     root = pathlib.Path(__file__).resolve().parents[1]
-    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    # installed as a library is: outside the implementation's package
+    site = pytester.mkdir("site")
+    (site / f"{LAZY_MODULE}.py").write_text((root / "tests" / "planted" / "lazy_import_effects.py").read_text())
+    pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), str(site), os.environ.get("PYTHONPATH", "")]))
     lazy, draws = "tests.planted.misbehaving:ImportsLazily", "tests.planted.misbehaving:DrawsRandom"
     result = pytester.runpytest_subprocess(
         "--fsdpcheck", "-p", "no:xdist", "-rf", "--fsdpcheck-report", "report.json",
@@ -301,8 +307,11 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
         assert isolation.leaks(before, isolation.global_state(), imported) == []
         isolation.restore(before, imported)
         assert os.environ["FSDPCHECK_IMPORTED"] == "1" and "/imported/vendor" in sys.path
-        assert sys.getrecursionlimit() == limit + 7
-        assert torch._dynamo.config.recompile_limit == before["dynamo.config"]["recompile_limit"] + 3
+        # ... but what decides other tests' verdicts goes back, whoever changed it
+        assert sys.getrecursionlimit() == limit
+        assert torch._dynamo.config.recompile_limit == before["dynamo.config"]["recompile_limit"]
+        sys.setrecursionlimit(limit + 7)
+        torch._dynamo.config.recompile_limit += 3
         # the same changes made outside an import are the caller's own
         os.environ["FSDPCHECK_IMPORTED"] = "2"
         sys.path.append("/elsewhere")
@@ -346,3 +355,175 @@ def test_inductors_own_environment_variable_is_not_a_leak_but_another_value_is(m
     assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
     isolation._restore_process(before, isolation.FirstImports())
     assert name not in os.environ
+
+
+# --- only a third-party library's first import excuses -------------------------------
+
+
+@pytest.fixture
+def importable(tmp_path, monkeypatch):
+    """Writes modules into a folder on the import path; forgets them after."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = []
+
+    def write(name: str, text: str):
+        path = tmp_path.joinpath(*name.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in list(path.parents)[: name.count(".")]:
+            (parent / "__init__.py").touch()
+        path.write_text(text)
+        written.append(name.partition(".")[0])
+        return path
+
+    yield write
+    for name in [m for m in sys.modules if m.partition(".")[0] in written]:
+        sys.modules.pop(name, None)
+
+
+#: import-time code counting its runs in an environment variable
+COUNTS = "import os\nos.environ['{var}'] = str(int(os.environ.get('{var}', '0')) + 1)\n"
+
+
+def test_a_reimported_module_is_not_a_first_import(importable, monkeypatch):
+    """The first import of a library is excused; the same module popped and
+    imported again (in this test or a later one, or its file loaded under
+    another name) runs its code because the importer asked again: its own."""
+    import importlib
+    import sys
+
+    from pytest_fsdpcheck import isolation
+
+    monkeypatch.delenv("FSDPCHECK_RUNS", raising=False)
+    path = importable("counts_runs", COUNTS.format(var="FSDPCHECK_RUNS"))
+    history = isolation.ImportHistory()
+    before = isolation._process_state()
+    with isolation.FirstImports(history) as imported:
+        importlib.import_module("counts_runs")
+    assert isolation.leaks(before, isolation._process_state(), imported) == []
+    with isolation.FirstImports(history) as imported:
+        sys.modules.pop("counts_runs")
+        importlib.import_module("counts_runs")
+    assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_RUNS)"]
+    # popped at the end of one test, imported in the next: still met before
+    sys.modules.pop("counts_runs")
+    with isolation.FirstImports(history) as imported:
+        importlib.import_module("counts_runs")
+    assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_RUNS)"]
+    # the same file under another name: a package's module, then its folder on the path
+    monkeypatch.delenv("FSDPCHECK_FILE_RUNS", raising=False)
+    path = importable("runs_pkg.counts_file", COUNTS.format(var="FSDPCHECK_FILE_RUNS"))
+    importlib.import_module("runs_pkg.counts_file")
+    monkeypatch.syspath_prepend(str(path.parent))
+    before = isolation._process_state()
+    with isolation.FirstImports(history) as imported:
+        importlib.import_module("counts_file")
+    sys.modules.pop("counts_file", None)
+    assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_FILE_RUNS)"]
+
+
+def test_the_implementations_own_modules_are_not_a_first_import(importable, monkeypatch):
+    """A module of the implementation's package, imported for the first time
+    in the process, is still its own code; a third-party library it pulls
+    in is read on its own and stays excused."""
+    import importlib
+
+    from pytest_fsdpcheck import isolation
+
+    monkeypatch.delenv("FSDPCHECK_OWN", raising=False)
+    monkeypatch.delenv("FSDPCHECK_LIBRARY", raising=False)
+    importable("third_party_lib", COUNTS.format(var="FSDPCHECK_LIBRARY"))
+    importable("own_impl.effects", "import third_party_lib\n" + COUNTS.format(var="FSDPCHECK_OWN"))
+    importable("own_impl.area", "class Area:\n    pass\n")
+    area = importlib.import_module("own_impl.area").Area
+
+    class Impl:
+        traversal = area()
+
+    own = isolation.OwnCode.of(Impl())
+    assert "own_impl" in own.packages
+    before = isolation._process_state()
+    with isolation.FirstImports(isolation.ImportHistory(), own) as imported:
+        importlib.import_module("own_impl.effects")
+    assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_OWN)"]
+
+
+def test_a_library_importing_a_module_met_before_is_not_excused(importable, monkeypatch):
+    """An import excused but for one of its steps, a module imported again:
+    the whole import is the importer's."""
+    import importlib
+    import sys
+
+    from pytest_fsdpcheck import isolation
+
+    monkeypatch.delenv("FSDPCHECK_RUNS", raising=False)
+    importable("counts_runs_again", COUNTS.format(var="FSDPCHECK_RUNS"))
+    importable("pulls_it_in", "import counts_runs_again\n")
+    importlib.import_module("counts_runs_again")
+    before = isolation._process_state()
+    with isolation.FirstImports() as imported:
+        sys.modules.pop("counts_runs_again")
+        importlib.import_module("pulls_it_in")
+    assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_RUNS)"]
+
+
+def _change_verdict_state():
+    import sys
+
+    import torch
+    import torch._dynamo
+    import torch._inductor.config
+
+    sys.setrecursionlimit(sys.getrecursionlimit() + 11)
+    torch._dynamo.config.disable = not torch._dynamo.config.disable
+    torch._inductor.config.max_autotune = not torch._inductor.config.max_autotune
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.set_num_threads(torch.get_num_threads() + 1)
+
+
+#: what _change_verdict_state changes, as a leak names it
+VERDICT_LEAKS = ["default_dtype (", "deterministic (algorithms, warn_only)", "dynamo.config (disable)",
+                 "grad_enabled (True -> False)", "inductor.config (", "num_threads (", "recursion_limit ("]
+
+
+def test_verdict_state_is_put_back_whoever_changed_it(importable):
+    """The state deciding other tests' verdicts is the same at every test's
+    start, so a verdict never hangs on the tests that ran before it (its
+    process, serial or an xdist worker): changed by a library's first import
+    it is excused, and put back all the same; changed by the caller, it is a
+    leak naming each entry, put back too."""
+    import importlib
+    import sys
+
+    import torch
+    import torch._dynamo  # noqa: F401 - imported before, as the suite does: its config is compared
+    import torch._inductor.config  # noqa: F401
+
+    from pytest_fsdpcheck import isolation
+
+    importable("changes_verdict_state", "from tests.test_isolation import _change_verdict_state\n_change_verdict_state()\n")
+    torch.set_grad_enabled(True)
+    before = isolation.global_state()
+    try:
+        with isolation.FirstImports() as imported:
+            importlib.import_module("changes_verdict_state")
+        assert isolation.leaks(before, isolation.global_state(), imported) == []
+        isolation.restore_verdict_state(before)
+        assert {k: v for k, v in isolation.global_state().items() if k in isolation.VERDICT_STATE} == {
+            k: v for k, v in before.items() if k in isolation.VERDICT_STATE}
+
+        # the next test's caller makes the same changes
+        _change_verdict_state()
+        found = isolation.leaks(before, isolation.global_state(), isolation.FirstImports())
+        assert len(found) == len(VERDICT_LEAKS) and all(f.startswith(w) for f, w in zip(found, VERDICT_LEAKS, strict=True)), found
+        isolation.restore(before, imported)
+        assert isolation.leaks(before, isolation.global_state()) == []
+        # put back, not pinned: Inductor's flag still follows torch's
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        assert getattr(torch._inductor.config, "deterministic", True) is True
+    finally:
+        isolation.restore_verdict_state(before)
+        sys.modules.pop("changes_verdict_state", None)

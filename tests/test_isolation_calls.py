@@ -108,3 +108,25 @@ def test_reseeding_is_undone_and_fails_the_call():
         _guarded(reseeds).states_with_modules(None)
     assert random.getstate() == before[0] and torch.initial_seed() == before[1]
     assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def test_a_leak_fails_a_passing_known_or_skipped_test_and_is_named_on_a_failing_one():
+    """A leak must not hide behind the test's own outcome: a pass, a known
+    bug and a skip (n/p: the leak may be what made the check unable to run)
+    become a FAIL naming the test's invariants; a failure stays its own,
+    with the leak added to what it says."""
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck import verdicts
+    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
+
+    item = SimpleNamespace(user_properties=[(PROP_INVARIANTS, ("ANN-7",)), (PROP_IMPL, "planted")])
+    leak = ["dynamo.config (disable)"]
+    wanted = r"^ANN-7: planted left process-wide state changed: dynamo.config \(disable\) \(restored"
+    for outcome in (None, pytest.skip.Exception("not provided: no graph"), pytest.xfail.Exception("known: bug")):
+        with pytest.raises(LeakedGlobalState, match=wanted):
+            verdicts._charge_leak(item, leak, outcome, outcome is not None)
+    failure = AssertionError("ANN-7: mlp: compiled output differs from eager")
+    verdicts._charge_leak(item, leak, failure, True)
+    assert [note.startswith("LeakedGlobalState: ANN-7: planted left process-wide state changed: dynamo.config")
+            for note in failure.__notes__] == [True]

@@ -220,26 +220,29 @@ class DrawsRandom(Implementation):
     traversal = _RandomDrawingTraversal()
 
 
-#: imported anew by every call of ImportsLazily
-LAZY_MODULE = "tests.planted.lazy_import_effects"
+#: A third-party library ImportsLazily's calls import: the source is
+#: tests/planted/lazy_import_effects.py, installed by the test that uses it
+#: outside this package (under this name, in a folder of its own on the path),
+#: as a library is. A module of the implementation's own, or one imported
+#: again, would be the implementation's doing (tests.planted.reimports).
+LAZY_MODULE = "fsdpcheck_lazy_library"
 
 
 class _LazilyImportingTraversal(ReferenceTraversal):
     def states_with_modules(self, root):
         import importlib
-        import sys
 
-        # Forgotten first, so every call's import is a first import, as the
-        # first test's is in a process where the module is lazily imported.
-        sys.modules.pop(LAZY_MODULE, None)
+        # the first call imports it, as the first test to need a lazily
+        # imported library does; later calls find it imported
         importlib.import_module(LAZY_MODULE)
         return super().states_with_modules(root)
 
 
 class ImportsLazily(Implementation):
     """A correct implementation whose call first imports a library that
-    draws from the global generators, sets an environment variable and
-    extends the import path as it is imported (as rich, Inductor and
-    setuptools do): none of that is the implementation's behaviour."""
+    draws from the global generators, sets an environment variable, extends
+    the import path and raises the recursion limit as it is imported (as
+    rich, Inductor, setuptools and others do): none of that is the
+    implementation's behaviour."""
 
     traversal = _LazilyImportingTraversal()
