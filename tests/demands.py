@@ -216,8 +216,10 @@ def running_tests(modules: dict[str, Path], args=()) -> set[str]:
     collected = _Collected()
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = pytest.main([*map(str, names), "--collect-only", "-q", "--assert=plain", "-p", "no:randomly", "-p", "no:faulthandler", *args],
-                           plugins=[collected])
+        # plain asserts: a module imported here first is not rewritten twice;
+        # no faulthandler: the outer session's stays as it is
+        code = pytest.main([*map(str, names), "--collect-only", "-q", "--assert=plain",
+                            "-p", "no:randomly", "-p", "no:faulthandler", *args], plugins=[collected])
     if collected.items is None or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise RuntimeError(f"collecting the demanding tests failed ({code!r}):\n{printed.getvalue()[-3000:]}")
     runs: dict[str, bool] = {}
