@@ -122,27 +122,49 @@ _QUIET_MARKS = {"skip", "skipif", "xfail"}
 
 
 def _own_nodes(statement):
-    """The nodes of ``statement``, not those of a function, lambda or class
-    defined in it (their bodies run when called, if ever)."""
+    """The nodes of ``statement`` that run with it: of a function, lambda or
+    class it defines, only what the definition itself evaluates (decorators,
+    defaults, bases), not the body, which runs when called, if ever."""
     stack = [statement]
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(child for child in ast.iter_child_nodes(node)
-                     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend([*getattr(node, "decorator_list", ()), *node.args.defaults,
+                          *(d for d in node.args.kw_defaults if d is not None)])
+        elif isinstance(node, ast.ClassDef):
+            stack.extend([*node.decorator_list, *node.bases, *node.keywords])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _importable_here(call: ast.Call) -> bool:
+    """``importorskip("name")`` (a literal name, no version asked) that this
+    environment can import: it does not skip here."""
+    import importlib.util
+
+    if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Constant):
+        return False
+    try:
+        return importlib.util.find_spec(call.args[0].value) is not None
+    except (ImportError, ValueError, TypeError):
+        return False
 
 
 def _may_end_quietly(statement) -> bool:
     """Whether ``statement`` may end the test before the statements after it
-    without failing it: a ``return``, a ``pytest.skip``/``xfail``/``exit``/
-    ``importorskip`` call, or a skip or xfail mark applied while running
-    (``request.applymarker``, ``node.add_marker``), however conditional."""
+    without failing it: a ``return``, a ``pytest.skip``/``xfail``/``exit``
+    call, an ``importorskip`` of a module this environment cannot import, or
+    a skip or xfail mark applied while running (``request.applymarker``,
+    ``node.add_marker``), however conditional."""
     for node in _own_nodes(statement):
         if isinstance(node, ast.Return):
             return True
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name == "importorskip" and _importable_here(node):
+            continue  # pytest runs on past it in this environment
         if name in _ENDS_QUIETLY:
             return True
         if name in ("applymarker", "add_marker") and any(

@@ -124,6 +124,34 @@ def test_a_weakened_demand_is_not_counted(weakening, running):
     assert weakened_any
 
 
+#: statements before a demand that cannot end the test quietly: the
+#: demand stays counted (a function or lambda defined, not called; an
+#: importorskip of a module this environment has; a failure)
+NOT_WEAKENED = [
+    "def later():\n    return pytest.skip('later')\n{call}",
+    "later = lambda: pytest.xfail('later')\n{call}",
+    "pytest.importorskip('ast')\n{call}",
+    "if not outcomes: pytest.fail('red, not quiet')\n{call}",
+]
+
+
+@pytest.mark.parametrize("statement", NOT_WEAKENED, ids=lambda w: w.replace("\n", "; "))
+def test_a_statement_that_cannot_end_the_test_quietly_keeps_the_demand(statement, running):
+    sources = _sources()
+    kept_any = False
+    for module, text in sources.items():
+        lines = text.splitlines()
+        for lineno, col, end in _calls(text):
+            call = " ".join(line.strip() for line in lines[lineno - 1:end])
+            added = [" " * col + line for line in statement.format(call=call).split("\n")]
+            before = demands_in({module: text}, running)
+            if before:
+                after = demands_in({module: "\n".join(lines[:lineno - 1] + added + lines[end:])}, running)
+                assert after == before, (module, lineno, statement)
+                kept_any = True
+    assert kept_any
+
+
 def _demanding_tests(text) -> list[str]:
     return sorted({function for function, _helper, _table in demands._helper_calls(ast.parse(text))})
 
