@@ -14,7 +14,8 @@ The census counts only demands pytest will run: the tests are collected by
 pytest itself, in-process (:func:`running_tests`), and a test none of whose
 items pytest runs as collected (deselected, or marked ``skip``, ``skipif``
 with a true condition or ``xfail``, by decorator, module ``pytestmark`` or a
-conftest hook) demands nothing; nor does a call that a statement of the
+conftest hook, or using a fixture of the project's that may skip it)
+demands nothing; nor does a call that a statement of the
 body may skip (a ``return``, ``pytest.skip``/``xfail``/``exit``/
 ``importorskip``, a skip or xfail mark applied at run time) before it.
 
@@ -151,14 +152,14 @@ def _importable_here(call: ast.Call) -> bool:
         return False
 
 
-def _may_end_quietly(statement) -> bool:
+def _may_end_quietly(statement, returns: bool = True) -> bool:
     """Whether ``statement`` may end the test before the statements after it
     without failing it: a ``return``, a ``pytest.skip``/``xfail``/``exit``
     call, an ``importorskip`` of a module this environment cannot import, or
     a skip or xfail mark applied while running (``request.applymarker``,
     ``node.add_marker``), however conditional."""
     for node in _own_nodes(statement):
-        if isinstance(node, ast.Return):
+        if isinstance(node, ast.Return) and returns:
             return True
         if not isinstance(node, ast.Call):
             continue
@@ -210,18 +211,46 @@ class _Collected:
         self.items = list(session.items)
 
 
-def _runs_as_collected(item) -> bool:
+def _fixture_may_end_quietly(func, root: Path) -> bool:
+    """Whether a fixture of the project's own (its file under ``root``) may
+    skip or xfail the tests using it (a ``return`` is a fixture's value)."""
+    import inspect
+    import textwrap
+
+    try:
+        if not Path(inspect.getsourcefile(func)).resolve().is_relative_to(root):
+            return False  # pytest's and plugins' own fixtures
+        definition = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return True  # cannot be read: not counted on trust
+    return any(_may_end_quietly(statement, returns=False) for statement in definition.body)
+
+
+def _runs_as_collected(item, fixtures_read: dict) -> bool:
     """Whether pytest runs ``item`` as a test whose failure fails the run:
-    no skip mark applies to it (``skip``, ``skipif`` with a true condition)
-    and no xfail mark with a true condition. Marks from anywhere count, as
-    pytest reads them: the function's, its module's ``pytestmark``, those a
-    hook added."""
+    no skip mark applies to it (``skip``, ``skipif`` with a true condition),
+    no xfail mark with a true condition, and no fixture of the project's own
+    that it uses may skip or xfail it. Marks from anywhere count, as pytest
+    reads them: the function's, its module's ``pytestmark``, those a hook
+    added; fixtures too, however requested (argument, ``usefixtures``,
+    autouse)."""
     from _pytest.skipping import evaluate_skip_marks, evaluate_xfail_marks
 
     try:
-        return evaluate_skip_marks(item) is None and evaluate_xfail_marks(item) is None
+        if evaluate_skip_marks(item) is not None or evaluate_xfail_marks(item) is not None:
+            return False
     except Exception:  # a condition that cannot be evaluated: an error, not a run
         return False
+    root = Path(item.config.rootpath).resolve()
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name, defs in definitions.items():
+        if defs and name in item.fixturenames:
+            func = defs[-1].func
+            if func not in fixtures_read:  # read once per collection, not per item
+                fixtures_read[func] = _fixture_may_end_quietly(func, root)
+            if fixtures_read[func]:
+                return False
+    return True
 
 
 def running_tests(modules: dict[str, Path], args=()) -> set[str]:
@@ -245,12 +274,13 @@ def running_tests(modules: dict[str, Path], args=()) -> set[str]:
     if collected.items is None or code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise RuntimeError(f"collecting the demanding tests failed ({code!r}):\n{printed.getvalue()[-3000:]}")
     runs: dict[str, bool] = {}
+    fixtures_read: dict = {}
     for item in collected.items:
         module = names.get(Path(item.path).resolve())
         function = getattr(item, "originalname", item.name)
         if module is not None:
             key = f"{module}::{function}"
-            runs[key] = runs.get(key, True) and _runs_as_collected(item)
+            runs[key] = runs.get(key, True) and _runs_as_collected(item, fixtures_read)
     return {key for key, run in runs.items() if run}
 
 

@@ -97,7 +97,8 @@ WEAKENED = [
 @pytest.fixture(scope="module")
 def running():
     """What pytest runs of the tests as they are on disk (collected once)."""
-    modules = {module: demands.TESTS / f"{module.rpartition('.')[2]}.py" for module in _sources()}
+    modules = {module: demands.TESTS / f"{module.rpartition('.')[2]}.py" for module, text in _sources().items()
+               if _demanding_tests(text)}
     return demands.running_tests(modules)
 
 
@@ -185,6 +186,12 @@ MARKED = {
     "conftest-hook-skip": {"conftest": (
         "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
         "    for item in items:\n        item.add_marker(pytest.mark.skip(reason='later'))\n")},
+    "conftest-fixture-skips": {"conftest": (
+        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef later():\n"
+        "    if True:\n        pytest.skip('later')\n    yield\n")},
+    "fixture-used-skips": {
+        "decorator": "@__import__('pytest').mark.usefixtures('later')",
+        "conftest": "import pytest\n\n\n@pytest.fixture\ndef later():\n    pytest.xfail('later')\n"},
     "conftest-hook-deselects": {"conftest": (
         "def pytest_collection_modifyitems(config, items):\n"
         "    config.hook.pytest_deselected(items=list(items))\n    items[:] = []\n")},
