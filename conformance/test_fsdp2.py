@@ -16,6 +16,7 @@ from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2 import (
     EQUAL_MODULES,
+    IGNORED_SCALARS,
     NESTED_ROOTS,
     build_fsdp2,
     fsdp2_deep_chain,
@@ -141,13 +142,28 @@ def test_equal_modules(fsdpcheck_impl, case):
 @given(spec=fsdp2_specs(scalars=True))
 def test_managed_states(fsdpcheck_impl, spec):
     spec = _takes(fsdpcheck_impl, spec)
+    conform(fsdpcheck_impl, _states_body(spec), reproducer(fsdpcheck_impl, spec, "states"))
+
+
+def _states_body(spec):
     def body(impl):
         built = build_fsdp2(spec, impl.fsdp2)
         order = expected_managed(built)
         modules = [built.modules[i] for i in order]
         return check_states(built, order, lambda: impl.fsdp2.managed_states(modules, built.ignored))
 
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "states"))
+    return body
+
+
+@pytest.mark.invariant("FS2-4")
+@pytest.mark.parametrize("case", list(IGNORED_SCALARS))
+def test_ignored_scalars(fsdpcheck_impl, case):
+    """Scalar parameters in ignored_params: left out of the states, never
+    rejected (an ignored parameter is never touched); a scalar that is not
+    ignored beside one is still rejected."""
+    _require(fsdpcheck_impl, "takes_ignored_params", "no ignored_params")
+    spec = IGNORED_SCALARS[case]
+    conform(fsdpcheck_impl, _states_body(spec), reproducer(fsdpcheck_impl, spec, "states"))
 
 
 @pytest.mark.invariant("FS2-7")

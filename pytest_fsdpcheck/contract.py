@@ -170,7 +170,8 @@ class Fsdp2Area(Protocol):
         """The modules ``fully_shard(roots)`` manages, in walk order."""
 
     def managed_states(self, modules: list, ignored_params: set | None) -> tuple[list, list]:
-        """``(params, buffers)`` of ``modules``; ``ValueError`` for a scalar parameter."""
+        """``(params, buffers)`` of ``modules``; ``ValueError`` for a scalar parameter
+        that is not ignored (an ignored one is never touched)."""
 
     def annotate(self, roots: tuple, mesh: Any, ignored_params: set | None) -> None:
         """Apply a real ``fully_shard`` to the group ``roots`` on ``mesh`` (a

@@ -138,6 +138,8 @@ feature("Fsdp2Spec", "nested roots", lambda s, _: _nested_roots(s))
 feature("Fsdp2Spec", "modules with their own group", lambda s, _: bool(s.groups))
 feature("Fsdp2Spec", "ignored-parameter sets", lambda s, _: bool(s.ignored))
 feature("Fsdp2Spec", "scalar parameters", lambda s, _: bool(s.scalars))
+feature("Fsdp2Spec", "ignored scalar parameters",
+        lambda s, _: any(k == -1 and i in s.scalars for i, k in s.ignored or ()))  # generators.fsdp2.SCALAR
 feature("Fsdp2Spec", "buffers", lambda s, _: any(s.buffers))
 feature("Fsdp2Spec", "replicate-owned modules", lambda s, _: bool(s.tree.replicate))
 feature("Fsdp2Spec", "shared modules", lambda s, _: max(_registrations(s.tree.children).values(), default=0) > 1)

@@ -11,6 +11,7 @@ from pytest_fsdpcheck.generators.fsdp2 import (
     fsdp2_diamond_chain,
     fsdp2_specs,
     fully_shard_specs,
+    ignored_scalars,
 )
 from pytest_fsdpcheck.generators.trees import TreeSpec
 
@@ -57,7 +58,8 @@ def test_conflict_free_specs_have_no_group_above_a_root():
     @settings(max_examples=150, database=None, derandomize=True, deadline=None)
     @given(spec=fully_shard_specs(conflicts=False))
     def check(spec):
-        assert not spec.tree.tied and not spec.scalars
+        # a scalar only where ignored_params names it: one the call would shard is a rejected call
+        assert not spec.tree.tied and spec.scalars == ignored_scalars(spec)
         for g in spec.groups:
             below, stack = set(), list(spec.tree.children[g])
             while stack:
@@ -74,3 +76,26 @@ def test_exact_shapes():
     assert deep.size == 50 and all(deep.tree.children[i] == (i + 1,) for i in range(49))
     diamonds = fsdp2_diamond_chain(3, ignored=True)
     assert diamonds.size == 10 and diamonds.ignored == {(i, 0) for i in range(0, 10, 3)}
+
+
+def test_ignored_scalars_are_drawn_in_managed_modules():
+    """An ignored 0-dim parameter reaches the states check (FS2-4): drawn in
+    a module that stays managed, it is no error and not in the states; a
+    spec without ignored_params keeps no scalar it drew to ignore."""
+    from pytest_fsdpcheck.checks.fsdp2 import expected_managed, expected_states
+
+    def managed_ignored_scalar(spec):
+        if not ignored_scalars(spec):
+            return False
+        built = build_fsdp2(spec)
+        return bool(ignored_scalars(spec) & set(expected_managed(built)))
+
+    spec = find(fsdp2_specs(scalars=True, max_modules=8), managed_ignored_scalar, settings=FIND)
+    built = build_fsdp2(spec)
+    i = min(ignored_scalars(spec) & set(expected_managed(built)))
+    scalar = built.modules[i]._parameters["s"]
+    assert scalar in built.ignored and scalar.dim() == 0
+    params, _, rejected = expected_states(built, expected_managed(built))
+    assert all(p is not scalar for p in params) and rejected is None, (spec, rejected)
+    cut = spec.restricted(ignored=False)
+    assert cut.ignored is None and not cut.scalars & ignored_scalars(spec)

@@ -29,7 +29,8 @@ class Fsdp2Spec:
     roots: tuple[int, ...] = (0,)
     groups: frozenset[int] = frozenset()  # modules with their own FSDP2 state
     #: ``None``: fully_shard's default; else ``(module, k)``: the k-th own
-    #: parameter of module (registration order; a missing one is skipped)
+    #: parameter of module (registration order; a missing one is skipped),
+    #: or with ``k == SCALAR`` the module's scalar parameter ``s``
     ignored: frozenset[tuple[int, int]] | None = None
     buffers: tuple[int, ...] = ()  # own buffers per module
     scalars: frozenset[int] = frozenset()  # modules given a scalar parameter ``s``
@@ -48,7 +49,10 @@ class Fsdp2Spec:
         ign = self.ignored if ignored else None
         if roots == self.roots and ign == self.ignored:
             return self
-        return dataclasses.replace(self, roots=roots, ignored=ign)
+        # a scalar drawn to be ignored leaves with its ignored_params: kept,
+        # it would be a scalar the call shards, which is another example
+        scalars = self.scalars - ignored_scalars(self) if ign is None else self.scalars
+        return dataclasses.replace(self, roots=roots, ignored=ign, scalars=scalars)
 
     def to_source(self) -> str:
         parts = [f"tree={self.tree.to_source()}"]
@@ -146,12 +150,25 @@ def equal_module_class():
     return _EQUAL_MODULE[0]
 
 
+#: ``(module, SCALAR)`` in ``Fsdp2Spec.ignored``: that module's scalar parameter ``s``
+SCALAR = -1
+
+
+def ignored_scalars(spec: Fsdp2Spec) -> frozenset[int]:
+    """Modules whose scalar parameter ``s`` the spec ignores."""
+    return frozenset(i for i, k in spec.ignored or () if k == SCALAR and i in spec.scalars)
+
+
 def ignored_parameters(spec: Fsdp2Spec, modules) -> set | None:
     """The parameter objects ``spec.ignored`` names (a missing one skipped)."""
     if spec.ignored is None:
         return None
     ignored = set()
     for i, k in sorted(spec.ignored):
+        if k == SCALAR:
+            if modules[i]._parameters.get("s") is not None:
+                ignored.add(modules[i]._parameters["s"])
+            continue
         own = list(dict.fromkeys(p for p in modules[i]._parameters.values() if p is not None))
         if k < len(own):
             ignored.add(own[k])
@@ -220,6 +237,14 @@ def fsdp2_specs(
     scalar_set = frozenset()
     if scalars:
         scalar_set = frozenset((b >> 1) % n for b in _byte_list(draw, 2) if b & 1)
+    if scalar_set and ignored and draw(st.booleans()):
+        # an ignored scalar on purpose (fully_shard never touches an ignored
+        # parameter, so it is no error, FS2-4); with a buffer, its module
+        # stays managed and its states are collected past it
+        pick = sorted(scalar_set)[draw(st.integers(0, len(scalar_set) - 1))]
+        ignored_set = (ignored_set or frozenset()) | {(pick, SCALAR)}
+        if draw(st.booleans()):
+            bufs = tuple(1 if i == pick else b for i, b in enumerate(bufs or (0,) * n))
     return Fsdp2Spec(tree, roots, group_set, ignored_set, bufs, scalar_set)
 
 
@@ -297,6 +322,28 @@ EQUAL_MODULES = {
 }
 
 
+#: scalar (0-dim) parameters that ``ignored_params`` names (FS2-4): an
+#: ignored parameter is never touched, so fully_shard takes these and leaves
+#: them out of its states; a walk that rejects a scalar before asking
+#: whether it is ignored raises on them. A non-ignored scalar beside one is
+#: still rejected, by its own name.
+IGNORED_SCALARS = {
+    # 0 -> 1: the root holds w0 and the ignored s
+    "ignored-on-the-root": Fsdp2Spec(
+        TreeSpec(((1,), ()), params=(1, 1)), ignored=frozenset({(0, SCALAR)}), scalars=frozenset({0})),
+    # 0 -> (1, 2): 1 holds only the ignored s and a buffer, which keeps it managed
+    "ignored-beside-a-buffer": Fsdp2Spec(
+        TreeSpec(((1, 2), (), ()), params=(1, 0, 1)), ignored=frozenset({(1, SCALAR)}), buffers=(0, 1, 0),
+        scalars=frozenset({1})),
+    # 0 -> (1, 2): 2 holds only the ignored s, so the ignore rule drops it (FS2-3)
+    "ignored-module-dropped": Fsdp2Spec(
+        TreeSpec(((1, 2), (), ()), params=(1, 1, 0)), ignored=frozenset({(2, SCALAR)}), scalars=frozenset({2})),
+    # 0 -> (1, 2): 1's s is ignored, 2's is not: the call rejects 2's
+    "beside-a-scalar-not-ignored": Fsdp2Spec(
+        TreeSpec(((1, 2), (), ()), params=(1, 1, 1)), ignored=frozenset({(1, SCALAR)}), scalars=frozenset({1, 2})),
+}
+
+
 def fsdp2_ignored_diamonds(diamonds: int, chains: int = 16) -> Fsdp2Spec:
     """``chains`` diamond chains of ``diamonds`` diamonds each under a root
     whose own parameter is kept; every module below it has one parameter,
@@ -362,7 +409,9 @@ def _for_fully_shard(spec: Fsdp2Spec, conflicts: bool) -> Fsdp2Spec:
         groups = frozenset(g for g in groups if not set(spec.roots) & _below(tree, g))
     # fully_shard on a replicate-owned module is another API's business
     tree = dataclasses.replace(tree, replicate=tree.replicate - set(spec.roots) - spec.groups)
-    return dataclasses.replace(spec, tree=tree, groups=groups, scalars=frozenset())
+    # a scalar the call would shard is a call the spec rejects (test_managed_states
+    # and the case probe's business); an ignored one is never touched, so stays
+    return dataclasses.replace(spec, tree=tree, groups=groups, scalars=ignored_scalars(spec))
 
 
 def _below(tree: TreeSpec, top: int) -> set[int]:
@@ -379,7 +428,8 @@ def fully_shard_specs(*, conflicts: bool = False, max_modules: int = 10):
     """Specs for real ``fully_shard`` calls (groups applied inner first). With
     ``conflicts=False``: no shared modules and no tied parameters, so no
     group can reach another's modules; with ``True``: both, so some do."""
-    return fsdp2_specs(max_modules=max_modules, shared=conflicts).map(lambda s: _for_fully_shard(s, conflicts))
+    return fsdp2_specs(max_modules=max_modules, shared=conflicts, scalars=True).map(
+        lambda s: _for_fully_shard(s, conflicts))
 
 
 # --- whole plans: sequences of fully_shard calls on one model ---------------------

@@ -58,6 +58,17 @@ class _KeepsIgnoredParams(ReferenceFsdp2):
         return super().managed_states(modules, None)
 
 
+class _ScalarCheckBeforeIgnore(ReferenceFsdp2):
+    # Rejects a scalar (0-dim) parameter before asking whether it is ignored:
+    # an ignored scalar, which fully_shard never touches, raises.
+    def managed_states(self, modules, ignored_params):
+        for module in modules:
+            for name, p in own_params(module):
+                if p.dim() == 0 and not self._accept_scalars:
+                    raise ValueError(f"fully_shard does not support scalar parameters: {name!r}")
+        return super().managed_states(modules, ignored_params)
+
+
 class _ParamsOnly(ReferenceFsdp2):
     # Only parameters are collected, as FSDP1's flat parameters did; buffers are left out.
     def managed_states(self, modules, ignored_params):
@@ -226,6 +237,7 @@ IgnoresOwnParamsOnly = _impl(_IgnoresOwnParamsOnly)
 KeepsIgnoredParams = _impl(_KeepsIgnoredParams)
 NoRootReduction = _impl(_NoRootReduction)
 ParamsOnly = _impl(_ParamsOnly)
+ScalarCheckBeforeIgnore = _impl(_ScalarCheckBeforeIgnore)
 IgnoreRuleNoMemo = _impl(_IgnoreRuleNoMemo)
 IgnoreRuleWholeSubtree = _impl(_IgnoreRuleWholeSubtree)
 RootsByEquality = _impl(_RootsByEquality)
@@ -242,6 +254,7 @@ PLANTED = {
     "tests.planted.fsdp2:EntersGroups": ("FS2-2", "test_managed_modules"),
     "tests.planted.fsdp2:IgnoresOwnParamsOnly": ("FS2-3", "test_ignored_params"),
     "tests.planted.fsdp2:KeepsIgnoredParams": ("FS2-4", "test_managed_states"),
+    "tests.planted.fsdp2:ScalarCheckBeforeIgnore": ("FS2-4", "test_ignored_scalars"),
     "tests.planted.fsdp2:NoRootReduction": ("FS2-5", "test_several_roots"),
     "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
     "tests.planted.fsdp2:IgnoreRuleNoMemo": ("FS2-6", "test_linear_growth_shared_ignored"),
