@@ -259,13 +259,16 @@ def test_a_marked_demand_is_not_counted(case, tmp_path, demanding_sources, runni
 
 
 def test_an_xfail_marked_killer_leaves_its_invariant_without_one(tmp_path, demanding_sources):
-    """The issue's case: ANN-1's only killer's test marked xfail (the killer
-    made correct would then xfail, and the run still pass): ANN-1 has no
-    killer."""
-    test = next(d.test for d in demands_in(demanding_sources, {
-        f"{m}::{f}" for m, t in demanding_sources.items() for f in _demanding_tests(t)}) if d.invariant == "ANN-1")
-    module, _, function = test.partition("::")
-    sources = {module: _decorated(demanding_sources[module], "@__import__('pytest').mark.xfail", {function})}
+    """The issue's case: ANN-1's killers' tests marked xfail (a killer made
+    correct would then xfail, and the run still pass): ANN-1 has no killer."""
+    tests = {d.test for d in demands_in(demanding_sources, {
+        f"{m}::{f}" for m, t in demanding_sources.items() for f in _demanding_tests(t)}) if d.invariant == "ANN-1"}
+    by_module: dict[str, set[str]] = {}
+    for test in tests:
+        module, _, function = test.partition("::")
+        by_module.setdefault(module, set()).add(function)
+    sources = {module: _decorated(demanding_sources[module], "@__import__('pytest').mark.xfail", functions)
+               for module, functions in by_module.items()}
     census = demands_in({**demanding_sources, **sources}, _running_as_written(tmp_path, {**demanding_sources, **sources}))
     assert "ANN-1" in uncovered(census, INVARIANTS)
 

@@ -14,6 +14,7 @@ import functools
 import re
 
 from ..checks import ConformanceFailure, Violation, error_of, short
+from ..checks.annotation import MANAGED, ORIG_PARAMS, read_flag
 from .model import (
     CaseError,
     ModelCase,
@@ -387,7 +388,7 @@ def check_fully_shard_calls(case, impl=None):
                     area.mark_own_group(r)
                 earlier += effective
         flagged = {oracle.label(m) for m in oracle.modules
-                   if m.__dict__.get("_is_fsdp_managed_module") is True and m.__dict__.get("_fsdp_use_orig_params") is True}
+                   if read_flag(m, MANAGED) is True and read_flag(m, ORIG_PARAMS) is True}
         if flagged != flagged_expected:
             return [Violation("FS2-7", f"after the plan, the Dynamo flags are on {sorted(flagged)}, expected exactly "
                                        f"the managed modules {sorted(flagged_expected)}")]

@@ -21,6 +21,32 @@ def _entry(value):
     return ("obj", id(value))
 
 
+#: where torch's forwarding wrappers keep the module they wrap: a read of
+#: an attribute the wrapper does not hold goes on to it (``OptimizedModule``
+#: from ``torch.compile(module)``, which forwards writes too; the
+#: activation-checkpointing ``checkpoint_wrapper``)
+WRAPPED = {"OptimizedModule": "_orig_mod", "CheckpointWrapper": "_checkpoint_wrapped_module",
+           "OffloadWrapper": "_checkpoint_wrapped_module"}
+
+
+def read_flag(module, name: str, unset="<unset>"):
+    """A Dynamo flag as torch reads it (``getattr``): the module's own entry,
+    else, through each forwarding wrapper, the wrapped module's. Never a
+    class attribute: the spec's flags are set on instances."""
+    seen = set()
+    while id(module) not in seen:
+        seen.add(id(module))
+        if name in module.__dict__:
+            return module.__dict__[name]
+        # by the class's lineage: fully_shard swaps in a subclass of its own
+        # (FSDPOptimizedModule), which forwards as its base does
+        inner = next((WRAPPED[c.__name__] for c in type(module).__mro__ if c.__name__ in WRAPPED), None)
+        module = module.__dict__.get("_modules", {}).get(inner) if inner else None
+        if module is None:
+            return unset
+    return unset
+
+
 def snapshot(tree) -> list[dict]:
     """Per module: every ``__dict__`` entry (registries by content identity)."""
     return [{k: _entry(v) for k, v in m.__dict__.items()} for m in tree.modules]
@@ -60,7 +86,7 @@ def check_annotated(tree, before, use_orig_params: bool) -> list[Violation]:
     for i, module in enumerate(tree.modules):
         if i not in reachable or i in ignored:
             continue
-        got = (module.__dict__.get(MANAGED, "<unset>"), module.__dict__.get(ORIG_PARAMS, "<unset>"))
+        got = (read_flag(module, MANAGED), read_flag(module, ORIG_PARAMS))
         if got[0] is True and got[1] is use_orig_params:
             continue
         desc = f"m{i} ({MANAGED}={got[0]!r}, {ORIG_PARAMS}={got[1]!r})"
@@ -107,7 +133,7 @@ def check_shared_annotated(tree, use_orig_params: bool) -> list[Violation]:
     bad = []
     for i in sorted(shared_modules(tree) - set(tree.spec.ignored)):
         module = tree.modules[i]
-        got = (module.__dict__.get(MANAGED, "<unset>"), module.__dict__.get(ORIG_PARAMS, "<unset>"))
+        got = (read_flag(module, MANAGED), read_flag(module, ORIG_PARAMS))
         if got != (True, use_orig_params) or not isinstance(got[1], bool):
             bad.append(f"m{i} ({MANAGED}={got[0]!r}, {ORIG_PARAMS}={got[1]!r})")
     if bad:
@@ -133,8 +159,8 @@ def check_idempotent(tree, once, twice, flipped, flag: bool) -> list[Violation]:
         i = index[id(m)]
         if i in tree.spec.ignored:
             continue
-        if m.__dict__.get(ORIG_PARAMS) is not (not flag):
-            stale.append(f"m{i} ({ORIG_PARAMS}={m.__dict__.get(ORIG_PARAMS)!r})")
+        if read_flag(m, ORIG_PARAMS, None) is not (not flag):
+            stale.append(f"m{i} ({ORIG_PARAMS}={read_flag(m, ORIG_PARAMS, None)!r})")
     if stale:
         out.append(
             Violation("ANN-5", f"expected re-annotating with use_orig_params={not flag} to update the flag; got {short(stale, 6)}")
@@ -147,8 +173,8 @@ def diff_against_reference(ref_tree, tree) -> list[Violation]:
     below = _under_ignored(tree)
     diffs: dict[str, list[str]] = {"ANN-1": [], "ANN-2": [], "ANN-3": []}
     for i, (r, g) in enumerate(zip(ref_tree.modules, tree.modules, strict=True)):
-        want = tuple(r.__dict__.get(k, "<unset>") for k in ANNOTATIONS)
-        got = tuple(g.__dict__.get(k, "<unset>") for k in ANNOTATIONS)
+        want = tuple(read_flag(r, k) for k in ANNOTATIONS)
+        got = tuple(read_flag(g, k) for k in ANNOTATIONS)
         if want != got:
             inv = "ANN-2" if i in tree.spec.ignored else "ANN-3" if i in below else "ANN-1"
             diffs[inv].append(f"m{i}: reference {want}, implementation {got}")

@@ -9,6 +9,7 @@ import re
 from collections import Counter
 
 from . import Violation, error_of, first_difference, short
+from .annotation import MANAGED, ORIG_PARAMS, read_flag
 
 # --- the oracle -------------------------------------------------------------------
 
@@ -337,7 +338,7 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
     out = []
     wrong = []
     for i, m in enumerate(built.modules):
-        flags = (m.__dict__.get("_is_fsdp_managed_module"), m.__dict__.get("_fsdp_use_orig_params"))
+        flags = (read_flag(m, MANAGED, None), read_flag(m, ORIG_PARAMS, None))
         want = (True, True) if i in managed_all else (None, None)
         if flags != want:
             wrong.append(f"m{i}={flags}")

@@ -120,6 +120,15 @@ class _DoesNothing(_Walk):
         return None
 
 
+class _StopsAtWrappedBlocks(_Walk):
+    # A framework's walker that takes a wrapped block (``torch.compile(block)``,
+    # ``checkpoint_wrapper(block)``) for a leaf: the wrapper is marked, and
+    # torch reads the wrapper's flags from it, but the block's own
+    # submodules, which Dynamo traces, stay unmarked.
+    def _enter(self, module, ignored: bool) -> bool:
+        return not any(c.__name__ in ("OptimizedModule", "CheckpointWrapper") for c in type(module).__mro__)
+
+
 def _impl(annotation_cls):
     class Planted(Implementation):
         name = annotation_cls.__name__.lstrip("_")
@@ -140,6 +149,7 @@ TogglesFlag = _impl(_TogglesFlag)
 LastPathWins = _impl(_LastPathWins)
 NeverOrigParams = _impl(_NeverOrigParams)
 DoesNothing = _impl(_DoesNothing)
+StopsAtWrappedBlocks = _impl(_StopsAtWrappedBlocks)
 
 #: spec -> (invariant it must fail, -k expression selecting the tests that show it)
 PLANTED = {

@@ -200,6 +200,21 @@ class _NoFlags(ReferenceFsdp2):
                 m.__dict__.pop("_fsdp_use_orig_params", None)
 
 
+class _FlagsWrapperOnly(ReferenceFsdp2):
+    # Writes the flags into a compiled block's wrapper itself (its
+    # ``__dict__``, past ``OptimizedModule``'s forwarding) and leaves the
+    # block it wraps unmarked: torch reads the wrapper as managed, but the
+    # block Dynamo traces is not.
+    def annotate(self, roots, mesh, ignored_params):
+        super().annotate(roots, mesh, ignored_params)
+        for m in self.managed_modules(roots, ignored_params):
+            inner = m._modules.get("_orig_mod") if any(c.__name__ == "OptimizedModule" for c in type(m).__mro__) else None
+            if inner is not None:
+                for flag in ("_is_fsdp_managed_module", "_fsdp_use_orig_params"):
+                    m.__dict__[flag] = True
+                    inner.__dict__.pop(flag, None)
+
+
 class _NoConflictCheck(ReferenceFsdp2):
     def __init__(self):
         super().__init__(group_conflicts="torch")
@@ -232,6 +247,7 @@ def _impl(cls):
 
 
 PreOrder = _impl(_PreOrder)
+FlagsWrapperOnly = _impl(_FlagsWrapperOnly)
 EntersGroups = _impl(_EntersGroups)
 IgnoresOwnParamsOnly = _impl(_IgnoresOwnParamsOnly)
 KeepsIgnoredParams = _impl(_KeepsIgnoredParams)

@@ -417,3 +417,26 @@ def dynamo_disabled():
     """A forward Dynamo never enters: the compiled step compiles nothing."""
     torch.manual_seed(0)
     return ModelCase("dynamo_disabled", EagerLM(tied=False), _inputs(), plan=untied_plan)
+
+
+def compiled_blocks():
+    """torchtitan's pattern: each block compiled on its own
+    (``torch.compile(block)``, an ``OptimizedModule`` forwarding attribute
+    reads and writes to the block) before the plan shards it. Correct."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    for i, layer in enumerate(model.layers):
+        model.layers[i] = torch.compile(layer)
+    return ModelCase("compiled_blocks", model, _inputs(), plan=good_plan)
+
+
+def checkpointed_blocks():
+    """Each block wrapped for activation checkpointing (``checkpoint_wrapper``,
+    forwarding attribute reads to the block) before the plan shards it. Correct."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    for i, layer in enumerate(model.layers):
+        model.layers[i] = checkpoint_wrapper(layer)
+    return ModelCase("checkpointed_blocks", model, _inputs(), plan=good_plan)
