@@ -24,6 +24,11 @@ MISTAKES = [
     ("python_int_output", "forward returned int, expected tensors"),
     # a call the spec rejects (FS2-4); it was FS2-7 FAIL for torch and the reference
     ("scalar_param", "plan's call 4 fully_shard(<root>) would shard the 0-dim parameter scale, which FSDP2 rejects"),
+    # calls the installed fully_shard does not take (issue 38 item 6): they passed
+    # test_model_case and every check but FS2-9, whose real step then failed
+    ("mesh_positional", "plan's call fully_shard(layers.0) does not fit fully_shard(module, *, mesh"),
+    ("reshard_yes", "plan's call fully_shard(layers.0) reshard_after_forward='yes': a bool, or a whole number of ranks"),
+    ("container_group", "plan's call fully_shard(layers) layers is a ModuleList, a container without a forward"),
 ]
 
 

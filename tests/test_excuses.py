@@ -30,6 +30,8 @@ DECLARED = {"tests.planted.torch_faults:RootStatesDropLast": (
     "TRV-7", "test_traversal and (test_root_states or test_matches_reference)")}
 PROBE = {"tests.planted.torch_faults:DynamoCompilesNothing": ("ANN-7", "test_dynamo_effect")}
 CASE_ERROR = {"tests.planted.torch_faults:ManagedModulesDropLast": ("FS2-2", "test_model_case or test_model_fsdp2_walk")}
+REFUSED_CALL = {"tests.planted.torch_faults:FullyShardRefusesNoReshard": (
+    "FS2-7", "test_model_case or test_model_fsdp2_recorded")}
 REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
     "ANN-7", "test_annotation and (test_annotate or test_dynamo_effect)")}
 STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
@@ -93,6 +95,15 @@ def test_a_torch_walk_bug_on_a_users_model_is_torchs_not_the_cases(run_faulted):
     walk's bug on it is a cell of torch's, never the case's one line."""
     result, report = run_faulted(CASE_ERROR, extra=("--fsdpcheck-model", "tests.planted.plans:good"))
     demand_torch_failures(result, report, CASE_ERROR)
+    assert result.parseoutcomes().get("passed", 0) >= 1, "test_model_case did not pass: " + "\n".join(result.outlines[-20:])
+
+
+def test_torch_refusing_a_call_it_takes_is_torchs_not_the_cases(run_faulted):
+    """case error for a call fully_shard does not take: decided from its
+    signature and argument kinds, never by torch raising; a call that fits
+    and that torch refuses is torch's FAIL, the case passing."""
+    result, report = run_faulted(REFUSED_CALL, extra=("--fsdpcheck-model", "tests.planted.plans:no_reshard"))
+    demand_torch_failures(result, report, REFUSED_CALL)
     assert result.parseoutcomes().get("passed", 0) >= 1, "test_model_case did not pass: " + "\n".join(result.outlines[-20:])
 
 

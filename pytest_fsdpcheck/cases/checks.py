@@ -164,6 +164,10 @@ def _plan_problem(case) -> str | None:
     if not (torch.distributed.is_available() and fsdp2_available()):
         return None  # the FSDP2 checks are n/p: nothing runs the plan
     record = recorded(case)
+    from .recording import RejectedCall
+
+    if isinstance(record.plan_error, RejectedCall):
+        return f"plan's call {record.plan_error}, which the installed fully_shard does not take"
     if record.plan_error is not None:
         return f"plan raised {_first_line(record.plan_error)}"
     if not record.calls:
@@ -315,12 +319,24 @@ def check_fsdp2_recorded(case, impl=None):
     oracle = OracleInput(model, _replicate_on(record, model))
     earlier: list = []
     violations: list[Violation] = []
+    managed_by: set[int] = set()
+    sharded: set[int] = set()
     for (roots, ignored), call in zip(calls, record.calls, strict=True):
-        if call.error is not None:
-            break
         oracle.at(roots, earlier, ignored)
         managed = expected_managed(oracle)
         params, buffers, _ = expected_states(oracle, managed)
+        if call.error is not None:
+            # The plan's arguments were checked against fully_shard's signature
+            # before the call (a call it does not take is the case's error):
+            # raising on one that shares nothing with an earlier group is torch's.
+            if not managed_by.intersection(managed) and not sharded.intersection(map(id, params)):
+                violations.append(Violation(
+                    "FS2-7", f"{call.label()}: torch's fully_shard raised on a call whose arguments it takes and which "
+                             "shares nothing with an earlier group", detail=_first_line(call.error),
+                    error=error_of(call.error)))
+            break  # what torch leaves after an error is not specified
+        managed_by.update(managed)
+        sharded.update(map(id, params))
         want = [oracle.label(oracle.modules[i]) for i in managed]
         got = None if call.walk is None else [n or "<root>" for n in call.walk]
         if got is not None and got != want:
@@ -890,7 +906,7 @@ CHECKS = {
     "check_case": (check_case, ()),
     "check_plan_rules": (check_plan_rules, ("PLN-1", "PLN-2", "PLN-3", "PLN-4")),
     "check_fsdp2_walk": (check_fsdp2_walk, ("FS2-1", "FS2-2", "FS2-3", "FS2-4", "FS2-5")),
-    "check_fsdp2_recorded": (check_fsdp2_recorded, ("FS2-1", "FS2-4")),
+    "check_fsdp2_recorded": (check_fsdp2_recorded, ("FS2-1", "FS2-4", "FS2-7")),
     "check_fully_shard_calls": (check_fully_shard_calls, ("FS2-7", "FS2-8")),
     "check_buckets": (check_buckets, ("SPL-2", "SPL-3", "SPL-4", "SPL-5", "SPL-6", "SPL-7", "SPL-8")),
     "check_bucket_assignment": (check_bucket_assignment, ("SPL-15",)),

@@ -59,6 +59,86 @@ class RecordedCall:
         return f"fully_shard({'[' + inner + ']' if self.as_list else inner})"
 
 
+class RejectedCall(Exception):
+    """A plan's ``fully_shard`` call whose arguments the installed
+    ``fully_shard`` does not take (its signature, or a value of the wrong
+    kind): the plan's mistake, which stops the plan like its own error."""
+
+
+def _fsdp2_types() -> dict:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    found = {"mesh": DeviceMesh}
+    for home in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        module = _mod(home)
+        for arg, cls in (("mp_policy", "MixedPrecisionPolicy"), ("offload_policy", "OffloadPolicy")):
+            if module is not None and arg not in found and isinstance(getattr(module, cls, None), type):
+                found[arg] = getattr(module, cls)
+    return found
+
+
+def _rejects_containers() -> bool:
+    """Whether the installed fully_shard refuses a container without a
+    forward of its own as a group (read from the release: its module has
+    the validation; older releases shard such a container)."""
+    return any(hasattr(_mod(home), "_validate_module") for home in _INIT_MODULES if _mod(home) is not None)
+
+
+def _names_only(signature) -> str:
+    """``fully_shard(module, *, mesh, ...)``: the signature in one short line."""
+    import inspect
+
+    parts, starred = [], False
+    for param in signature.parameters.values():
+        if param.kind is inspect.Parameter.KEYWORD_ONLY and not starred:
+            parts.append("*")
+            starred = True
+        prefix = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}.get(param.kind, "")
+        starred = starred or param.kind is inspect.Parameter.VAR_POSITIONAL
+        parts.append(prefix + param.name)
+    return f"fully_shard({', '.join(parts)})"
+
+
+def rejected_arguments(fn, module, args, kwargs, names) -> str | None:
+    """Why the installed ``fully_shard`` (``fn``) does not take this call,
+    stated from its signature and its documented argument kinds (never by
+    running it), or None."""
+    import inspect
+
+    from torch import nn
+
+    try:
+        signature = inspect.signature(fn)
+        bound = signature.bind(module, *args, **kwargs)
+    except TypeError as exc:
+        return f"does not fit {_names_only(signature)}: {exc}"
+    except ValueError:  # no signature to read: nothing to say
+        return None
+    roots = [module] if isinstance(module, nn.Module) else list(module) if isinstance(module, (list, tuple)) else None
+    if not roots or not all(isinstance(m, nn.Module) for m in roots):
+        return f"module must be an nn.Module or a non-empty list of them, got {type(module).__name__}"
+    if _rejects_containers():
+        for m in roots:
+            if isinstance(m, (nn.ModuleList, nn.ModuleDict)) and type(m).forward is nn.Module.forward:
+                return (f"{names.get(id(m)) or '<root>'} is a {type(m).__name__}, a container without a forward of "
+                        "its own, which fully_shard does not take as a group: shard the modules in it, or the module "
+                        "that runs them")
+    given = bound.arguments
+    reshard = given.get("reshard_after_forward")
+    if reshard is not None and not isinstance(reshard, (bool, int)):
+        return f"reshard_after_forward={reshard!r}: a bool, or a whole number of ranks to reshard to"
+    if isinstance(reshard, int) and not isinstance(reshard, bool) and reshard < 1:
+        return f"reshard_after_forward={reshard!r}: a number of ranks is at least 1"
+    for arg, cls in _fsdp2_types().items():
+        value = given.get(arg)
+        if value is not None and not isinstance(value, cls):
+            return f"{arg}={type(value).__name__}(...): expected a {cls.__name__}"
+    ignored = given.get("ignored_params")
+    if ignored is not None and not all(isinstance(p, nn.Parameter) for p in ignored):
+        return "ignored_params must hold parameters"
+    return None
+
+
 @dataclass
 class RecordedPlan:
     case: object
@@ -301,6 +381,9 @@ def record_plan(case) -> RecordedPlan:
             kwargs={k: v for k, v in kwargs.items() if k not in ("ignored_params",)},
             replicate=frozenset(names[i] for i in _incompatible(model) if i in names),
         )
+        problem = rejected_arguments(original, module, args, kwargs, names)
+        if problem is not None:
+            raise RejectedCall(f"{call.label()} {problem}")
         seen = current[0] = {}
         try:
             result = original(module, *args, **kwargs)

@@ -111,3 +111,45 @@ def scalar_param():
     (FS2-4): the plan's mistake, not FS2-7 for torch and the reference."""
     torch.manual_seed(0)
     return ModelCase("scalar_param", ScaledLM(), _inputs(), plan=good_plan)
+
+
+def _plan_case(name, plan):
+    from tests.planted.plans import TinyLM, _inputs
+
+    torch.manual_seed(0)
+    return ModelCase(name, TinyLM(), _inputs(), plan=plan)
+
+
+def mesh_positional():
+    """fully_shard(block, mesh): torch's mesh is keyword-only."""
+    from torch.distributed.fsdp import fully_shard
+
+    def plan(model, mesh):
+        for layer in model.layers:
+            fully_shard(layer, mesh)
+        fully_shard(model, mesh=mesh)
+
+    return _plan_case("mesh_positional", plan)
+
+
+def reshard_yes():
+    """reshard_after_forward="yes": a bool or a number of ranks."""
+    from torch.distributed.fsdp import fully_shard
+
+    def plan(model, mesh):
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh, reshard_after_forward="yes")
+        fully_shard(model, mesh=mesh)
+
+    return _plan_case("reshard_yes", plan)
+
+
+def container_group():
+    """A ModuleList given as a group: a container without a forward."""
+    from torch.distributed.fsdp import fully_shard
+
+    def plan(model, mesh):
+        fully_shard(model.layers, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+    return _plan_case("container_group", plan)

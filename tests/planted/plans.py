@@ -440,3 +440,14 @@ def checkpointed_blocks():
     for i, layer in enumerate(model.layers):
         model.layers[i] = checkpoint_wrapper(layer)
     return ModelCase("checkpointed_blocks", model, _inputs(), plan=good_plan)
+
+
+def no_reshard_plan(model, mesh):  # correct: the layers keep their parameters gathered after forward
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=False)
+    fully_shard([model.embed, model.lm_head], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def no_reshard():
+    return _case("no_reshard", no_reshard_plan)

@@ -181,3 +181,25 @@ class ExecOrderTracerGone:
         from torch.distributed.fsdp import _trace_utils
 
         del _trace_utils._ExecOrderTracer
+
+
+class FullyShardRefusesNoReshard:
+    """FS2-7 on a user's plan: torch's ``fully_shard`` raising on a call it
+    takes (``reshard_after_forward=False``). A call whose arguments do not
+    fit ``fully_shard`` is the plan's mistake, one case-error line; one that
+    fits and still raises is torch's cell, never the case's error."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_init, _fully_shard
+
+        original = _fsdp_init._get_post_forward_mesh_info
+
+        def refusing(reshard_after_forward, mesh_info):
+            if reshard_after_forward is False:
+                raise ValueError("reshard_after_forward should be a bool or an int")
+            return original(reshard_after_forward, mesh_info)
+
+        _fsdp_init._get_post_forward_mesh_info = refusing
+        if getattr(_fully_shard, "_get_post_forward_mesh_info", None) is original:
+            _fully_shard._get_post_forward_mesh_info = refusing
