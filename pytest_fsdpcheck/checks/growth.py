@@ -76,11 +76,14 @@ def best_time(fn, repeat: int = 3, good_enough: float = 0.0, first: float | None
     return min(runs)
 
 
-def timed(fn, clock=process_cpu_time, at_least: float = 0.0):
+def timed(fn, clock=process_cpu_time, at_least: float | None = None):
     """(seconds, result) of one call of ``fn`` with the cyclic collector off,
     as timeit does (a collection over a big heap adds a superlinear cost of
     its own); calls repeated until ``at_least`` seconds have passed on
-    ``clock``, the seconds then those of one call on average."""
+    ``clock`` (``CLOCK_STEPS_PER_RUN`` of its steps unless given), the
+    seconds then those of one call on average, the result the last one's."""
+    if at_least is None:
+        at_least = CLOCK_STEPS_PER_RUN * clock_step(clock)
     gc.disable()
     try:
         calls, start = 0, clock()
