@@ -1,7 +1,9 @@
 """The growth checks end: a run that would not return (an exponential
-implementation on a large input) is cut by a CPU-time budget, also inside
-the per-call wall-clock limit the suite puts around an implementation's
-calls, and nothing of the budget is left behind."""
+implementation on a large input, also one in a helper thread its call
+joins) is cut by a CPU-time budget, also inside the per-call wall-clock
+limit the suite puts around an implementation's calls, its helper threads
+ended, and nothing of the budget is left behind. The time measured is the
+whole process's, every thread's, on a clock no budget makes coarse."""
 
 import signal
 import subprocess

@@ -67,13 +67,18 @@ def best_time(fn, repeat: int = 3, good_enough: float = 0.0, first: float | None
     for the checks; benchmarks that report seconds pass
     ``time.perf_counter``."""
     runs = [] if first is None else [first]
-    at_least = CLOCK_STEPS_PER_RUN * clock_step(clock)
+    at_least = _run_at_least(clock)
     while len(runs) < repeat and not (runs and (min(runs) <= good_enough or runs[-1] >= LONG_ENOUGH_S)):
         # a run repeated up to at_least: the last call alone went past the
         # budget once the whole went past both
         with cpu_budget(budget + at_least) if budget else contextlib.nullcontext():
             runs.append(timed(fn, clock, at_least)[0])
     return min(runs)
+
+
+def _run_at_least(clock) -> float:
+    # never past LONG_ENOUGH_S, what a run needs to be measured well enough
+    return min(CLOCK_STEPS_PER_RUN * clock_step(clock), LONG_ENOUGH_S)
 
 
 def timed(fn, clock=process_cpu_time, at_least: float | None = None):
@@ -83,7 +88,7 @@ def timed(fn, clock=process_cpu_time, at_least: float | None = None):
     ``clock`` (``CLOCK_STEPS_PER_RUN`` of its steps unless given), the
     seconds then those of one call on average, the result the last one's."""
     if at_least is None:
-        at_least = CLOCK_STEPS_PER_RUN * clock_step(clock)
+        at_least = _run_at_least(clock)
     gc.disable()
     try:
         calls, start = 0, clock()
