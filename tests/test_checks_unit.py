@@ -285,7 +285,7 @@ def test_best_time_repeats_short_runs_and_stops_at_a_long_one(monkeypatch):
     from pytest_fsdpcheck.checks import growth
 
     durations = iter([0.5, 0.2, 0.3, 2.0, 9.0])
-    monkeypatch.setattr(growth, "timed", lambda fn, clock: (next(durations), None))
+    monkeypatch.setattr(growth, "timed", lambda fn, clock, at_least: (next(durations), None))
     assert growth.best_time(lambda: None) == 0.2  # three short runs, the best
     assert growth.best_time(lambda: None) == 2.0  # one long run is enough
     assert growth.best_time(lambda: None, first=1.5) == 1.5  # a long first run: nothing more
