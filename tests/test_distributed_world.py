@@ -389,8 +389,11 @@ def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, mo
     impls = ["torch", "reference", PLANTED_WRONG]
     result, report = run_suite(*impls, k="test_compiled_ddp or test_fully_shard_end_to_end")
     outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in impls for inv in ("SPL-16", "FS2-9")}
-    assert outcomes == dict.fromkeys(outcomes, "error"), outcomes
+    # the planted splitter has no fsdp2 area: its FS2-9 is n/p before any rank starts
+    assert outcomes == {**dict.fromkeys(outcomes, "error"), (PLANTED_WRONG, "FS2-9"): "not provided"}, outcomes
     for nodeid, test in report["tests"].items():
+        if PLANTED_WRONG in nodeid and "test_fully_shard_end_to_end" in nodeid:
+            continue
         assert test["outcome"] == "failed", (nodeid, test)
         assert "failed while the world's self-test, before any implementation ran" in test["environment"], test
         assert "WorldSelfTestFailed: rank " in test["environment"] and "all_reduce (sum) of known values" in test["environment"]
