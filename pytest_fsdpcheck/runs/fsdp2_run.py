@@ -354,7 +354,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     reference: dict = {}
 
     def control_on_real_gradients():
-        reference.update(_control_grads(base, inputs, rank, world_size, ignored))
+        reference.update(_control_grads(base, inputs, rank, world_size, ignored, device))
         return _check_control(reference, _local_mean_grads(base, inputs), ignored)
 
     agreement = {**{f"parameter {label}": p for (_, _), label, p in _labelled(base, names)},
@@ -422,7 +422,7 @@ def _sharded_grads_wrong(step, result, rtol: float = 1e-4, atol: float = 1e-5) -
     return False
 
 
-def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored: set) -> dict:
+def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored: set, device) -> dict:
     """The control step, which runs nothing of ``fully_shard``: the unsharded
     model on this rank's batch, its gradients averaged over the ranks with
     plain ``all_reduce`` (:func:`~pytest_fsdpcheck.runs.selftest.averaged`),
@@ -436,7 +436,7 @@ def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored
     model = copy.deepcopy(base.modules[0])
     model(inputs[rank]).square().mean().backward()
     local = _grads(model, base)
-    everyone = averaged(local, world_size, reduce_dtype=torch.float32, skip=ignored)
+    everyone = averaged(local, world_size, reduce_dtype=torch.float32, skip=ignored, device=device)
     return {"global": everyone, "local": local}
 
 

@@ -156,10 +156,11 @@ def self_test(device, collectives, inputs: dict, real=None) -> None:
         raise WorldSelfTestFailed(f"rank {rank}: another rank failed the world's self-test")
 
 
-def averaged(grads: dict, world: int, reduce_dtype=None, skip=()) -> dict:
+def averaged(grads: dict, world: int, reduce_dtype=None, skip=(), device=None) -> dict:
     """``grads`` (name -> this rank's gradient) averaged over the ranks with
     plain ``all_reduce``: each divided by the world size, then summed, in
-    ``reduce_dtype`` (default: its own) and cast back. Names in ``skip``
+    ``reduce_dtype`` (default: its own) and cast back, on ``device`` (default:
+    the gradient's own; NCCL reduces only CUDA tensors). Names in ``skip``
     (parameters nothing reduces) keep this rank's gradient. A collective on
     every rank: every rank must pass the same names in the same order."""
     out = {}
@@ -167,9 +168,9 @@ def averaged(grads: dict, world: int, reduce_dtype=None, skip=()) -> dict:
         if name in skip or grad is None:
             out[name] = grad
             continue
-        term = grad.detach().to(reduce_dtype or grad.dtype) / world
+        term = grad.detach().to(device=device or grad.device, dtype=reduce_dtype or grad.dtype) / world
         dist.all_reduce(term)
-        out[name] = term.to(grad.dtype)
+        out[name] = term.to(device=grad.device, dtype=grad.dtype)
     return out
 
 
