@@ -381,13 +381,20 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
     assert _reproduces(torch_says, "torch", "fsdp2")
 
 
-def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, monkeypatch):
-    """The world's own all_reduce is broken (sums off by one): the self-test
-    catches it before any implementation runs, and SPL-16 and FS2-9 are an
-    environment error in every column, naming the collective."""
-    _planted_world(monkeypatch, "broken-all-reduce")
+@pytest.mark.parametrize("fault, reason, k", [
+    # the world's own all_reduce sums off by one (at world size 1 too)
+    ("broken-all-reduce", "all_reduce (sum) of known values", "test_compiled_ddp or test_fully_shard_end_to_end"),
+    # rank 1 draws other numbers than rank 0 (a world of one rank cannot disagree)
+    ("ranks-disagree", "ranks disagree on their inputs: ",
+     "(test_compiled_ddp and runner) or test_fully_shard_end_to_end"),
+])
+def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, monkeypatch, fault, reason, k):
+    """The world is broken (its all_reduce, or its ranks' agreement): the
+    self-test catches it before any implementation runs, and SPL-16 and
+    FS2-9 are an environment error in every column, naming what failed."""
+    _planted_world(monkeypatch, fault)
     impls = ["torch", "reference", PLANTED_WRONG]
-    result, report = run_suite(*impls, k="test_compiled_ddp or test_fully_shard_end_to_end")
+    result, report = run_suite(*impls, k=k)
     outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in impls for inv in ("SPL-16", "FS2-9")}
     # the planted splitter has no fsdp2 area: its FS2-9 is n/p before any rank starts
     assert outcomes == {**dict.fromkeys(outcomes, "error"), (PLANTED_WRONG, "FS2-9"): "not provided"}, outcomes
@@ -396,5 +403,5 @@ def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, mo
             continue
         assert test["outcome"] == "failed", (nodeid, test)
         assert "failed while the world's self-test, before any implementation ran" in test["environment"], test
-        assert "WorldSelfTestFailed: rank " in test["environment"] and "all_reduce (sum) of known values" in test["environment"]
+        assert "WorldSelfTestFailed: rank " in test["environment"] and reason in test["environment"], test
     assert "SPL-16: rank" not in result.stdout.str() and "FS2-9: rank" not in result.stdout.str()

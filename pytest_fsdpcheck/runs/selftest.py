@@ -121,7 +121,7 @@ def _check_agreement(rank: int, world: int, device, inputs: dict) -> str | None:
     for r in range(1, world):
         differs = (everyone[r].cpu() != everyone[0].cpu()).any(dim=1).nonzero().flatten()
         if len(differs):
-            return (f"ranks disagree on their inputs: rank {r}'s {names[int(differs[0])]} differs from rank 0's "
+            return (f"ranks disagree on their inputs: {names[int(differs[0])]} differs between rank 0 and rank {r} "
                     "(each rank must build the same model and draw the same batches from the same seeds)")
     return None
 

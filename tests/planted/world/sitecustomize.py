@@ -28,6 +28,8 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
 - ``broken-all-reduce``: the world itself is broken: ``all_reduce`` with a
   sum (``torch.distributed.all_reduce``, as plain collectives call it) adds
   1 to every element of the result.
+- ``ranks-disagree``: the world's ranks do not draw alike: ``torch.randn``
+  on rank 1 adds 1 to what it draws (the batches, FS2-9's weights).
 
 Several faults are given separated by commas.
 """
@@ -137,3 +139,17 @@ if "broken-all-reduce" in _FAULTS:
         return None
 
     dist.all_reduce = distributed_c10d.all_reduce = _all_reduce_off_by_one
+
+if "ranks-disagree" in _FAULTS:
+    import torch
+    import torch.distributed as dist
+
+    _randn = torch.randn
+
+    def _randn_on_rank_one(*args, **kwargs):
+        drawn = _randn(*args, **kwargs)
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() == 1:
+            drawn = drawn + 1
+        return drawn
+
+    torch.randn = _randn_on_rank_one
