@@ -10,12 +10,15 @@ every rank sees every rank's results. One run per world size, device and
 check serves every implementation of the session: each rank runs every
 implementation, so the processes (the slow part) start once.
 
-Each rank also runs a control beside the implementations (SPL-16: eager
-DDP against the unsharded model; FS2-9: torch's own walk). When the world
-fails (a rank cannot join, or fails before any implementation ran) or the
-control fails the same check the same way, the failure would be the same
-for every implementation: the test is an environment error naming the
-world (backend, device, world size, hosts, visible GPUs), never a FAIL.
+Each rank first runs the world's self-test (plain collectives on known
+tensors, the ranks' agreement on their inputs, the control's all-reduce of
+real gradients: :mod:`pytest_fsdpcheck.runs.selftest`), then a control
+that runs no code under test (the unsharded model, its gradients averaged
+with plain ``all_reduce``: nothing of DDP, DDPOptimizer or ``fully_shard``)
+beside the implementations. Only a world that could not join or failed its
+self-test makes the test an environment error naming the world (backend,
+device, world size, hosts, visible GPUs) and the self-test's reason; any
+other failure, one torch's own walk or eager DDP shares included, is a FAIL.
 """
 
 import pytest
@@ -96,9 +99,9 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0):
 
 
 def _judge(request, impl, violations, example, environment) -> None:
-    """``conform``, except that a failure the world or the control shares
-    (``environment(violations)`` says why, or None) is an environment error:
-    known bugs are still asked first, since one may model exactly that."""
+    """``conform``, except that a failure in a world that failed its own
+    self-test (``environment()`` says why, or None) is an environment error:
+    known bugs are still asked first."""
     try:
         conform(impl, violations, example)
     except ConformanceFailure:

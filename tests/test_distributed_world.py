@@ -20,6 +20,8 @@ from pytest_fsdpcheck.checks.distributed import (
     fsdp2_environment,
 )
 from pytest_fsdpcheck.runs.world import Choice, Place, choose_device, exchange_places, shared_gpus
+from tests.demands import demand_failures
+from tests.helpers import failure_sections
 
 from .test_planted_distributed import _fs2_rank, _rank
 
@@ -133,15 +135,29 @@ def test_spl16_a_rank_that_could_not_join_is_the_worlds():
     assert ddp_environment([joined, {"rank": 1, "error": "timed out after 180s and was killed"}], "impl") is None
 
 
-def test_spl16_a_control_with_wrong_gradients_is_the_worlds_and_a_healthy_one_leaves_the_fail():
-    right = {"w": torch.ones(3)}
-    summed = _in_world(_rank(0, unsharded={"w": torch.full((3,), 0.5)}))
-    why = ddp_environment([summed], "impl")
-    assert why.startswith(NAMED + "rank 0: the control, eager DDP, fails the same check: its gradient of w is not "
-                                  "the unsharded model's on the global batch (max abs difference 0.5)")
-    healthy_but_wrong_plan = _in_world(_rank(0, unsharded=right, plans={"impl": {"error": None, "buckets": [3]}}))
-    assert check_ddp_end_to_end([healthy_but_wrong_plan], "impl")
-    assert ddp_environment([healthy_but_wrong_plan], "impl") is None
+SELF_TEST_FAILED = ("Traceback ...\npytest_fsdpcheck.runs.selftest.WorldSelfTestFailed: rank 1: all_reduce (sum) of "
+                    "known values: 64 of 64 values wrong, first at 0: 12 for 11")
+
+
+def test_spl16_only_a_failed_self_test_is_the_worlds_a_wrong_control_or_eager_ddp_is_not():
+    """The world is to blame only where it failed its own self-test (or could
+    not join): eager DDP, or the control, wrong alike with the compiled run
+    is a FAIL now, as is a wrong plan beside them."""
+    wrong = {"w": torch.full((3,), 0.5)}
+    self_failed = _in_world({"rank": 1, "error": SELF_TEST_FAILED, "phase": "selftest"})
+    assert ddp_environment([_in_world(_rank(0)), self_failed], "impl") == (
+        NAMED + "rank 1 failed while the world's self-test, before any implementation ran: "
+        "pytest_fsdpcheck.runs.selftest.WorldSelfTestFailed: rank 1: all_reduce (sum) of known values: 64 of 64 "
+        "values wrong, first at 0: 12 for 11; not a verdict on impl")
+    # DDP's reduction sums (eager and compiled alike), and the plan is wrong: the world passed its self-test
+    ddp_wrong = _in_world(_rank(0, unsharded=wrong, eager={"grads": wrong, "params": wrong},
+                                compiled={"grads": dict(wrong), "params": dict(wrong)},
+                                plans={"impl": {"error": None, "buckets": [3]}}))
+    assert check_ddp_end_to_end([ddp_wrong], "impl")
+    assert ddp_environment([ddp_wrong], "impl") is None
+    # a failure in the control's phase (no implementation ran yet) is the check's too
+    control_failed = _in_world({"rank": 1, "error": "Traceback ...\nRuntimeError: x", "phase": "eager"})
+    assert ddp_environment([_in_world(_rank(0)), control_failed], "impl") is None
 
 
 def _fs2_wrong(rank, impl_grads, control_grads, walk_right=True):
@@ -155,31 +171,79 @@ def _fs2_wrong(rank, impl_grads, control_grads, walk_right=True):
     return record
 
 
-def test_fs2_9_a_control_wrong_the_same_way_is_the_worlds():
+def test_fs2_9_torchs_own_walk_wrong_the_same_way_is_a_fail_not_the_worlds():
+    """torch's own walk giving the implementation's wrong gradients is
+    torch's fully_shard runtime (every walk drives it): a FAIL whose message
+    says torch's own walk gives the same, never an environment error."""
     wrong = {"m0.w0": torch.full((2,), 3.0), "m1.w0": torch.full((2,), 2.0)}
     right = _fs2_rank(0)["impls"]["impl"]["eager"]["grads"]
     both = [_fs2_wrong(0, wrong, dict(wrong)), _fs2_wrong(1, wrong, dict(wrong))]
-    assert check_fsdp2_end_to_end(both, "impl")
-    why = fsdp2_environment(both, "impl")
-    assert why.startswith(NAMED + "the control, torch's own walk, fails the same check with the same gradients in "
-                                  "this world (rank 0, eager: gradient of m0.w0: expected the unsharded gradient")
-    # the implementation alone is wrong: a FAIL
-    assert fsdp2_environment([_fs2_wrong(0, wrong, dict(right)), _fs2_wrong(1, wrong, dict(right))], "impl") is None
-    # wrong another way than the control: a FAIL
-    other = {"m0.w0": torch.full((2,), 5.0), "m1.w0": torch.full((2,), 2.0)}
-    assert fsdp2_environment([_fs2_wrong(0, other, dict(wrong)), _fs2_wrong(1, other, dict(wrong))], "impl") is None
-    # the gradients are shared, but the walk is the implementation's own mistake: a FAIL
-    assert fsdp2_environment([_fs2_wrong(0, wrong, dict(wrong), walk_right=False)], "impl") is None
+    assert {v.message for v in check_fsdp2_end_to_end(both, "impl")} == {
+        f"rank {r}, {m}: every sharded gradient is 3 times the unsharded gradient of the global batch, as torch's "
+        "own walk gives in the same run" for r in (0, 1) for m in ("eager", "compiled")}
+    assert fsdp2_environment(both, "impl") is None
+    for control in (right, wrong):
+        assert fsdp2_environment([_fs2_wrong(0, wrong, dict(control)), _fs2_wrong(1, wrong, dict(control))], "impl") is None
 
 
-def test_fs2_9_a_rank_failing_in_the_control_step_is_the_worlds():
+def test_fs2_9_only_a_rank_failing_the_self_test_or_joining_is_the_worlds():
     ok = _in_world(_fs2_rank(0))
-    probe = _in_world({"rank": 1, "error": "Traceback ...\nRuntimeError: Connection closed by peer", "phase": "control"})
-    assert fsdp2_environment([ok, probe], "impl") == (
-        NAMED + "rank 1 failed while the control step, before any implementation ran: RuntimeError: Connection "
-        "closed by peer; not a verdict on impl")
-    impl_phase = _in_world({"rank": 1, "error": "Traceback ...\nRuntimeError: gloo timeout", "phase": "impls"})
-    assert fsdp2_environment([ok, impl_phase], "impl") is None
+    self_failed = _in_world({"rank": 1, "error": SELF_TEST_FAILED, "phase": "selftest"})
+    assert fsdp2_environment([ok, self_failed], "impl").startswith(
+        NAMED + "rank 1 failed while the world's self-test, before any implementation ran: "
+        "pytest_fsdpcheck.runs.selftest.WorldSelfTestFailed: rank 1: all_reduce (sum) of known values")
+    # before the self-test, or after it: the check's (the probe runs torch's fully_shard)
+    for phase in ("setup", "probe", "impls", "exchange", "control"):
+        failed = _in_world({"rank": 1, "error": "Traceback ...\nRuntimeError: Connection closed by peer", "phase": phase})
+        assert fsdp2_environment([ok, failed], "impl") is None, phase
+
+
+# --- the self-test itself, in a world of one rank ------------------------------------
+
+
+@pytest.fixture
+def world_of_one():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield
+    dist.destroy_process_group()
+
+
+def test_the_self_test_passes_a_sound_world_and_names_a_broken_collective(world_of_one, monkeypatch):
+    import torch.distributed as dist
+
+    from pytest_fsdpcheck.runs.selftest import FSDP2_COLLECTIVES, WorldSelfTestFailed, self_test
+
+    inputs = {"w": torch.arange(6.0)}
+    self_test(torch.device("cpu"), FSDP2_COLLECTIVES, inputs, real=lambda: None)
+    with pytest.raises(WorldSelfTestFailed, match=r"^rank 0: control: the average is off$"):
+        self_test(torch.device("cpu"), FSDP2_COLLECTIVES, inputs, real=lambda: "control: the average is off")
+    real_all_reduce = dist.all_reduce
+
+    def off_by_one(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        real_all_reduce(tensor, op=op, group=group)
+        if op == dist.ReduceOp.SUM:
+            tensor.add_(1)
+
+    monkeypatch.setattr(dist, "all_reduce", off_by_one)
+    with pytest.raises(WorldSelfTestFailed, match=r"^rank 0: all_reduce \(sum\) of known values: 64 of 64 values wrong"):
+        self_test(torch.device("cpu"), FSDP2_COLLECTIVES, inputs)
+
+
+def test_the_self_test_names_ranks_that_disagree_and_real_gradients_averaged_wrongly():
+    from pytest_fsdpcheck.runs.selftest import check_against_local, fingerprint
+
+    a = fingerprint({"rank 1's batch": torch.arange(4.0), "w": torch.ones(3)})
+    b = fingerprint({"rank 1's batch": torch.arange(4.0).flip(0), "w": torch.ones(3)})
+    # the same values in another order differ (position-weighted sum): row 0, the batch
+    assert (a != b).any(dim=1).tolist() == [True, False]
+    right = {"w": torch.ones(3), "ignored": torch.zeros(3)}
+    assert check_against_local(right, {"w": torch.ones(3) + 1e-7, "ignored": torch.ones(3)}, 1e-4, 1e-5,
+                               skip={"ignored"}) is None
+    assert check_against_local(right, {"w": torch.full((3,), 1.5)}, 1e-4, 1e-5) == (
+        "all_reduce of the unsharded model's gradients of w is not the average this rank computes alone from "
+        "every rank's batch (max abs difference 0.5; rtol 0.0001, atol 1e-05)")
 
 
 def test_an_environment_error_is_its_own_cell_below_fail():
@@ -207,6 +271,7 @@ def test_an_environment_error_is_its_own_cell_below_fail():
 # --- planted worlds, end to end --------------------------------------------------------
 
 PLANTED_WRONG = "tests.planted.distributed:ExtraBucket"
+FAULTED = "tests.planted.distributed:TorchInFaultedRuntime"
 
 
 def test_a_backend_that_cannot_start_is_an_environment_error_in_every_column(run_suite, monkeypatch):
@@ -223,43 +288,120 @@ def test_a_backend_that_cannot_start_is_an_environment_error_in_every_column(run
     assert result.ret == 1
 
 
-def test_a_control_wrong_the_same_way_is_an_environment_error_while_a_healthy_world_still_fails(run_suite, monkeypatch):
-    import pathlib
-
-    # every DDP all-reduce sums: at world size 2 eager DDP (the control) is as wrong as the
-    # compiled run; at world size 1 a sum is the mean and the world is healthy
-    monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).parent / "planted" / "world"))
-    monkeypatch.setenv("FSDPCHECK_PLANTED_WORLD", "summing-ddp")
-    impls = ["reference", PLANTED_WRONG]
-    result, report = run_suite(*impls, k="test_compiled_ddp")
-    tests = {nodeid.rsplit("[", 1)[1].rstrip("]"): test for nodeid, test in report["tests"].items()}
-    # the planted splitter's wrong plan, in the summing world: not judged, the world is named
-    runner = tests[f"{PLANTED_WRONG}-cpu-runner"]
-    assert runner["outcome"] == "failed", runner
-    assert runner["environment"].startswith("environment (gloo on cpu, world size 2, torch "), runner
-    assert "the control, eager DDP, fails the same check: its gradient of" in runner["environment"], runner
-    # the same wrong plan in the healthy world of one rank: a FAIL with its invariant
-    one = tests[f"{PLANTED_WRONG}-cpu-one"]
-    assert one["outcome"] == "failed" and "environment" not in one, one
-    result.stdout.fnmatch_lines(["*SPL-16: rank 0: expected one compiled subgraph per planned bucket*"])
-    assert report["matrix"][PLANTED_WRONG]["SPL-16"]["outcome"] == "fail"
-    # compiled DDP still equals eager DDP there, as SPL-16 states: the reference passes, a
-    # failing control is only asked about once there is a failure to explain
-    assert tests["reference-cpu-runner"]["outcome"] == tests["reference-cpu-one"]["outcome"] == "passed"
-
-
-def test_fs2_9_a_runtime_that_sums_for_every_walk_is_an_environment_error_while_a_wrong_walk_fails(run_suite, monkeypatch):
+def _planted_world(monkeypatch, *faults):
     import pathlib
 
     monkeypatch.setenv("PYTHONPATH", str(pathlib.Path(__file__).parent / "planted" / "world"))
-    monkeypatch.setenv("FSDPCHECK_PLANTED_WORLD", "summing-fsdp2")
+    monkeypatch.setenv("FSDPCHECK_PLANTED_WORLD", ",".join(faults))
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")  # the world is under test, not inductor
-    wrong_walk = "tests.planted.distributed:DropsFirstLeaf"
-    impls = ["reference", wrong_walk]
+
+
+def _tests_by_id(report) -> dict:
+    return {nodeid.rsplit("[", 1)[1].rstrip("]"): test for nodeid, test in report["tests"].items()}
+
+
+def _torchs_failure(result, test: str) -> str:
+    """The failure section of torch's test ``test`` (e.g. ``torch-cpu-runner``)."""
+    sections = failure_sections(result.outlines)
+    (text,) = [text for name, text in sections.items() if name.endswith(f"[{test}]")] or [""]
+    return text
+
+
+def _reproduces(failure: str, spec: str, task: str) -> bool:
+    """Whether a test's failure section printed the reproducer of ``spec``'s run."""
+    return "fsdpcheck reproducer" in failure and f"    results = run_ranks(2, 'cpu', [{spec!r}], task={task!r})" in failure
+
+
+#: torch itself, in a world whose DDP reduction sums and whose DDPOptimizer
+#: compiles one subgraph too many and fails under AOTAutograd (world size 2)
+SPL16_FAULTED = {FAULTED: ("SPL-16", "test_compiled_ddp")}
+
+
+def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, monkeypatch):
+    """A DDP whose all-reduce sums (eager DDP and the compiled run wrong
+    alike: once an environment error for every implementation), with a
+    DDPOptimizer that compiles a subgraph too many and raises under
+    AOTAutograd: the world passes its self-test (plain collectives are fine),
+    so each is a FAIL in torch's column, with a reproducer. At world size 1
+    the faults are inert and torch and the reference pass."""
+    _planted_world(monkeypatch, "summing-ddp", "ddpoptimizer-extra-subgraph", "ddpoptimizer-fails-once")
+    impls = ["torch", FAULTED, "reference", PLANTED_WRONG]
+    result, report = run_suite(*impls, k="test_compiled_ddp")
+    demand_failures(result, report, SPL16_FAULTED, control=None)
+    outcomes = {impl: report["matrix"][impl]["SPL-16"]["outcome"] for impl in impls}
+    assert outcomes == dict.fromkeys(impls, "fail"), outcomes
+    tests = _tests_by_id(report)
+    for impl in impls:
+        runner = tests[f"{impl}-cpu-runner"]
+        assert runner["outcome"] == "failed" and "environment" not in runner, runner
+    for impl in ("torch", "reference"):
+        assert tests[f"{impl}-cpu-one"]["outcome"] == "passed", tests[f"{impl}-cpu-one"]
+    torch_says = _torchs_failure(result, "torch-cpu-runner")
+    for line in ("SPL-16: rank 0: expected one compiled subgraph per planned bucket",
+                 "SPL-16: rank 0: expected a training step of DDP compiled through AOTAutograd (as inductor compiles), "
+                 "but it failed",
+                 "SPL-16: rank 0: expected the compiled DDP gradient of ",
+                 "eager DDP gives the same as the compiled step (DDP's own reduction, compiled or not)"):
+        assert line in torch_says, (line, torch_says[-3000:])
+    assert "EnvironmentFault" not in result.stdout.str()
+    assert _reproduces(torch_says, "torch", "ddp")
+
+
+#: torch itself, in a world whose fully_shard runtime or compiled path is faulted
+FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
+
+
+@pytest.mark.parametrize("fault, modes", [
+    ("fsdp2-rs-loses-first", ("eager", "compiled")),  # rank 1's reduce-scatter input loses its first element
+    ("summing-fsdp2", ("eager", "compiled")),  # fully_shard sums instead of averaging (fs2-gloo-grads-summed's shape)
+    ("compiled-outputs-off", ("compiled",)),  # a fault in torch's compiled path only
+])
+def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
+    """torch's fully_shard runtime (or its compiled path) faulted, the world
+    sound: torch's own walk, the old control, gives the same wrong gradients
+    (once an environment error in every column); the control now runs
+    nothing of fully_shard, so it is a FAIL in torch's column (and in every
+    walk's: they all drive that runtime), with a reproducer, in exactly the
+    faulted modes."""
+    _planted_world(monkeypatch, fault)
+    impls = ["torch", FAULTED, "reference"]
     result, report = run_suite(*impls, k="test_fully_shard_end_to_end")
+    demand_failures(result, report, FS29_FAULTED, control=None)
     outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
-    assert outcomes == {"reference": "error", wrong_walk: "fail"}, outcomes
-    (test,) = [t for nodeid, t in report["tests"].items() if "[reference" in nodeid]
-    assert test["environment"].startswith("environment (gloo on cpu, world size 2, torch "), test
-    assert "the control, torch's own walk, fails the same check with the same gradients" in test["environment"]
-    result.stdout.fnmatch_lines(["*FS2-9: rank 0, eager: fully_shard call 1 (*): expected managed modules*"])
+    assert outcomes == dict.fromkeys(impls, "fail"), outcomes
+    assert all("environment" not in test for test in report["tests"].values())
+    torch_says = _torchs_failure(result, "torch-cpu")
+    for mode in ("eager", "compiled"):
+        for rank in (0, 1):
+            shown = f"FS2-9: rank {rank}, {mode}: " in torch_says
+            assert shown == (mode in modes), (rank, mode, torch_says[-3000:])
+    if fault == "summing-fsdp2":
+        assert ("every sharded gradient is 2 times the unsharded gradient of the global batch, as torch's own walk "
+                "gives in the same run (fully_shard summed over the 2 ranks instead of averaged, on gloo)") in torch_says
+    assert _reproduces(torch_says, "torch", "fsdp2")
+
+
+@pytest.mark.parametrize("fault, reason, k", [
+    # the world's own all_reduce sums off by one (at world size 1 too)
+    ("broken-all-reduce", "all_reduce (sum) of known values", "test_compiled_ddp or test_fully_shard_end_to_end"),
+    # rank 1 draws other numbers than rank 0 (a world of one rank cannot disagree)
+    ("ranks-disagree", "ranks disagree on their inputs: ",
+     "(test_compiled_ddp and runner) or test_fully_shard_end_to_end"),
+])
+def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, monkeypatch, fault, reason, k):
+    """The world is broken (its all_reduce, or its ranks' agreement): the
+    self-test catches it before any implementation runs, and SPL-16 and
+    FS2-9 are an environment error in every column, naming what failed."""
+    _planted_world(monkeypatch, fault)
+    impls = ["torch", "reference", PLANTED_WRONG]
+    result, report = run_suite(*impls, k=k)
+    outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in impls for inv in ("SPL-16", "FS2-9")}
+    # the planted splitter has no fsdp2 area: its FS2-9 is n/p before any rank starts
+    assert outcomes == {**dict.fromkeys(outcomes, "error"), (PLANTED_WRONG, "FS2-9"): "not provided"}, outcomes
+    for nodeid, test in report["tests"].items():
+        if PLANTED_WRONG in nodeid and "test_fully_shard_end_to_end" in nodeid:
+            continue
+        assert test["outcome"] == "failed", (nodeid, test)
+        assert "failed while the world's self-test, before any implementation ran" in test["environment"], test
+        assert "WorldSelfTestFailed: rank " in test["environment"] and reason in test["environment"], test
+    assert "SPL-16: rank" not in result.stdout.str() and "FS2-9: rank" not in result.stdout.str()

@@ -35,6 +35,8 @@ def _rank(rank=0, **changes):
         "compiled_subgraphs": 2,
         "reasons": ["DDPOptimizer intentional graph-break"] * 2,
         "plans": {"impl": {"error": None, "buckets": [2]}},
+        # the control: the unsharded model's gradients averaged with plain all_reduce
+        "control": {"grads": dict(grads), "params": dict(grads)},
         "eager": {"grads": grads, "params": grads},
         "compiled": {"grads": dict(grads), "params": dict(grads)},
     }
@@ -50,6 +52,25 @@ def test_checker_catches_gradient_mismatch():
     bad = _rank(compiled={"grads": {"w": torch.tensor([1.0, 1.0, 1.5])}, "params": {"w": torch.ones(3)}})
     (violation,) = check_ddp_end_to_end([bad], "impl")
     assert violation.invariant == "SPL-16" and "gradient of w" in violation.message
+    assert violation.message.endswith("; eager DDP gives the control's")
+
+
+def test_checker_judges_against_the_control_with_eager_ddp_a_second_opinion_only():
+    """The compiled step is compared with the control (no DDP), not with
+    eager DDP: compiled and eager DDP wrong alike (DDP's own reduction) is a
+    violation naming eager DDP's agreement; eager DDP alone wrong is none."""
+    wrong = {"w": torch.full((3,), 2.0)}
+    both = _rank(eager={"grads": wrong, "params": wrong}, compiled={"grads": dict(wrong), "params": dict(wrong)})
+    messages = [v.message for v in check_ddp_end_to_end([both], "impl")]
+    assert messages == [
+        "rank 0: expected the compiled DDP gradient of w to equal the control's (the unsharded model's, averaged "
+        "over the ranks with plain all_reduce), max abs difference 1.0; eager DDP gives the same as the compiled "
+        "step (DDP's own reduction, compiled or not)",
+        "rank 0: expected the compiled DDP parameter after the step of w to equal the control's (the unsharded "
+        "model's, averaged over the ranks with plain all_reduce), max abs difference 1.0; eager DDP gives the same "
+        "as the compiled step (DDP's own reduction, compiled or not)",
+    ]
+    assert check_ddp_end_to_end([_rank(eager={"grads": wrong, "params": wrong})], "impl") == []
 
 
 def test_checker_catches_reason_without_ddp_optimizer():
@@ -78,23 +99,25 @@ def test_checker_catches_a_failing_or_wrong_step_through_aot_autograd():
 
 def test_checker_catches_a_failing_or_wrong_step_with_the_loss_in_forward():
     """The second model's step through AOTAutograd (its loss and a BatchNorm
-    in forward) is judged like the other, against its own eager step."""
+    in forward) is judged like the other, against its own control (its own eager DDP step a second opinion)."""
     grads, own = {"w": torch.ones(3)}, {"w": torch.full((3,), 2.0)}
-    assert check_ddp_end_to_end([_rank(aot_loss={"grads": own, "params": own,
+    assert check_ddp_end_to_end([_rank(aot_loss={"grads": own, "params": own, "control": {"grads": own, "params": own},
                                                  "eager": {"grads": own, "params": own}})], "impl") == []
     error = "Traceback ...\nTypeError: iteration over a 0-d tensor"
     (failed,) = check_ddp_end_to_end([_rank(aot_loss={"error": error})], "impl")
     assert failed.invariant == "SPL-16" and "its loss and a BatchNorm in forward" in failed.message
     assert failed.message.endswith("TypeError: iteration over a 0-d tensor")
-    # compared with its own eager step, not the first model's
+    # compared with its own control, not the first model's
     (differs,) = check_ddp_end_to_end([_rank(aot_loss={"grads": grads, "params": own,
+                                                       "control": {"grads": own, "params": own},
                                                        "eager": {"grads": own, "params": own}})], "impl")
     assert "gradient (through AOTAutograd, of a model with its loss and a BatchNorm in forward) of w" in differs.message
 
 
 def test_checker_catches_ranks_disagreeing():
     other = _rank(1, compiled={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}},
-                  eager={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}})
+                  eager={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}},
+                  control={"grads": {"w": torch.zeros(3)}, "params": {"w": torch.ones(3)}})
     (violation,) = check_ddp_end_to_end([_rank(0), other], "impl")
     assert "equal on every rank" in violation.message
 

@@ -61,10 +61,14 @@ class ConformanceFailure(AssertionError):
 
 class EnvironmentFault(Exception):
     """The check could not judge the implementation: the world it ran in
-    failed (rendezvous, backend, a rank that could not take part), or the
-    control run beside the implementation failed the same way. Not a
-    conformance failure: the matrix shows an error naming the environment,
-    never a FAIL in the implementation's column. The message starts with
+    could not start (a rank could not join the process group) or failed its
+    own self-test (:mod:`pytest_fsdpcheck.runs.selftest`: plain collectives
+    on known tensors, the ranks' agreement on their inputs, the control's
+    all-reduce of real gradients), before any implementation ran. Nothing
+    else: a violation in a world that passed its self-test is a FAIL, even
+    one the control or torch's own runtime shares. Not a conformance
+    failure: the matrix shows an error naming the environment and the
+    self-test's reason. The message starts with
     ``environment (<backend> on <device>, world size N, host(s), GPUs)``."""
 
 

@@ -1,9 +1,12 @@
 """SPL-16: a real ``DistributedDataParallel`` run under ``torch.compile``.
 
 Ranks are started with ``torch.multiprocessing`` (spawn) and join a real
-process group (gloo on CPU, NCCL on CUDA). Each rank takes one training step
-twice, eagerly and compiled with Dynamo's DDPOptimizer in front of a
-recording backend, then runs every implementation under test on the graph
+process group (gloo on CPU, NCCL on CUDA). Each rank runs the world's
+self-test (:mod:`pytest_fsdpcheck.runs.selftest`) and the control (the
+unsharded model, its gradients averaged with plain ``all_reduce``: nothing
+of DDP or DDPOptimizer), then takes one training step
+twice, eagerly (eager DDP: a second opinion) and compiled with Dynamo's
+DDPOptimizer in front of a recording backend, then runs every implementation under test on the graph
 Dynamo handed to DDPOptimizer, and writes what it saw to a file. The parent
 only loads those files; :mod:`pytest_fsdpcheck.checks.distributed` judges them.
 
@@ -33,6 +36,12 @@ WIDTHS = (512, 512, 768, 512, 512)
 BUCKET_CAP_MB = 1
 BATCH = 8
 STEP_LR = 0.1
+#: how far the control's all-reduced fp32 gradients may be from the same
+#: average computed on one rank (the gradient of the mean loss): the same
+#: fp32 terms summed in another order differ by rounding only, a few
+#: eps(fp32) = 1.2e-7 of the largest entry per operation: 1e-4 relative,
+#: 1e-5 absolute
+CONTROL_RTOL, CONTROL_ATOL = 1e-4, 1e-5
 
 
 class GeneratedMLP(nn.Module):
@@ -249,8 +258,8 @@ def _rank_main(rank: int, job: RankJob) -> None:
     from .world import world_record
 
     backend = "nccl" if job.device == "cuda" else "gloo"
-    # phase: how far the rank got, so that a failure of the world (or of the
-    # control, before any implementation ran) is told from the check's own
+    # phase: how far the rank got, so that a failure of the world (joining,
+    # or its self-test before any implementation ran) is told from the check's own
     result: dict = {"rank": rank, "error": None, "phase": "world"}
     initialized = False
     # Tiny tensors, and as many ranks as cores: intra-op threads would only
@@ -290,19 +299,47 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     import torch._dynamo
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from .selftest import DDP_COLLECTIVES, averaged, check_against_local, self_test
+
     progress = {} if progress is None else progress
-    progress["phase"] = "control"
+    progress["phase"] = "setup"
     torch.manual_seed(0)
     model = GeneratedMLP().to(device)
     # Rank-dependent data: the all-reduce then changes every gradient.
     batches = [torch.randn(BATCH, WIDTHS[0], generator=torch.Generator().manual_seed(1000 + r)).to(device)
                for r in range(world_size)]
     x = batches[rank]
-    # The control's expectation: DDP averages the ranks' gradients, which is
-    # the gradient of the mean loss over every rank's batch.
+    # The gradient of the mean loss over every rank's batch, on this rank
+    # alone: what averaging the ranks' gradients must give.
     unsharded = copy.deepcopy(model)
     (sum(unsharded(b).square().mean() for b in batches) / world_size).backward()
     unsharded_grads = {n: p.grad.detach().cpu().clone() for n, p in unsharded.named_parameters()}
+
+    def control_step(source, loss_in_forward=False) -> dict:
+        """The control, which runs nothing of DDP or DDPOptimizer: the
+        unsharded model on this rank's batch, its gradients averaged over
+        the ranks with plain ``all_reduce``, and the SGD step taken by hand."""
+        plain = copy.deepcopy(source)
+        out = plain(x)
+        loss = out if loss_in_forward else out.square().mean()
+        loss.backward()
+        named = list(plain.named_parameters())
+        grads = averaged({n: p.grad for n, p in named}, world_size)
+        params = {n: p.detach().add(grads[n], alpha=-STEP_LR) for n, p in named}
+        return {"loss": loss.item(), "grads": {n: g.cpu().clone() for n, g in grads.items()},
+                "params": {n: q.cpu().clone() for n, q in params.items()}}
+
+    control: dict = {}
+
+    def control_on_real_gradients():
+        control.update(control_step(model))
+        return check_against_local(control["grads"], unsharded_grads, CONTROL_RTOL, CONTROL_ATOL)
+
+    progress["phase"] = "selftest"
+    agreement = {**{f"parameter {n}": p for n, p in model.named_parameters()},
+                 **{f"rank {r}'s batch": b for r, b in enumerate(batches)}}
+    self_test(device, DDP_COLLECTIVES, agreement, real=control_on_real_gradients)
+    progress["phase"] = "eager"
 
     def step(forward, ddp_module, loss_in_forward=False):
         optimizer = torch.optim.SGD(ddp_module.parameters(), lr=STEP_LR)
@@ -367,7 +404,8 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
         aot = {"error": traceback.format_exc(limit=8)}
 
-    # A second model through AOTAutograd, against its own eager DDP step:
+    # A second model through AOTAutograd, against its own control (and its
+    # own eager DDP step, the second opinion):
     # its loss computed in forward (the fake-tensor values the split passes
     # from bucket to bucket at compile time include a 0-d one) and a
     # BatchNorm's running statistics updated there (real buffers).
@@ -377,7 +415,8 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         loss_model = LossInForward().to(device)
         loss_eager = DDP(copy.deepcopy(loss_model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
         eager_of_loss = dict(zip(("loss", "grads", "params"), step(loss_eager, loss_eager, loss_in_forward=True), strict=True))
-        aot_loss = {**through_aot(loss_model, loss_in_forward=True), "eager": eager_of_loss}
+        aot_loss = {**through_aot(loss_model, loss_in_forward=True), "eager": eager_of_loss,
+                    "control": control_step(loss_model, loss_in_forward=True)}
     except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
         aot_loss = {"error": traceback.format_exc(limit=8)}
 
@@ -390,6 +429,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         "reasons": reasons,
         "plans": {spec: _plans(spec, handed) for spec in impl_specs},
         "unsharded": unsharded_grads,
+        "control": control,
         "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
         "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
         "aot": aot,

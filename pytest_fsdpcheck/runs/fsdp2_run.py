@@ -17,12 +17,19 @@ judges the records.
 Inputs differ per rank on purpose: a parameter that was wrongly left out of
 every group (or an ignored one wrongly sharded) then has a gradient that
 differs from the all-reduced one, so a wrong walk cannot pass by luck. The
-reference gradients come from the unsharded model on the whole global batch
-(every rank regenerates every rank's inputs from their seeds): sharded
-parameters must equal the global-batch gradient (FSDP2 averages over
-ranks), ignored parameters this rank's local one (FSDP2 leaves them alone).
+reference gradients come from the control, which runs nothing of
+``fully_shard`` (so a fault in torch's FSDP2 runtime is a FAIL of the
+step, in torch's column too): the unsharded model on each rank's batch,
+its gradients averaged over the ranks with plain ``all_reduce``. Sharded
+parameters must equal that average (FSDP2 averages over ranks), ignored
+parameters this rank's own gradient (FSDP2 leaves them alone). The same
+average computed on one rank from every rank's batch (each rank
+regenerates every rank's inputs from their seeds) is the world's self-test
+on real tensors.
 
-Nothing raises out of :func:`fsdp2_task`: errors are recorded.
+Nothing raises out of :func:`fsdp2_task` but the world's self-test
+(:class:`~pytest_fsdpcheck.runs.selftest.WorldSelfTestFailed`, recorded by
+the rank with its phase); other errors are recorded.
 """
 
 from __future__ import annotations
@@ -320,13 +327,22 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     """This rank's records for every implementation (process group up);
     the model is :func:`end_to_end_model` of ``seed`` (the same on every rank).
 
-    Where an implementation's sharded gradients are wrong in a mode, the
-    same step is also taken by torch's own walk (``torch_walk``): the
-    checker tells torch's runtime from the implementation by it."""
+    First the world's self-test (:func:`~pytest_fsdpcheck.runs.selftest.self_test`:
+    plain collectives on known tensors, as FSDP2 uses them, the ranks'
+    agreement on the model and batches, and the control's all-reduce of real
+    gradients against the same average computed alone); a world that fails
+    it stops here (:class:`~pytest_fsdpcheck.runs.selftest.WorldSelfTestFailed`,
+    the only failure FS2-9 calls the world's). Then the control
+    (:func:`_control_grads`, which runs nothing of ``fully_shard``), then each
+    implementation. Where an implementation's sharded gradients are wrong in
+    a mode, the same step is also taken by torch's own walk (``torch_walk``):
+    a second opinion the message names (and ``fs2-gloo-grads-summed``
+    matches on), never a reason to excuse."""
     from ..impls import load_implementation
+    from .selftest import FSDP2_COLLECTIVES, self_test
 
     progress = {} if progress is None else progress
-    progress["phase"] = "control"  # torch's own walk on a throwaway model, the unsharded gradients
+    progress["phase"] = "setup"
     spec, calls = end_to_end_model(seed)
     base = build_model(spec, seed)
     names = {}
@@ -334,7 +350,18 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
         for name, p in m._parameters.items():
             names[(i, name)] = base.label(p)
     inputs = [torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
-    reference = _reference_grads(base, inputs, rank)
+    ignored = set(oracle(base, calls)["ignored"])
+    reference: dict = {}
+
+    def control_on_real_gradients():
+        reference.update(_control_grads(base, inputs, rank, world_size, ignored, device))
+        return _check_control(reference, _local_mean_grads(base, inputs), ignored)
+
+    agreement = {**{f"parameter {label}": p for (_, _), label, p in _labelled(base, names)},
+                 **{f"rank {r}'s batch": x for r, x in enumerate(inputs)}}
+    progress["phase"] = "selftest"
+    self_test(device, FSDP2_COLLECTIVES, agreement, real=control_on_real_gradients)
+    progress["phase"] = "probe"  # torch's fully_shard on a throwaway model: a failure here is the check's
     backend = compile_backend()
     unchecked = probe_internals(device)
     result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
@@ -357,7 +384,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
             result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
     for mode in ("eager", "compiled"):
         wrong = any(_sharded_grads_wrong(record.get(mode), result) for record in result["impls"].values())
-        # every rank takes the control step or none does (it runs collectives)
+        # every rank takes the second opinion's step or none does (it runs collectives)
         flag = torch.tensor([float(wrong)], device=device)
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         if flag.item():
@@ -366,6 +393,22 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
             except Exception:  # noqa: BLE001 - recorded: the checker says torch's own step failed
                 result["torch_walk"][mode] = {"error": traceback.format_exc(limit=8)}
     return result
+
+
+#: how far the control's all-reduced fp32 gradients may be from the same
+#: average computed on one rank: both sum the same fp32 terms in another
+#: order (the mean of the ranks' gradients, or the gradient of the mean
+#: loss), so they differ by rounding only, a few eps(fp32) = 1.2e-7 of the
+#: largest entry per operation of the model: 1e-4 relative, 1e-5 absolute
+#: (the tolerance the implementations are judged with, too)
+CONTROL_RTOL, CONTROL_ATOL = 1e-4, 1e-5
+
+
+def _labelled(base: BuiltFsdp2, names: dict):
+    for i, m in enumerate(base.modules):
+        for name, p in m._parameters.items():
+            if p is not None:
+                yield (i, name), names[(i, name)], p
 
 
 def _sharded_grads_wrong(step, result, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
@@ -379,17 +422,35 @@ def _sharded_grads_wrong(step, result, rtol: float = 1e-4, atol: float = 1e-5) -
     return False
 
 
-def _reference_grads(base: BuiltFsdp2, inputs, rank: int) -> dict:
-    """Unsharded gradients: ``global`` of the mean of every rank's loss,
-    ``local`` of this rank's loss alone."""
-    out = {}
-    for kind in ("global", "local"):
-        model = copy.deepcopy(base.modules[0])
-        batches = inputs if kind == "global" else [inputs[rank]]
-        loss = sum(model(x).square().mean() for x in batches) / len(batches)
-        loss.backward()
-        out[kind] = _grads(model, base)
-    return out
+def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored: set, device) -> dict:
+    """The control step, which runs nothing of ``fully_shard``: the unsharded
+    model on this rank's batch, its gradients averaged over the ranks with
+    plain ``all_reduce`` (:func:`~pytest_fsdpcheck.runs.selftest.averaged`),
+    except the ignored parameters (FSDP2 leaves them alone). ``global``: the
+    averaged gradients (an ignored one this rank's own); ``local``: this
+    rank's own. The model's ``fully_shard`` calls give no
+    ``mp_policy``: FSDP2 computes and reduces in fp32, and so does the
+    control (param and reduce dtype fp32)."""
+    from .selftest import averaged
+
+    model = copy.deepcopy(base.modules[0])
+    model(inputs[rank]).square().mean().backward()
+    local = _grads(model, base)
+    everyone = averaged(local, world_size, reduce_dtype=torch.float32, skip=ignored, device=device)
+    return {"global": everyone, "local": local}
+
+
+def _local_mean_grads(base: BuiltFsdp2, inputs) -> dict:
+    """The gradients of the mean of every rank's loss, on this rank alone."""
+    model = copy.deepcopy(base.modules[0])
+    (sum(model(x).square().mean() for x in inputs) / len(inputs)).backward()
+    return _grads(model, base)
+
+
+def _check_control(reference: dict, local_mean: dict, ignored: set) -> str | None:
+    from .selftest import check_against_local
+
+    return check_against_local(reference["global"], local_mean, CONTROL_RTOL, CONTROL_ATOL, skip=ignored)
 
 
 def dtensor_class():

@@ -112,3 +112,20 @@ class _ExtraBucketOnRankOneSplitting(_DDPOptimizerSplitting):
 class WrongOnRankOne(Implementation):
     name = "planted-wrong-on-rank-one"
     splitting = _ExtraBucketOnRankOneSplitting()
+
+
+# --- torch itself, in a world whose torch runtime is faulted -------------------------
+
+from pytest_fsdpcheck.impls.torch_impl import TorchImplementation  # noqa: E402
+
+
+class TorchInFaultedRuntime(TorchImplementation):
+    """The ``torch`` implementation unchanged (its areas, its known bugs),
+    under a name of its own: the killer of the planted-world tests, run
+    beside ``torch`` in a world whose torch runtime (FSDP2's reduce-scatter,
+    DDPOptimizer's compile path, the compiled step) is faulted by
+    tests/planted/world/sitecustomize.py. Its column must FAIL as torch's
+    does: a fault of torch's runtime that the control does not share is
+    never the world's."""
+
+    name = "torch-in-a-faulted-runtime"

@@ -12,11 +12,33 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
 - ``one-gpu``: every process is told it sees one GPU where ranks choose
   their device (issue 27's runner: two torchrun agents, one rank each, on
   a host with one GPU); nothing else believes in it.
+- ``fsdp2-rs-loses-first``: ``fully_shard``'s gradient reduce-scatter input
+  loses its first element on rank 1 (set to 0 after the copy-in), in eager
+  and compiled steps alike (FSDP2's hooks run outside Dynamo); the gloo
+  collectives themselves are fine.
+- ``compiled-outputs-off``: torch's compiled path is faulty: every graph the
+  backend compiles returns its floating outputs 1/16 too large (eager steps
+  are right).
+- ``ddpoptimizer-extra-subgraph`` (world size >= 2): DDPOptimizer's
+  ``compile_fn`` compiles the whole graph once more after splitting it, so
+  torch.compile of DDP compiles one subgraph more than there are buckets.
+- ``ddpoptimizer-fails-once`` (world size >= 2): DDPOptimizer's
+  ``compile_fn`` raises on its second call in a process (SPL-16's step
+  through AOTAutograd), which Dynamo reports as ``BackendCompilerFailed``.
+- ``broken-all-reduce``: the world itself is broken: ``all_reduce`` with a
+  sum (``torch.distributed.all_reduce``, as plain collectives call it) adds
+  1 to every element of the result.
+- ``ranks-disagree``: the world's ranks do not draw alike: ``torch.randn``
+  on rank 1 adds 1 to what it draws (the batches, FS2-9's weights).
+
+Several faults are given separated by commas.
 """
 
 import os
 
-if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "summing-ddp":
+_FAULTS = set(os.environ.get("FSDPCHECK_PLANTED_WORLD", "").split(","))
+
+if "summing-ddp" in _FAULTS:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -31,12 +53,12 @@ if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "summing-ddp":
 
     DistributedDataParallel.__init__ = _init_summing
 
-if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "one-gpu":
+if "one-gpu" in _FAULTS:
     import pytest_fsdpcheck.runs.world as _world
 
     _world.visible_gpus = lambda: 1
 
-if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "summing-fsdp2":
+if "summing-fsdp2" in _FAULTS:
     from torch.distributed import ReduceOp
     from torch.distributed.fsdp._fully_shard import _fsdp_collectives
 
@@ -44,3 +66,90 @@ if os.environ.get("FSDPCHECK_PLANTED_WORLD") == "summing-fsdp2":
         return None, None, ReduceOp.SUM, ReduceOp.SUM
 
     _fsdp_collectives._get_gradient_divide_factors = _sum_factors
+
+if "fsdp2-rs-loses-first" in _FAULTS:
+    import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+
+    _copy_in = _fsdp_collectives.foreach_reduce_scatter_copy_in
+
+    def _copy_in_losing_first(unsharded_grads, reduce_scatter_input, world_size):
+        _copy_in(unsharded_grads, reduce_scatter_input, world_size)
+        if dist.get_rank() == 1:
+            reduce_scatter_input.view(-1)[0] = 0
+
+    _fsdp_collectives.foreach_reduce_scatter_copy_in = _copy_in_losing_first
+
+if "compiled-outputs-off" in _FAULTS:
+    import torch
+    import torch._dynamo
+
+    _lookup_backend = torch._dynamo.lookup_backend
+
+    def _off(out):
+        if isinstance(out, torch.Tensor) and out.is_floating_point():
+            return out * (1 + 1 / 16)
+        if isinstance(out, (list, tuple)):
+            return type(out)(_off(o) for o in out)
+        return out
+
+    def _lookup_faulty_backend(name):
+        backend = _lookup_backend(name)
+
+        def compile_faulty(gm, example_inputs, **kwargs):
+            compiled = backend(gm, example_inputs, **kwargs)
+            return lambda *args: _off(compiled(*args))
+
+        return compile_faulty
+
+    torch._dynamo.lookup_backend = _lookup_faulty_backend
+
+if "ddpoptimizer-extra-subgraph" in _FAULTS or "ddpoptimizer-fails-once" in _FAULTS:
+    import torch.distributed as dist
+    from torch._dynamo.backends import distributed as _ddp_backend
+
+    _compile_fn = _ddp_backend.DDPOptimizer.compile_fn
+    _calls = []
+
+    def _faulty_compile_fn(self, gm, example_inputs, **kwargs):
+        _calls.append(gm)
+        if not dist.is_initialized() or dist.get_world_size() < 2:
+            return _compile_fn(self, gm, example_inputs, **kwargs)
+        if "ddpoptimizer-fails-once" in _FAULTS and len(_calls) == 2:
+            raise RuntimeError("planted: DDPOptimizer.compile_fn failed on its second call")
+        compiled = _compile_fn(self, gm, example_inputs, **kwargs)
+        if "ddpoptimizer-extra-subgraph" in _FAULTS and len(getattr(self, "buckets", ())) > 1:
+            self.backend_compile_fn(gm, example_inputs)
+        return compiled
+
+    _ddp_backend.DDPOptimizer.compile_fn = _faulty_compile_fn
+
+if "broken-all-reduce" in _FAULTS:
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    _all_reduce = distributed_c10d.all_reduce
+
+    def _all_reduce_off_by_one(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = _all_reduce(tensor, op=op, group=group, async_op=async_op)
+        if work is not None:
+            work.wait()
+        if op == dist.ReduceOp.SUM:
+            tensor.add_(1)
+        return None
+
+    dist.all_reduce = distributed_c10d.all_reduce = _all_reduce_off_by_one
+
+if "ranks-disagree" in _FAULTS:
+    import torch
+    import torch.distributed as dist
+
+    _randn = torch.randn
+
+    def _randn_on_rank_one(*args, **kwargs):
+        drawn = _randn(*args, **kwargs)
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() == 1:
+            drawn = drawn + 1
+        return drawn
+
+    torch.randn = _randn_on_rank_one
