@@ -78,7 +78,7 @@ class Matrix:
         #: (impl, known-bug id) -> examples explained; (invariant, impl) -> bug ids seen there
         self.known_examples: dict[tuple[str, str], int] = defaultdict(int)
         self.known_in_cell: dict[tuple[str, str], set[str]] = defaultdict(set)
-        self.known_order: list[tuple[str, str]] = []  # (impl, bug id), numbered from 1 in the matrix
+        self.known_met: set[tuple[str, str]] = set()  # (impl, bug id) some example was explained by
         #: model spec -> its one-line case error (no implementation's cell)
         self.case_errors: dict[str, str] = {}
         #: (invariant, impl) -> {"not provided" or "skipped": the reasons its tests gave}
@@ -132,13 +132,25 @@ class Matrix:
 
     def _record_known(self, impl: str, invariants: list[str], known: dict) -> None:
         for bug_id, seen in known.items():
-            if (impl, bug_id) not in self.known_order:
-                self.known_order.append((impl, bug_id))
+            self.known_met.add((impl, bug_id))
             self.known_examples[(impl, bug_id)] += seen["examples"]
             hit = [inv for inv in seen["invariants"] if inv in invariants] or invariants
             for inv in hit:
                 if "known" in self.cells.get((inv, impl), ()):
                     self.known_in_cell[(inv, impl)].add(bug_id)
+
+    @property
+    def known_order(self) -> list[tuple[str, str]]:
+        """(impl, bug id) as the matrix numbers them from 1: by column, then
+        by the catalog's order (``known.torch_bugs``; another
+        implementation's own bugs after, by id), never by which test met
+        them first, which differs between a serial run and ``-n N``."""
+        from .known.torch_bugs import TORCH_BUGS
+
+        catalog = {bug.id: i for i, bug in enumerate(TORCH_BUGS)}
+        columns = {impl: i for i, impl in enumerate(self.impls)}
+        return sorted(self.known_met, key=lambda met: (columns.get(met[0], len(columns)), met[0],
+                                                       catalog.get(met[1], len(catalog)), met[1]))
 
     def cell_text(self, inv: str, impl: str) -> str:
         outcome = self.outcome(inv, impl)

@@ -242,6 +242,9 @@ def _charged(test: dict, inv: str, impl: str, outcome: str) -> bool:
 
 def _known_bugs(report: dict, anchors: _Anchors, known_numbers: dict) -> list[str]:
     bugs = [b for b in report.get("known_bugs", []) if b.get("examples") or b.get("not_reproduced")]
+    # in the matrix's [n] order; the unnumbered (not reproduced) after them
+    bugs.sort(key=lambda b: (known_numbers.get((b["implementation"], b["id"])) is None,
+                             known_numbers.get((b["implementation"], b["id"])) or 0))
     if not bugs:
         return []
     out = ['<h2 id="known">Known bugs met</h2>']

@@ -146,3 +146,42 @@ def test_a_run_starts_both_reports_as_incomplete(tmp_path):
     start_report(session)
     assert json.loads((tmp_path / "report.json").read_text())["header"]["complete"] is False
     assert "This run did not complete" in (tmp_path / "report.html").read_text()
+
+
+def _known_report(nodeid, invariants, bug_ids, impl="torch"):
+    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS, PROP_KNOWN
+
+    known = {bug: {"examples": 1, "invariants": list(invariants)} for bug in bug_ids}
+    props = [(PROP_INVARIANTS, list(invariants)), (PROP_IMPL, impl), (PROP_KNOWN, known)]
+    return SimpleNamespace(nodeid=nodeid, when="call", outcome="skipped", passed=False, failed=False, skipped=True,
+                           wasxfail="known", longrepr=None, user_properties=props, duration=0.0, sections=[])
+
+
+def test_known_bugs_are_numbered_by_the_catalog_not_by_which_test_met_them_first():
+    """A serial run and -n 2 meet the known bugs in other orders: the [n]
+    the matrix prints must not depend on it (issue 42 item 5)."""
+    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+
+    first, later = TORCH_BUGS[0].id, TORCH_BUGS[3].id
+    reports = [_known_report("t.py::a[torch]", ["TRV-7"], [later]), _known_report("t.py::b[torch]", ["SPL-3"], [first])]
+    texts = []
+    for order in (reports, reports[::-1]):
+        matrix = Matrix()
+        matrix.add_impl("torch")
+        for report in order:
+            matrix.record(report)
+        texts.append((matrix.known_order, matrix.cell_text("TRV-7", "torch"), matrix.cell_text("SPL-3", "torch")))
+    assert texts[0] == texts[1] == ([("torch", first), ("torch", later)], "known [2]", "known [1]")
+
+
+def test_the_html_lists_known_bugs_in_number_order():
+    from pytest_fsdpcheck.report_html import _Anchors, _known_bugs
+
+    def bug(bug_id, number):
+        return {"id": bug_id, "implementation": "torch", "examples": 1, "invariants": ["TRV-7"], "number": number}
+
+    report = {"known_bugs": [bug("c", 3), bug("gone", None) | {"examples": 0, "not_reproduced": True}, bug("a", 1),
+                             bug("b", 2)]}
+    numbers = {("torch", b["id"]): b["number"] for b in report["known_bugs"] if b["number"]}
+    html = "".join(_known_bugs(report, _Anchors(["torch"]), numbers))
+    assert html.index("[1] a") < html.index("[2] b") < html.index("[3] c") < html.index("gone"), html
