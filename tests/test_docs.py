@@ -71,6 +71,9 @@ def test_the_site_builds_without_warnings(tmp_path):
     from pytest_fsdpcheck.options import OPTIONS
 
     assert all(o.flag in html["options"] for o in OPTIONS)
+    # a flag in an option's help is code, so it can be copied: smart quotes
+    # made "--html=PATH" an en dash (issue 42 item 8)
+    assert "--html=PATH" in html["options"] and "\u2013html" not in html["options"]
     assert all(f"python -m pytest_fsdpcheck.known show {b.id}" in html["known-bugs"] for b in TORCH_BUGS)
     assert all(re.search(rf"^{i}$", html["catalog"], re.M) for i in INVARIANTS)
     from pytest_fsdpcheck.cases.checks import CHECKS

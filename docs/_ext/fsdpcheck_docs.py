@@ -31,8 +31,13 @@ DESIGN = REPO / "DESIGN.md"
 LOG = logging.getLogger(__name__)
 
 
+#: a command-line flag in prose (``--html=PATH``): set as code, so Sphinx's
+#: smart quotes do not turn its "--" into a dash that breaks it when copied
+_FLAG = re.compile(r"(?<![`\w-])(--[a-z][\w-]*(?:=[\w./-]+)?)")
+
+
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return _FLAG.sub(r"`\1`", " ".join(str(text).split())).replace("|", "\\|")
 
 
 def _code(text: str) -> str:
