@@ -279,10 +279,14 @@ def _writable_report(path: str | None, flag: str = "--fsdpcheck-report") -> str 
     if os.path.isdir(path):
         raise _usage(f"{flag} {path!r} is a directory; give a file name")
     if not os.path.isdir(folder):
+        # made when the report is written (as --junitxml makes its folder),
+        # if the nearest folder that exists lets it be made
         nearest = _nearest_existing(folder)
-        if nearest is not None and not os.path.isdir(nearest):
+        if nearest is None or not os.path.isdir(nearest):
             raise _usage(f"{flag} {path!r}: {nearest!r} is a file, not a folder")
-        raise _usage(f"{flag} {path!r}: folder {folder!r} does not exist")
+        if not os.access(nearest, os.W_OK):
+            raise _usage(f"{flag} {path!r}: folder {folder!r} cannot be made: {nearest!r} is not writable")
+        return path
     if not os.access(folder, os.W_OK):
         raise _usage(f"{flag} {path!r}: folder {folder!r} is not writable")
     return path

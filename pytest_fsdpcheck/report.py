@@ -284,6 +284,9 @@ def write_atomically(path: str, text: str) -> None:
     import secrets
 
     folder = os.path.dirname(os.path.abspath(path))
+    # a folder named for the report is made, as --junitxml makes its own
+    # (options.py checked that it can be: under a writable folder)
+    os.makedirs(folder, exist_ok=True)
     temp = os.path.join(folder, f".fsdpcheck-{os.getpid()}-{secrets.token_hex(6)}.tmp")
     # the kernel applies the umask to the mode asked for here
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)

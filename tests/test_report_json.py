@@ -185,3 +185,16 @@ def test_the_html_lists_known_bugs_in_number_order():
     numbers = {("torch", b["id"]): b["number"] for b in report["known_bugs"] if b["number"]}
     html = "".join(_known_bugs(report, _Anchors(["torch"]), numbers))
     assert html.index("[1] a") < html.index("[2] b") < html.index("[3] c") < html.index("gone"), html
+
+
+def test_a_report_in_a_folder_not_made_yet_is_written_there(tmp_path):
+    """As --junitxml does (issue 42 item 8): the folder is made when the
+    report is written, not refused at the start."""
+    from pytest_fsdpcheck.options import _writable_report
+    from pytest_fsdpcheck.report import write_atomically
+
+    path = str(tmp_path / "reports" / "today" / "fsdpcheck.json")
+    assert _writable_report(path) == path
+    assert not (tmp_path / "reports").exists()  # nothing made before the run has something to write
+    write_atomically(path, "{}")
+    assert (tmp_path / "reports" / "today" / "fsdpcheck.json").read_text() == "{}"
