@@ -553,3 +553,13 @@ def test_ci_reads_both_quickstart_commands_from_the_readme():
     first, _, second = quickstart.partition("# 2.")
     assert first.startswith("# 1.") and "pip install -e" in first and "pytest --fsdpcheck" in first, quickstart
     assert second.strip().splitlines()[-1] == "pytest -n 2 tests", quickstart
+
+
+def test_every_verdict_the_matrix_prints_is_defined_in_the_readme():
+    """Issue 42 item 8: a '-' cell appeared that the verdict table did not define."""
+    from pytest_fsdpcheck.report import SYMBOL, Matrix
+
+    table = (REPO / "README.md").read_text(encoding="utf-8").split("## What the verdicts mean", 1)[1].split("\n## ", 1)[0]
+    defined = set(re.findall(r"^\| `([^`]+)` \|", table, re.M))
+    printed = {text for outcome, text in SYMBOL.items() if outcome != "known"} | {"known [n]", Matrix().cell_text("X-1", "x")}
+    assert printed <= defined, f"printed but not defined in README's verdict table: {sorted(printed - defined)}"
