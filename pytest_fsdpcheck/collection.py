@@ -69,15 +69,47 @@ def add_suite_paths(config) -> None:
             config.args.append(str(suite))
         return
     picked = False
+    wanted = []
     for i, arg in enumerate(config.args):
         path, sep, rest = arg.partition("::")
         if os.path.exists(path):
             picked = picked or inside(path, suite)
         elif path == os.path.basename(path) and path.endswith(".py") and (suite / path).is_file():
-            config.args[i] = str(suite / path) + sep + rest
-            picked = True
+            # The suite's folder runs, narrowed to this id afterwards
+            # (select_node_ids): given as a file of its own, the file would be
+            # an initial path of the run and its tests' ids would lose the
+            # file part ("FAILED ::test_root_states[torch]").
+            wanted.append(arg)
+            config.args[i] = None
+    if wanted:
+        config.args[:] = [arg for arg in config.args if arg is not None]
+        if not any(inside(arg.partition("::")[0], suite) for arg in config.args if os.path.exists(arg.partition("::")[0])):
+            config.args.append(str(suite))
+        # an option's namespace reaches xdist's workers, which run this again
+        # on the rewritten arguments
+        config.option.fsdpcheck_node_ids = wanted
+        picked = True
     if not picked:
         config.args.append(str(suite))
+
+
+def select_node_ids(config, items) -> None:
+    """Only the suite's tests the run named by id (``test_traversal.py::
+    test_root_states[torch]``, every parametrization of a name, or a whole
+    file), when it named any; the rest deselected, the user's own untouched."""
+    wanted = getattr(config.option, "fsdpcheck_node_ids", None)
+    if not wanted:
+        return
+
+    def named(item) -> bool:
+        return any(item.nodeid == want or item.nodeid.startswith((want + "[", want + "::"))
+                   for want in wanted)
+
+    removed = [item for item in items if is_suite_test(item) and not named(item)]
+    if removed:
+        config.hook.pytest_deselected(items=removed)
+        gone = {id(item) for item in removed}
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 def invariants_of(item) -> list[str]:

@@ -90,6 +90,7 @@ def pytest_collection_modifyitems(session, config, items):
     state = get_session(config)
     if state is not None:
         collection.tag(state, items)
+        collection.select_node_ids(config, items)
         collection.order(state, items)
 
 
