@@ -438,10 +438,14 @@ def _config_copy(config) -> dict:
 
 
 def _load_config(config, saved: dict) -> None:
-    if hasattr(config, "load_config"):
-        config.load_config(saved)
-    else:
-        for key, value in saved.items():
+    # Entry by entry, which is what load_config does with a dict from 2.2
+    # on: 2.0's and 2.1's load_config only unpickle save_config's bytes
+    # (a dict raises TypeError there), and a value _config_copy kept
+    # uncopied may not pickle at all. A key this config does not hold
+    # (a snapshot of another release's) is left out, as load_config does.
+    held = getattr(config, "_config", None)
+    for key, value in saved.items():
+        if held is None or key in held:
             setattr(config, key, value)
 
 
