@@ -52,3 +52,41 @@ def test_torch_2_0_alone_gives_its_bucket_count_only_in_the_table():
     from pytest_fsdpcheck.impls.torch_splitting import _count_logged
 
     assert [_count_logged((2, minor)) for minor in range(0, 16)] == [False] + [True] * 15
+
+
+def _lazy_init_2_0():
+    # what torch 2.0.1's (and 2.1.2's) CUDA build runs in torch.cuda._lazy_init
+    # before it looks for a GPU (and fails without one)
+    import os
+
+    if "CUDA_MODULE_LOADING" not in os.environ:
+        os.environ["CUDA_MODULE_LOADING"] = "LAZY"
+    raise RuntimeError("Found no NVIDIA driver on your system.")
+
+
+def test_cuda_module_loading_set_by_torchs_own_cuda_init_is_not_a_leak_but_another_value_is(monkeypatch):
+    """On a CUDA build without a GPU, torch 2.0's FSDP state constructor
+    tries CUDA, whose initialisation sets CUDA_MODULE_LOADING=LAZY at every
+    try: torch's bookkeeping. Another value, or the variable where the
+    installed torch's CUDA initialisation has no such line, is a leak."""
+    import os
+
+    import torch.cuda
+
+    name = "CUDA_MODULE_LOADING"
+    monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cuda, "_lazy_init", _lazy_init_2_0)
+    before = isolation._process_state()
+    try:
+        torch.cuda._lazy_init()
+    except RuntimeError:
+        pass
+    assert os.environ[name] == "LAZY"
+    assert isolation.leaks(before, isolation._process_state()) == []
+    os.environ[name] = "EAGER"
+    assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
+    os.environ[name] = "LAZY"
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)  # a CUDA initialisation that never sets it
+    assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
+    isolation._restore_process(before, isolation.FirstImports())
+    assert name not in os.environ
