@@ -97,6 +97,10 @@ class SplittingArea(Protocol):
     #: An optional ``lazy_compile = True`` says ``split`` also takes
     #: ``lazy_compile=True``: each submodule may then be handed to the backend
     #: at the split module's first call instead of during the split.
+    #: An optional ``logs_bucket_count = False`` says the log gives the
+    #: number of buckets only in its bucket table (torch 2.0, whose table
+    #: needs ``tabulate``): where that table cannot be printed, the log is
+    #: not asked for the count (SPL-13); it still must state the cap.
     graph_form: str
 
     def split(

@@ -382,10 +382,12 @@ def _process_state() -> dict:
 
 
 def _torchs_bookkeeping(name: str, value: str) -> bool:
-    """Environment variables Inductor sets for itself, to the same value
-    whichever test makes it: the cache folder's default (torch 2.6+, at
-    its first use) and the address its compiled modules read as they load
-    (torch 2.10+, at each load). Any other value is a change."""
+    """Environment variables torch sets for itself, to the same value
+    whichever test makes it: Inductor's cache folder's default (torch 2.6+,
+    at its first use) and the address its compiled modules read as they
+    load (torch 2.10+, at each load); CUDA's module loading mode, where the
+    installed torch's CUDA initialisation sets it. Any other value is a
+    change."""
     import sys
 
     try:
@@ -395,6 +397,13 @@ def _torchs_bookkeeping(name: str, value: str) -> bool:
         if name == "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR":
             guards = getattr(getattr(sys.modules.get("torch._C"), "_dynamo", None), "guards", None)
             return value == str(getattr(guards, "_torchinductor_pyobject_tensor_data_ptr", None))
+        if name == "CUDA_MODULE_LOADING":
+            # a CUDA build's torch.cuda._lazy_init sets it to LAZY before
+            # it looks for a GPU, so without one at every try: torch 2.0's
+            # FSDP state constructor asks for the current device (read in
+            # 2.0.1 and 2.1.2; a CPU build's _lazy_init has no such line)
+            lazy_init = getattr(sys.modules.get("torch.cuda"), "_lazy_init", None)
+            return value == "LAZY" and name in getattr(getattr(lazy_init, "__code__", None), "co_consts", ())
     except Exception:  # noqa: BLE001 - a torch without them has nothing to excuse
         return False
     return False
@@ -543,10 +552,14 @@ def _config_copy(config) -> dict:
 
 
 def _load_config(config, saved: dict) -> None:
-    if hasattr(config, "load_config"):
-        config.load_config(saved)
-    else:
-        for key, value in saved.items():
+    # Entry by entry, which is what load_config does with a dict from 2.2
+    # on: 2.0's and 2.1's load_config only unpickle save_config's bytes
+    # (a dict raises TypeError there), and a value _config_copy kept
+    # uncopied may not pickle at all. A key this config does not hold
+    # (a snapshot of another release's) is left out, as load_config does.
+    held = getattr(config, "_config", None)
+    for key, value in saved.items():
+        if held is None or key in held:
             setattr(config, key, value)
 
 

@@ -38,6 +38,13 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # both); 2.0-2.2 have neither the flag nor the path, 2.5-2.15 keep the
     # flag ("No longer used") but not the path (PROVIDED_UNTIL)
     "splitting.lazy_compile": (2, 3),
+    # the log states how many buckets there are outside its tables
+    # ("used bucket cap N and created K buckets"): read in 2.0.1's
+    # pretty_print_buckets, torch 2.0 logs "used bucket cap N and produced the
+    # following buckets:" and gives the buckets only in the table it prints
+    # with tabulate ("Please `pip install tabulate`" without it), so there
+    # its log without tabulate cannot state the count; 2.1.2 on log it
+    "splitting.log_bucket_count": (2, 1),
     # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
     "fsdp2": (2, 3),
     # _get_managed_modules takes a tuple of root modules

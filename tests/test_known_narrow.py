@@ -313,3 +313,50 @@ def test_each_counterexample_fails_next_to_its_known_bug(run_suite):
         assert cells.get(invariant) == "fail" and "known" not in cells.values(), (spec, cells)
     assert not any(e["examples"] for e in report["known_bugs"]), report["known_bugs"]
     assert result.ret == 1
+
+
+# --- TRV-9: the registry bug leaves a replicate-marked module's registry alone (issue 37)
+
+#: m0 -> m1 (marked replicate) -> m3, and m0 -> m2: torch 2.0.1 and 2.1.2 store an
+#: empty registry on m0 and m2 only (m1 holds its own, m3 is never visited)
+MARKED = TreeSpec(children=((1, 2), (3,), (), ()), states=(0, None, 1, None), root_states=frozenset({0}),
+                  replicate=frozenset({1}))
+
+
+def _traversed(call):
+    def body(impl):
+        tree = build_tree(MARKED, impl.traversal)
+        before = snapshot(tree)
+        getattr(impl.traversal, call)(tree.root)
+        return check_unmutated(tree, before)
+
+    return body
+
+
+@pytest.mark.parametrize("call", ["states_with_modules", "handles"])
+def test_trv9_registry_bug_is_not_a_registry_on_a_replicate_marked_module(call):
+    from torch.distributed._composable.contract import REGISTRY_KEY
+
+    bug = "trv-registry-created-on-read"
+    (alone,), ids = _explained_by(_impl("Only", bug), _traversed(call))
+    assert ids == [bug]
+    assert alone.message == f"the traversal changed modules m0, m2: added [{REGISTRY_KEY!r}]"
+    (wider,), ids = _explained_by(planted.RegistryOnMarkedToo(), _traversed(call))
+    assert ids == []
+    assert wider.message == f"the traversal changed modules m0-m2: added [{REGISTRY_KEY!r}]"
+
+
+@pytest.mark.parametrize("call", ["states_with_modules", "handles"])
+def test_trv9_registry_bug_through_torchs_traversal(call):
+    """The installed torch's traversal with 2.0.1's ``_composable`` planted
+    back is the known bug; with one that also writes the registries of the
+    children (below the replicate-marked module too) it is not."""
+    from torch.distributed._composable.contract import REGISTRY_KEY
+
+    bug = "trv-registry-created-on-read"
+    (alone,), ids = _explained_by(planted.TorchRegistryOnRead(), _traversed(call))
+    assert ids == [bug]
+    assert alone.message == f"the traversal changed modules m0, m2: added [{REGISTRY_KEY!r}]"
+    (wider,), ids = _explained_by(planted.TorchRegistryOnChildren(), _traversed(call))
+    assert ids == []
+    assert wider.message == f"the traversal changed modules m0, m2-m3: added [{REGISTRY_KEY!r}]"

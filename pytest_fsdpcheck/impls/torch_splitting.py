@@ -39,6 +39,9 @@ class TorchSplitting:
         # compile_fn's second path, taken with optimize_ddp_lazy_compile on
         # (an opt-in): by release, like the forms
         self.lazy_compile = _lazy_path_provided(installed_torch())
+        # whether the log states the bucket count outside its tables (which
+        # need tabulate): by release too
+        self.logs_bucket_count = _count_logged(installed_torch())
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False):
         import torch._dynamo.config as dynamo_config
@@ -98,6 +101,12 @@ def _forms_handled(version) -> tuple[str, ...]:
     from ..provided import expected_provided
 
     return tuple(form for form in ("dynamo", "module") if expected_provided(f"splitting.{form}_form", version))
+
+
+def _count_logged(version) -> bool:
+    from ..provided import expected_provided
+
+    return expected_provided("splitting.log_bucket_count", version)
 
 
 def _lazy_path_provided(version) -> bool:

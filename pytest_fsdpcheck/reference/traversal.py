@@ -35,7 +35,9 @@ class ReferenceTraversal:
         ``root_states_walk="modules"``, torch's ``_get_fsdp_root_states``, which
         walks ``root.modules()`` (recursive, not pruned at ``replicate``);
         ``registry_on_read=True``, torch < 2.2, whose ``_composable`` check
-        stores an empty composable registry on every module it visits."""
+        stores an empty composable registry on every module it visits that
+        has none (one marked by a composable API such as ``replicate`` has
+        its own)."""
         if root_states_walk not in ("traversal", "modules"):
             raise ValueError(f"root_states_walk must be 'traversal' or 'modules', got {root_states_walk!r}")
         self._root_states_walk = root_states_walk
@@ -64,7 +66,10 @@ class ReferenceTraversal:
             if id(module) in seen_modules:
                 continue
             seen_modules.add(id(module))
-            if self._registry_on_read:
+            # torch's module marked by a composable API holds that API's
+            # registry already (it is where the mark is): only an unmarked
+            # module gets an empty one (torch 2.0.1 and 2.1.2's _get_registry)
+            if self._registry_on_read and module not in self._marks:
                 import collections
 
                 from torch.distributed._composable.contract import REGISTRY_KEY

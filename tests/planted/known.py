@@ -421,3 +421,127 @@ class WrapsTorchDeclaring(WrapsTorch):
 
 class DeclaresUnknownName(WrapsTorch):
     known_bugs = "pytorch"
+
+
+# --- issue 37 item 5: trv-registry-created-on-read is as wide as torch 2.0/2.1's
+# --- _get_registry: a module marked by a composable API (replicate) holds its
+# --- registry already, so only unmarked visited modules get an empty one
+
+
+class _RegistryOnMarkedToo:
+    """TRV-9: also puts a registry on a module marked ``replicate`` that holds
+    none of its own (the reference keeps marks beside the modules): what the
+    known bug's model did before it was narrowed; torch never does it."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _also_marked(self, root, result):
+        import collections
+
+        from torch.distributed._composable.contract import REGISTRY_KEY
+
+        for module in root.modules():
+            if module in self._inner._marks:
+                module.__dict__.setdefault(REGISTRY_KEY, collections.OrderedDict())
+        return result
+
+    def states_with_modules(self, root):
+        return self._also_marked(root, self._inner.states_with_modules(root))
+
+    def handles(self, root):
+        return self._also_marked(root, self._inner.handles(root))
+
+
+def _traversal_variant(wrapper):
+    def build(bug):
+        impl = reference_with([bug])
+        impl.traversal = wrapper(impl.traversal)
+        impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+        return impl
+
+    return build
+
+
+RegistryOnMarkedToo = _class("RegistryOnMarkedToo", _traversal_variant(_RegistryOnMarkedToo),
+                             BUGS["trv-registry-created-on-read"])
+
+
+@contextmanager
+def _torch_composable(composable):
+    """The installed torch's FSDP traversal with its ``_composable`` check
+    replaced for the duration of one call."""
+    import torch.distributed.fsdp._traversal_utils as utils
+
+    saved = utils._composable
+    utils._composable = composable
+    try:
+        yield
+    finally:
+        utils._composable = saved
+
+
+def _registry_of(module):
+    """torch 2.0.1's ``contract._get_registry``: the registry, stored empty on
+    a module that has none."""
+    import collections
+
+    from torch.distributed._composable.contract import REGISTRY_KEY
+
+    return module.__dict__.setdefault(REGISTRY_KEY, collections.OrderedDict())
+
+
+def _composable_2_0(module):
+    # torch 2.0.1 and 2.1.2's _traversal_utils._composable
+    return "replicate" not in _registry_of(module)
+
+
+def _composable_reading_children(module):
+    # a wider bug: the check also reads (and so creates) the registries of
+    # the module's children, those below a replicate-marked module included
+    for child in module.children():
+        _registry_of(child)
+    return _composable_2_0(module)
+
+
+class _TorchTraversalWith:
+    """The installed torch's traversal, its ``_composable`` check swapped."""
+
+    def __init__(self, composable):
+        from pytest_fsdpcheck.impls.torch_impl import TorchTraversal
+
+        self._inner = TorchTraversal()
+        self._composable = composable
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def states_with_modules(self, root):
+        with _torch_composable(self._composable):
+            return self._inner.states_with_modules(root)
+
+    def handles(self, root):
+        with _torch_composable(self._composable):
+            return self._inner.handles(root)
+
+
+def _torch_with(composable):
+    def build(bug):
+        from pytest_fsdpcheck.impls.torch_impl import TorchImplementation
+
+        impl = TorchImplementation()
+        impl.traversal = _TorchTraversalWith(composable)
+        impl.known_bugs = (dataclasses.replace(bug, affects=""),)
+        return impl
+
+    return build
+
+
+#: torch's column with 2.0's registry bug planted back: known
+TorchRegistryOnRead = _class("TorchRegistryOnRead", _torch_with(_composable_2_0), BUGS["trv-registry-created-on-read"])
+#: and with a wider one that also writes below a replicate-marked module: FAIL
+TorchRegistryOnChildren = _class("TorchRegistryOnChildren", _torch_with(_composable_reading_children),
+                                 BUGS["trv-registry-created-on-read"])

@@ -384,6 +384,72 @@ class _CrashesWithoutTabulate(_TablesNeedTabulate):  # SPL-13: the log's tables 
         return super().finish(result, gm, buckets)
 
 
+# issue 37 item 5: torch 2.0 states the cap but gives the bucket count only in
+# the table it prints with tabulate, and declares so (logs_bucket_count=False,
+# provided: splitting.log_bucket_count); that excuses the count alone
+
+
+def _header_as_torch_2_0(lines, cap):
+    return [f"DDPOptimizer used bucket cap {cap} and produced the following buckets:"
+            if line.startswith("DDPOptimizer used bucket cap") else line for line in lines]
+
+
+class _LogsAsTorch20(_TablesNeedTabulate):
+    """Logs as torch 2.0 does where tabulate cannot be imported (the cap,
+    no count, no tables), and says so: SPL-13 holds (the control of the
+    killers below)."""
+
+    logs_bucket_count = False
+
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        result = super().split(gm, example_inputs, bucket_bytes_cap=bucket_bytes_cap,
+                               first_bucket_cap=first_bucket_cap, backend=backend)
+        if _tabulate_missing():
+            result.table = _header_as_torch_2_0(result.table, bucket_bytes_cap)
+        return result
+
+
+class _CountlessWithoutCap(_LogsAsTorch20):  # SPL-13: declared count-less, and the cap is not logged either
+    def finish(self, result, gm, buckets):
+        result = super().finish(result, gm, buckets)
+        result.table = [line for line in result.table if "bucket cap" not in line]
+        return result
+
+
+class _CountlessWrongCap(_LogsAsTorch20):  # SPL-13: declared count-less, and the logged cap is wrong
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend):
+        result = super().split(gm, example_inputs, bucket_bytes_cap=bucket_bytes_cap,
+                               first_bucket_cap=first_bucket_cap, backend=backend)
+        result.table = [line.replace(f"cap {bucket_bytes_cap} ", f"cap {bucket_bytes_cap + 1} ") for line in result.table]
+        return result
+
+
+class _CountlessUndeclared(_LogsAsTorch20):  # SPL-13: logs as torch 2.0 without saying its count is in the table only
+    logs_bucket_count = True
+
+
+class _TorchCountlessWithoutCap:
+    """SPL-13 through torch's column: the installed torch's DDPOptimizer,
+    declared to give the count only in its tables (as 2.0 does), whose log
+    without tabulate also loses the line stating the cap."""
+
+    logs_bucket_count = False
+
+    def __init__(self):
+        from pytest_fsdpcheck.impls.torch_splitting import TorchSplitting
+
+        self._inner = TorchSplitting()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def split(self, gm, example_inputs, **kwargs):
+        result = self._inner.split(gm, example_inputs, **kwargs)
+        if _tabulate_missing():
+            result.table = [line for line in result.table if "bucket cap" not in line]
+        return result
+
+
 class _NotesExtensionAlways(PlantedSplitting):  # SPL-13: the note that buckets were extended, also where none was
     def finish(self, result, gm, buckets):
         if result.table and not any(line.startswith("Some buckets were extended") for line in result.table):
@@ -495,6 +561,11 @@ MisreportsAbsorbedBytes = _impl(_MisreportsAbsorbedBytes)
 ExtensionOnlyInTable = _impl(_ExtensionOnlyInTable)
 CrashesWithoutTabulate = _impl(_CrashesWithoutTabulate)
 NotesExtensionAlways = _impl(_NotesExtensionAlways)
+LogsAsTorch20 = _impl(_LogsAsTorch20)
+CountlessWithoutCap = _impl(_CountlessWithoutCap)
+CountlessWrongCap = _impl(_CountlessWrongCap)
+CountlessUndeclared = _impl(_CountlessUndeclared)
+TorchCountlessWithoutCap = _impl(_TorchCountlessWithoutCap)
 SingleOutputs = _impl(_SingleOutputs)
 DoubleWrapsTuples = _impl(_DoubleWrapsTuples)
 DropsGraphMetadata = _impl(_DropsGraphMetadata)
@@ -565,6 +636,11 @@ FIXED_CASE_TARGETS = {
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
 NO_TABULATE_TARGETS = {"ExtensionOnlyInTable": "SPL-13", "CrashesWithoutTabulate": "SPL-13"}
+
+#: the same test, next to LogsAsTorch20 (torch 2.0's log, declared count-less,
+#: which passes): declaring the count table-only excuses the count, nothing else
+COUNTLESS_TARGETS = {"CountlessWithoutCap": "SPL-13", "CountlessWrongCap": "SPL-13",
+                     "CountlessUndeclared": "SPL-13", "TorchCountlessWithoutCap": "SPL-13"}
 
 #: planted implementation name -> the invariant test_higher_order_cases fails it on
 HOP_CASE_TARGETS = {"HopCrash": "SPL-14"}
