@@ -19,6 +19,8 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "examples", "README.md"]
 html_static_path = ["_static"]
+# wide generated tables wrap their code and scroll inside the page
+html_css_files = ["fsdpcheck.css"]
 html_theme = "alabaster"
 # `[text](page.md#a-heading)` links between pages
 myst_heading_anchors = 3

@@ -74,6 +74,10 @@ def test_the_site_builds_without_warnings(tmp_path):
     # a flag in an option's help is code, so it can be copied: smart quotes
     # made "--html=PATH" an en dash (issue 42 item 8)
     assert "--html=PATH" in html["options"] and "\u2013html" not in html["options"]
+    # the known-bugs table's reproducer column stays on the page (issue 42 item 8)
+    page = (tmp_path / "html" / "known-bugs.html").read_text(encoding="utf-8")
+    css = (tmp_path / "html" / "_static" / "fsdpcheck.css").read_text(encoding="utf-8")
+    assert "_static/fsdpcheck.css" in page and "overflow-x: auto" in css and "white-space: normal" in css
     assert all(f"python -m pytest_fsdpcheck.known show {b.id}" in html["known-bugs"] for b in TORCH_BUGS)
     assert all(re.search(rf"^{i}$", html["catalog"], re.M) for i in INVARIANTS)
     from pytest_fsdpcheck.cases.checks import CHECKS
