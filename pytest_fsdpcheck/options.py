@@ -62,6 +62,10 @@ OPTIONS = (
            "write the report as one self-contained HTML page to PATH (with pytest-html, --html=PATH "
            "carries the same sections)",
            kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-junit",
+           "write JUnit XML to PATH with one testcase per invariant and implementation (FAIL a failure "
+           "with its reproducer, known and n/p skipped with the bug or reason)",
+           kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-timeout",
            "seconds one implementation call may take before it fails as hung (0: no limit)",
            kwargs=(("metavar", "SECONDS"),)),
@@ -126,6 +130,7 @@ class Settings:
     known_bugs: bool
     report: str | None
     html: str | None
+    junit: str | None
     timeout_s: float
     world_size: int | None
     strict: bool
@@ -141,6 +146,7 @@ def read_settings(config) -> Settings:
     timeout = _timeout(_value(config, "fsdpcheck_timeout", DEFAULT_TIMEOUT_S))
     report = _writable_report(_path(config, "fsdpcheck_report"))
     html = _writable_report(_path(config, "fsdpcheck_html"), "--fsdpcheck-html")
+    junit = _writable_report(_path(config, "fsdpcheck_junit"), "--fsdpcheck-junit")
 
     fuzz_time = _value(config, "fsdpcheck_fuzz_time")
     profile = _value(config, "fsdpcheck_profile", "ci" if fuzz_time is None else "fuzz")
@@ -177,6 +183,7 @@ def read_settings(config) -> Settings:
         known_bugs=not config.getoption("fsdpcheck_no_known_bugs"),
         report=report,
         html=html,
+        junit=junit,
         timeout_s=timeout,
         world_size=world_size,
         strict=bool(_value(config, "fsdpcheck_strict", False)),

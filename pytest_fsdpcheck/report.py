@@ -475,11 +475,12 @@ def start_report(session) -> None:
     """A report that says "incomplete" from the start, replaced at the end: a
     run that dies before its summary (a process exit the suite could not
     intercept) leaves that, never a previous run's green report (or page)."""
-    if not session.report_path and not session.html_path:
+    if not session.report_path and not session.html_path and not session.junit_path:
         return
     content = payload({**_header_json(session), "complete": False}, Matrix(), {})
     for path, text in ((session.report_path, lambda: json_text(content)),
-                       (session.html_path, lambda: _html_page(content))):
+                       (session.html_path, lambda: _html_page(content)),
+                       (session.junit_path, lambda: _junit(content))):
         if path:
             with contextlib.suppress(OSError):  # the end of the run reports a failing write
                 write_atomically(path, text())
@@ -527,9 +528,15 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.section("fsdpcheck exploration")
         for line in render_exploration(explored):
             tr.write_line(line)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        from .report_junit import github_annotations
+
+        for line in github_annotations(content):
+            tr.write_line(line)
     written = True
     for what, path, text in (("JSON report", session.report_path, lambda: json_text(content)),
-                             ("HTML report", session.html_path, lambda: _html_page(content))):
+                             ("HTML report", session.html_path, lambda: _html_page(content)),
+                             ("JUnit report", session.junit_path, lambda: _junit(content))):
         if not path:
             continue
         try:
@@ -563,6 +570,12 @@ def run_payload(session, findings, exposures) -> dict:
             "exploration": exploration(session.matrix.per_test, time.time() - session.started),
         },
     )
+
+
+def _junit(content: dict) -> str:
+    from .report_junit import junit_xml
+
+    return junit_xml(content)
 
 
 def _html_page(content: dict) -> str:

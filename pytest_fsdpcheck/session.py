@@ -25,6 +25,7 @@ class Session:
     strict: bool = False
     report_path: str | None = None
     html_path: str | None = None  # --fsdpcheck-html
+    junit_path: str | None = None  # --fsdpcheck-junit
     matrix: Matrix = field(default_factory=Matrix)
     matched_entries: set = field(default_factory=set)
     torch_version: str = ""
@@ -217,6 +218,7 @@ def _build(config, settings: Settings) -> Session:
         strict=settings.strict,
         report_path=settings.report,
         html_path=settings.html,
+        junit_path=settings.junit,
         torch_version=torch_version,
         known_bugs=settings.known_bugs,
         world_size=settings.world_size,

@@ -51,11 +51,17 @@ def run_faulted(run_suite, monkeypatch):
     return run
 
 
-def test_a_second_torch_bug_beside_a_known_one_fails(run_faulted):
+def test_a_second_torch_bug_beside_a_known_one_fails(run_faulted, tmp_path):
     """known: torch 2.13's ``trv-root-states-walk-modules`` explains TRV-7
     examples by their order; a root state torch loses is no replay of it."""
-    result, report = run_faulted(KNOWN)
+    junit = tmp_path / "ci" / "fsdpcheck.xml"
+    result, report = run_faulted(KNOWN, extra=("--fsdpcheck-junit", str(junit)))
     demand_torch_failures(result, report, KNOWN)
+    # as a CI reads it: the cell a failure of its own, the reproducer in it
+    import xml.etree.ElementTree as ET
+
+    case = next(c for c in ET.parse(junit).iter("testcase") if c.get("name") == "TRV-7[torch]")
+    assert case.find("failure") is not None and "re-run: pytest --fsdpcheck" in case.find("failure").text
 
 
 def test_a_torch_bug_showing_every_other_call_fails(run_faulted):

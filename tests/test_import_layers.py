@@ -27,7 +27,7 @@ LAYERS = [
     # a model's known-bug exposure
     ("runners", ["runs", "cases", "known.exposure"]),
     # the history tool, and the HTML pages it and the plugin's report draw
-    ("commands", ["known.history", "known.__main__", "report_html",
+    ("commands", ["known.history", "known.__main__", "report_html", "report_junit",
                   # mutation testing of torch's own code: runs the suite on mutants
                   "mutation"]),
     ("plugin", ["options", "fuzz", "report", "isolation", "session", "collection", "verdicts", "plugin",
