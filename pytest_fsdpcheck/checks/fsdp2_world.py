@@ -130,7 +130,10 @@ def rank_view(make, area, mesh: tuple[int, ...], rank: int):
 
 
 def _mesh_label(mesh) -> str:
-    return "x".join(map(str, mesh)) + (" (replicate x shard)" if len(mesh) == 2 else "") + f" = {_world(mesh)}-rank"
+    """``64-rank`` or ``2x4 (replicate x shard) = 8-rank``."""
+    if len(mesh) == 1:
+        return f"{mesh[0]}-rank"
+    return "x".join(map(str, mesh)) + f" (replicate x shard) = {_world(mesh)}-rank"
 
 
 def _world(mesh) -> int:
