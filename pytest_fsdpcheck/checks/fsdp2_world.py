@@ -19,6 +19,7 @@ over the S ranks of the sharding dimension, computed here, never by torch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from . import Violation, error_of, short
 from .annotation import MANAGED, read_flag
@@ -74,14 +75,14 @@ def fake_world(rank: int, mesh: tuple[int, ...]):
         dist.destroy_process_group()
 
 
-def _fill(built) -> dict[int, object]:
+def _fill_modules(modules) -> dict[int, object]:
     """Give every parameter rows that tell each other apart (0, 1, 2, ...),
     exact in float32; returns id -> a copy of the values."""
     import torch
 
     originals = {}
     with torch.no_grad():
-        for module in built.modules:
+        for module in modules:
             for p in module._parameters.values():
                 if p is None or id(p) in originals:
                     continue
@@ -91,42 +92,78 @@ def _fill(built) -> dict[int, object]:
     return originals
 
 
+@dataclasses.dataclass
+class Prepared:
+    """One rank's model before the calls: its modules, the calls as
+    ``(root modules, ignored parameters)``, labels taken before the calls
+    (they register new parameter objects), and what the spec expects:
+    the managed modules' labels and per group (its roots' labels, sorted)
+    the sorted labels of its parameters."""
+
+    modules: list
+    calls: list
+    label: object  # obj -> str, fixed before the calls
+    managed: tuple
+    groups: dict
+
+
+def prepare_spec(built) -> Prepared:
+    """A generated tree's calls (FS2-7's plan: inner groups first, then the
+    spec's roots) and the spec's expectations."""
+    plan = plan_groups(built)
+    managed, groups = set(), {}
+    for call, mods, _ in plan:
+        managed.update(mods)
+        roots = tuple(sorted(f"m{i}" for i in _effective(built, call)))
+        params = expected_states(built, mods)[0]
+        groups.setdefault(roots, []).append(tuple(sorted(built.labels(params))))
+    names = {id(m): f"m{i}" for i, m in enumerate(built.modules)}
+    labels = {**names}
+    for m in built.modules:
+        for p in m._parameters.values():
+            if p is not None:
+                labels.setdefault(id(p), built.label(p))
+    calls = [(tuple(built.modules[i] for i in call), built.ignored) for call, _, _ in plan]
+    return Prepared(list(built.modules), calls, _labeller(labels),
+                    tuple(sorted(f"m{i}" for i in managed)), {k: sorted(v) for k, v in groups.items()})
+
+
+def _labeller(table: dict):
+    return lambda obj: table.get(id(obj), f"<{type(obj).__name__}>")
+
+
 def rank_view(make, area, mesh: tuple[int, ...], rank: int):
-    """One rank's view: ``(managed, groups, shards)`` with module indices and
-    parameter labels, or a list of violations where the calls failed.
-    ``groups``: ``{roots: params}``; ``shards``: label -> list of
-    ``(local tensor, padded rows)``, one per group listing it."""
-    built = make()
-    originals = _fill(built)
-    # names as registered before the calls (torch registers new objects)
+    """One rank's view: ``(managed, groups, shards, prepared)`` by labels,
+    or a list of violations where a call failed. ``make()`` gives a fresh
+    :class:`Prepared`. ``shards``: parameter label -> ``[(local, padded
+    rows, original values)]``, one entry per group listing it."""
+    prep = make()
+    originals = _fill_modules(prep.modules)
     where = {}
-    for i, module in enumerate(built.modules):
+    for module in prep.modules:
         for name, p in module._parameters.items():
             if p is not None:
-                where[(id(module), name)] = (built.label(p), id(p))
-    index = {id(m): i for i, m in enumerate(built.modules)}
-    plan = plan_groups(built)
-    expected = _expected(built, plan)  # before the calls register new parameter objects
+                where[(id(module), name)] = (prep.label(p), id(p))
     with fake_world(rank, mesh) as device_mesh:
-        for call, _managed, _ in plan:
+        for roots, ignored in prep.calls:
             try:
-                area.annotate(tuple(built.modules[i] for i in call), device_mesh, built.ignored)
+                area.annotate(tuple(roots), device_mesh, ignored)
             except Exception as exc:  # noqa: BLE001 - judged: a call the spec takes
-                calls = "(" + ", ".join(f"m{i}" for i in call) + ")"
+                calls = "(" + ", ".join(prep.label(r) for r in roots) + ")"
                 return [Violation("FS2-10", f"fully_shard{calls} raised {type(exc).__name__} on rank {rank} of a "
                                             f"{_mesh_label(mesh)} world: {exc}", error=error_of(exc))]
-        groups = area.sharded_groups(list(built.modules))
-    managed = tuple(i for i, m in enumerate(built.modules) if read_flag(m, MANAGED, None) is True)
+        groups = area.sharded_groups(list(prep.modules))
+    managed = tuple(sorted(prep.label(m) for m in prep.modules if read_flag(m, MANAGED, None) is True))
     view_groups, shards = {}, {}
     for group in groups:
-        roots = tuple(sorted(index.get(id(r), -1) for r in group.roots))
+        roots = tuple(sorted(prep.label(r) for r in group.roots))
         labels = []
         for sp in group.params:
             label, pid = where.get((id(sp.module), sp.name), (f"?{sp.name}", None))
             labels.append(label)
             shards.setdefault(label, []).append((sp.local, sp.padded_rows, originals.get(pid)))
         view_groups.setdefault(roots, []).append(tuple(sorted(labels)))
-    return managed, view_groups, shards, expected
+    return managed, {k: sorted(v) for k, v in view_groups.items()}, shards, prep
 
 
 def _mesh_label(mesh) -> str:
@@ -143,17 +180,6 @@ def _world(mesh) -> int:
     return world
 
 
-def _expected(built, plan):
-    """From the spec: managed modules, and per call its roots and parameter labels."""
-    managed, groups = set(), {}
-    for call, mods, _ in plan:
-        managed.update(mods)
-        roots = tuple(sorted(dict.fromkeys(_effective(built, call))))
-        params = expected_states(built, mods)[0]
-        groups.setdefault(roots, []).append(tuple(sorted(built.labels(params))))
-    return tuple(sorted(managed)), groups
-
-
 def _effective(built, call):
     from .fsdp2 import _below
 
@@ -163,30 +189,36 @@ def _effective(built, call):
 
 
 def check_world(make, area, mesh: tuple[int, ...], ranks=None) -> list[Violation]:
+    """FS2-10 on a generated tree: ``make()`` builds it anew (a
+    ``BuiltFsdp2``) for each rank of a world shaped ``mesh``."""
+    return check_prepared_world(lambda: prepare_spec(make()), area, mesh, ranks)
+
+
+def check_prepared_world(make, area, mesh: tuple[int, ...], ranks=None) -> list[Violation]:
     """FS2-10 on the ranks ``ranks`` (default :func:`ranks_to_build`) of a
-    world shaped ``mesh``; ``make()`` builds the model anew for each rank."""
+    world shaped ``mesh``; ``make()`` gives a fresh :class:`Prepared` for
+    each rank (a generated tree, or a user's recorded plan)."""
     probe = make()
     dims = sorted({p.shape[0] for m in probe.modules for p in m._parameters.values() if p is not None and p.dim() > 0})
+    del probe
     ranks = ranks_to_build(mesh, dims) if ranks is None else list(ranks)
     where = _mesh_label(mesh)
     shards_dim = mesh[-1]
     out: list[Violation] = []
     seen: dict[int, tuple] = {}
-    full: dict[str, list] = {}  # label -> [(shard index, local)] for the coverage check
+    full: dict[str, list] = {}  # label -> [(shard index, local, original)] for the coverage check
     for rank in ranks:
         view = rank_view(make, area, mesh, rank)
         if isinstance(view, list):
             return view
-        managed, groups, shards, (want_managed, want_groups) = view
-        seen[rank] = (managed, {k: sorted(v) for k, v in groups.items()})
-        if managed != want_managed:
+        managed, groups, shards, prep = view
+        seen[rank] = (managed, groups)
+        if managed != prep.managed:
             out.append(Violation("FS2-10", f"rank {rank} of a {where} world: modules carrying the Dynamo flags "
-                                           f"{short(f'm{i}' for i in managed)}, expected {short(f'm{i}' for i in want_managed)}"))
-        got = {k: sorted(v) for k, v in groups.items()}
-        want = {k: sorted(v) for k, v in want_groups.items()}
-        if got != want:
+                                           f"{short(managed)}, expected {short(prep.managed)}"))
+        if groups != prep.groups:
             out.append(Violation("FS2-10", f"rank {rank} of a {where} world: groups (roots: parameters) "
-                                           f"{_groups_text(got)}, expected {_groups_text(want)}"))
+                                           f"{_groups_text(groups)}, expected {_groups_text(prep.groups)}"))
         twice = sorted(label for label, held in shards.items() if len(held) > 1)
         if twice:
             out.append(Violation("FS2-10", f"rank {rank} of a {where} world: parameters {short(twice)} are in more than one group"))
@@ -196,19 +228,7 @@ def check_world(make, area, mesh: tuple[int, ...], ranks=None) -> list[Violation
             if original is None:
                 out.append(Violation("FS2-10", f"rank {rank}: a group holds {label}, which no module registered"))
                 continue
-            start, count, chunk = chunk_rows(original.shape[0], shards_dim, index)
-            want_shape = (count, *original.shape[1:])
-            if tuple(local.shape) != want_shape:
-                out.append(Violation("FS2-10", f"rank {rank} of a {where} world (shard {index} of {shards_dim}): "
-                                               f"{label} of {tuple(original.shape)} holds {tuple(local.shape)}, expected "
-                                               f"rows {start}:{start + count} {want_shape}"))
-            elif not bool((local.cpu() == original[start:start + count]).all()):
-                out.append(Violation("FS2-10", f"rank {rank} of a {where} world (shard {index} of {shards_dim}): "
-                                               f"{label} holds other rows than {start}:{start + count}"))
-            if padded != chunk:
-                out.append(Violation("FS2-10", f"rank {rank} of a {where} world (shard {index} of {shards_dim}): "
-                                               f"{label} of {original.shape[0]} rows padded to {padded} rows, expected "
-                                               f"{chunk} on every rank (ceil({original.shape[0]}/{shards_dim}))"))
+            out.extend(_shard_violations(rank, where, index, shards_dim, label, local, padded, original))
             if rank < shards_dim:
                 full.setdefault(label, []).append((index, local, original))
     out.extend(_disagreements(seen, where))
@@ -217,8 +237,27 @@ def check_world(make, area, mesh: tuple[int, ...], ranks=None) -> list[Violation
     return _first(out)
 
 
+def _shard_violations(rank, where, index, shards, label, local, padded, original) -> list[Violation]:
+    """One parameter on one rank against the spec's chunk of it."""
+    if original.dim() == 0:
+        return [Violation("FS2-10", f"rank {rank}: a group shards the scalar {label}")]
+    start, count, chunk = chunk_rows(original.shape[0], shards, index)
+    want_shape = (count, *original.shape[1:])
+    at = f"rank {rank} of a {where} world (shard {index} of {shards})"
+    out = []
+    if tuple(local.shape) != want_shape:
+        out.append(Violation("FS2-10", f"{at}: {label} of {tuple(original.shape)} holds {tuple(local.shape)}, "
+                                       f"expected rows {start}:{start + count} {want_shape}"))
+    elif not bool((local.detach().cpu().to(original.dtype) == original[start:start + count]).all()):
+        out.append(Violation("FS2-10", f"{at}: {label} holds other rows than {start}:{start + count}"))
+    if padded != chunk:
+        out.append(Violation("FS2-10", f"{at}: {label} of {original.shape[0]} rows padded to {padded} rows, expected "
+                                       f"{chunk} on every rank (ceil({original.shape[0]}/{shards}))"))
+    return out
+
+
 def _groups_text(groups) -> str:
-    return short(f"({', '.join(f'm{i}' for i in roots)}): {[list(p) for p in params]}" for roots, params in sorted(groups.items()))
+    return short(f"({', '.join(roots)}): {[list(p) for p in params]}" for roots, params in sorted(groups.items()))
 
 
 def _disagreements(seen: dict, where: str) -> list[Violation]:
@@ -232,12 +271,12 @@ def _disagreements(seen: dict, where: str) -> list[Violation]:
         if managed != base_managed:
             diff = sorted(set(managed) ^ set(base_managed))
             out.append(Violation("FS2-10", f"ranks {first} and {rank} of a {where} world disagree on the managed "
-                                           f"modules: first difference m{diff[0]}"))
+                                           f"modules: first difference {diff[0]}"))
         elif groups != base_groups:
             keys = sorted(set(groups) | set(base_groups))
             first_key = next(k for k in keys if groups.get(k) != base_groups.get(k))
             out.append(Violation("FS2-10", f"ranks {first} and {rank} of a {where} world disagree on the group of "
-                                           f"roots {[f'm{i}' for i in first_key]}: {base_groups.get(first_key)} "
+                                           f"roots {list(first_key)}: {base_groups.get(first_key)} "
                                            f"against {groups.get(first_key)}"))
     return out
 
