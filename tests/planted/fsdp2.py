@@ -275,6 +275,18 @@ class _LastRowMissing(_ReshardedRows):
         return start, min(start + chunk, rows - 1) if start < rows else start
 
 
+class _PaddingFirstPastEight(_ReshardedRows):
+    # FS2-10: right up to 8 ranks, the remainder taken from the front past
+    # them (a layout tuned on one node): only a world past 8 shows it.
+    @staticmethod
+    def rows_of(rank, ranks, rows, chunk):
+        if ranks <= 8:
+            start = min(rank * chunk, rows)
+        else:
+            start = min((ranks - 1 - rank) * chunk, rows)
+        return start, min(start + chunk, rows)
+
+
 class _RankDisagrees(ReferenceFsdp2):
     # FS2-10: a rank-dependent walk: the last rank of the sharding dimension
     # leaves the first managed module of a group without its Dynamo flags
@@ -322,6 +334,7 @@ FirstFullyShard = _impl(_FirstFullyShard)
 PaddingFirst = _impl(_PaddingFirst)
 LastRowMissing = _impl(_LastRowMissing)
 RankDisagrees = _impl(_RankDisagrees)
+PaddingFirstPastEight = _impl(_PaddingFirstPastEight)
 
 PLANTED = {
     "tests.planted.fsdp2:PreOrder": ("FS2-1", "test_managed_modules"),
