@@ -11,11 +11,17 @@ from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2_world import UNEVEN_WORLDS, build_world_model, fsdp2_world_specs
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.profiles import examples
+from pytest_fsdpcheck.provided import expected_provided, first_release, installed_torch, skip_for_release
 
 
 def _require(impl):
-    """An area that does not report its shards, or a torch release the
-    simulated worlds are not measured on (``provided.py``), is not provided."""
+    """A torch release the simulated worlds are not measured on
+    (``provided.py``: the fake process group is the installed torch's, so
+    for every implementation), or an area that does not report its shards,
+    is not provided."""
+    if not expected_provided("fsdp2.simulated_world", installed_torch()):
+        skip_for_release("fsdp2.simulated_world", "simulated worlds (torch's fake process group) are recorded "
+                         f"from torch {first_release('fsdp2.simulated_world')} (provided.py)")
     area = impl.fsdp2
     if not callable(getattr(area, "sharded_groups", None)):
         pytest.skip("not provided: this implementation's fsdp2 area has no sharded_groups (FS2-10)")

@@ -916,8 +916,13 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
     from ..checks.fsdp2_world import Prepared, check_prepared_world
 
+    from ..provided import expected_provided, first_release, installed_torch, skip_for_release
+
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
+    if not expected_provided("fsdp2.simulated_world", installed_torch()):
+        skip_for_release("fsdp2.simulated_world", "simulated worlds (torch's fake process group) are recorded "
+                         f"from torch {first_release('fsdp2.simulated_world')} (provided.py)")
     area = impl.fsdp2
     if not callable(getattr(area, "sharded_groups", None)):
         _skip("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
