@@ -6,7 +6,7 @@ and agreement; collectives and numerics only real ranks prove (FS2-9)."""
 import pytest
 from hypothesis import given
 
-from pytest_fsdpcheck.checks.fsdp2_world import check_world
+from pytest_fsdpcheck.checks.fsdp2_world import check_world, ranks_to_build
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.generators.fsdp2_world import UNEVEN_WORLDS, build_world_model, fsdp2_world_specs
 from pytest_fsdpcheck.known.judge import conform
@@ -37,27 +37,33 @@ def _takes(impl, world):
     return world if spec is world.spec else dataclasses.replace(world, spec=spec)
 
 
-def reproducer(impl, world):
+def reproducer(impl, world, every_up_to=8):
     return snippet(
         impl,
         [f"world = {world.to_source()}",
-         "violations = check_world(lambda: build_world_model(world, impl.fsdp2), impl.fsdp2, world.mesh)"],
+         f"ranks = ranks_to_build(world.mesh, sorted(set(world.rows)), {every_up_to})",
+         "violations = check_world(lambda: build_world_model(world, impl.fsdp2), impl.fsdp2, world.mesh, ranks)"],
         ["assert not violations, violations"],
         imports=[
             "from pytest_fsdpcheck.generators.trees import TreeSpec",
             "from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Spec",
             "from pytest_fsdpcheck.generators.fsdp2_world import WorldSpec, build_world_model",
-            "from pytest_fsdpcheck.checks.fsdp2_world import check_world",
+            "from pytest_fsdpcheck.checks.fsdp2_world import check_world, ranks_to_build",
         ],
     )
 
 
-def _body(world):
+def _body(world, every_up_to=8):
     def body(impl):
         area = impl.fsdp2
-        return check_world(lambda: build_world_model(world, area), area, world.mesh)
+        ranks = ranks_to_build(world.mesh, _dims(world), every_up_to)
+        return check_world(lambda: build_world_model(world, area), area, world.mesh, ranks)
 
     return body
+
+
+def _dims(world):
+    return sorted(set(world.rows))
 
 
 @pytest.mark.invariant("FS2-10")
@@ -65,11 +71,12 @@ def _body(world):
 def test_uneven_worlds(fsdpcheck_impl, case):
     """Fixed worlds whose dims the world size does not divide: 9 rows on 8
     ranks, 1000 on 64, 300 on 256, 1023 and 1025 on 1024, HSDP 2x4 and 4x256,
-    a grouped call: each sampled rank holds exactly its rows, padded to the
-    same count, the padding on the last ranks only."""
+    a grouped call: each rank holds exactly its rows, padded to the same
+    count, the padding on the last ranks only. Every rank is built up to 64
+    (so the shards are seen to cover each parameter once), a sample above."""
     _require(fsdpcheck_impl)
     world = _takes(fsdpcheck_impl, UNEVEN_WORLDS[case])
-    conform(fsdpcheck_impl, _body(world), reproducer(fsdpcheck_impl, world))
+    conform(fsdpcheck_impl, _body(world, every_up_to=64), reproducer(fsdpcheck_impl, world, every_up_to=64))
 
 
 @pytest.mark.invariant("FS2-10")
