@@ -178,7 +178,8 @@ class ReferenceFsdp2:
         # roots an earlier annotate gave a group (mark_own_group only models one)
         self._applied = weakref.WeakKeyDictionary()  # module -> group number
         # per group made by annotate: (roots, [(module, name, param)]) and the
-        # mesh's sharding dimension as (this rank's index, ranks) (FS2-10)
+        # mesh's sharding dimension as (this rank's index, ranks) (FS2-10),
+        # held weakly: the area lives for the session, the models per test
         self._made_groups: list = []
 
     # --- marks ---------------------------------------------------------------
@@ -354,7 +355,12 @@ class ReferenceFsdp2:
         for p in params:
             self._group_params.setdefault(id(p), group)
         self._params_alive.extend(params)
-        self._made_groups.append((outermost_roots(roots), self._registered(managed, param_ids), shard_coordinate(mesh)))
+        self._made_groups = [g for g in self._made_groups if all(r() is not None for r in g[0])]
+        self._made_groups.append((
+            [weakref.ref(r) for r in outermost_roots(roots)],
+            [(weakref.ref(m), name, weakref.ref(p)) for m, name, p in self._registered(managed, param_ids)],
+            shard_coordinate(mesh),
+        ))
         if self._group_conflicts == "torch":
             self._register_sharded(outermost_roots(roots), params)
 
@@ -377,11 +383,15 @@ class ReferenceFsdp2:
 
         wanted = {id(m) for m in modules}
         out = []
-        for roots, registered, (rank, ranks) in self._made_groups:
-            if not any(id(r) in wanted for r in roots):
+        for root_refs, registered, (rank, ranks) in self._made_groups:
+            roots = [r() for r in root_refs]
+            if any(r is None for r in roots) or not any(id(r) in wanted for r in roots):
                 continue
-            group = ShardedGroup(list(roots))
-            for module, name, p in registered:
+            group = ShardedGroup(roots)
+            for module_ref, name, param_ref in registered:
+                module, p = module_ref(), param_ref()
+                if module is None or p is None:
+                    continue
                 rows = p.shape[0]
                 chunk = -(-rows // ranks)
                 start = min(rank * chunk, rows)
