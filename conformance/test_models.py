@@ -104,3 +104,16 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     # CPU ranks under gloo: the plan runs on the runner's CPU world size
     check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"))
     checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)
+
+
+@pytest.mark.invariant(*checks.CHECKS["check_plan_simulated"][1])
+def test_model_plan_simulated(fsdpcheck_impl, fsdpcheck_model_case, request):
+    import functools
+
+    from pytest_fsdpcheck.session import get_session
+
+    # the plan at the size it trains at: --fsdpcheck-world-size, simulated (FS2-10)
+    session = get_session(request.config)
+    size = getattr(session, "world_size", None) if session is not None else None
+    check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=size)
+    checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)

@@ -162,6 +162,15 @@ class Fsdp2Area(Protocol):
     that need it are not provided: ``several_roots = False`` (one module per
     group), ``takes_ignored_params = False`` (no ``ignored_params``). Both
     default to true when absent.
+
+    Optional (FS2-10, the simulated worlds): ``sharded_groups(modules)``,
+    after ``annotate`` calls on a mesh of N ranks, returns this rank's view
+    of the groups those calls made as :class:`ShardedGroup` lists (each
+    group once, in any order; ``modules`` are every module of the model, so
+    the groups can be found on them). The suite calls ``annotate`` with a
+    ``DeviceMesh`` on a fake process group, one rank's view at a time: a 1-D
+    mesh of N ranks, or a 2-D ``("replicate", "shard")`` mesh (HSDP) whose
+    last dimension shards. An area without it has FS2-10 not provided.
     """
 
     def mark_own_group(self, module: Any) -> None:
@@ -180,6 +189,29 @@ class Fsdp2Area(Protocol):
     def annotate(self, roots: tuple, mesh: Any, ignored_params: set | None) -> None:
         """Apply a real ``fully_shard`` to the group ``roots`` on ``mesh`` (a
         one-dimensional ``DeviceMesh`` the suite set up, world size 1)."""
+
+
+@dataclass
+class ShardedParam:
+    """One parameter of a ``fully_shard`` group as one rank holds it:
+    ``module`` and ``name`` register it (the first module the group found
+    it on), ``local`` is this rank's rows of dim 0 (a plain tensor, without
+    padding), ``padded_rows`` the rows this rank's storage holds for it,
+    padding included."""
+
+    module: Any
+    name: str
+    local: Any
+    padded_rows: int
+
+
+@dataclass
+class ShardedGroup:
+    """One ``fully_shard`` group on one rank: the modules given to the call
+    (``roots``) and its parameters in the group's order."""
+
+    roots: list
+    params: list[ShardedParam] = field(default_factory=list)
 
 
 AREA_PROTOCOLS = {

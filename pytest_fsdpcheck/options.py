@@ -70,7 +70,8 @@ OPTIONS = (
            "seconds one implementation call may take before it fails as hung (0: no limit)",
            kwargs=(("metavar", "SECONDS"),)),
     Option("--fsdpcheck-world-size",
-           "ranks for the distributed checks (SPL-16, FS2-9); default: every visible GPU on CUDA, 2 on CPU",
+           "ranks for the distributed checks (SPL-16, FS2-9; default: every visible GPU on CUDA, 2 on CPU) "
+           "and the simulated world a user's plan is checked at (FS2-10; default 8)",
            kwargs=(("metavar", "N"),)),
     Option("--fsdpcheck-strict",
            "fail the run on stale divergence entries, unexpected passes, known bugs not reproduced "

@@ -56,6 +56,14 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # raises "FSDP requires CUDA for streams", 2.6's CPU stream lacks
     # record_event; 2.7 runs a step under gloo
     "fsdp2.cpu_runtime": (2, 7),
+    # FS2-10's simulated worlds: fully_shard built at 8 to 1024 ranks and on
+    # a 2-D mesh in one process, one rank's view at a time, on torch's fake
+    # process group (torch.testing._internal.distributed.fake_pg's FakeStore
+    # and the "fake" backend; collectives move no data). Measured on 2.13.0
+    # only (every sampled rank of 8, 64, 256, 1024 and 2x4, 4x256 built and
+    # read back); earlier releases are not measured, so they are n/p by
+    # release until a history run shows them
+    "fsdp2.simulated_world": (2, 13),
 }
 
 
@@ -73,6 +81,7 @@ INVARIANT_FEATURE: dict[str, str] = {
     "SPL-14": "splitting.higher_order_ops",
     "FS2-3": "fsdp2.ignored_params",
     "FS2-9": "fsdp2.ignored_params",
+    "FS2-10": "fsdp2.simulated_world",
 }
 
 

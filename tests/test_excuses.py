@@ -37,6 +37,7 @@ REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
 STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
+SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
 
 
 @pytest.fixture
@@ -167,3 +168,12 @@ def test_every_excuse_has_its_killer():
     named = {killer for _, killer in rows}
     here = {f"tests/test_excuses.py::{name}" for name in globals() if name.startswith("test_a") or name.startswith("test_torchs")}
     assert here <= named, f"killers no excuse row names: {sorted(here - named)}"
+
+
+def test_torchs_shard_missing_a_row_fails_fs2_10(run_faulted):
+    """n/p by release or by an area without ``sharded_groups``: on a torch
+    that provides the simulated worlds (2.13, ``provided.py``), a row lost
+    from the last rank's shard by torch's own chunking is torch's FS2-10
+    FAIL on the fixed uneven worlds, with ``--fsdpcheck-strict`` on."""
+    result, report = run_faulted(SIMULATED, extra=("--fsdpcheck-strict",))
+    demand_torch_failures(result, report, SIMULATED)

@@ -2,7 +2,7 @@
 
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
-from tests.planted.fsdp2 import CORPUS_PLANTED, EQUAL_PLANTED, NESTED_PLANTED, PLANTED
+from tests.planted.fsdp2 import CORPUS_PLANTED, EQUAL_PLANTED, NESTED_PLANTED, PLANTED, WORLD_PLANTED
 
 
 def test_planted_fsdp2_bugs_are_caught(run_suite):
@@ -29,6 +29,15 @@ def test_modules_compared_by_equality_fail_the_equal_trees(run_suite):
     trees, which the reference passes."""
     result, report = run_suite("reference", *EQUAL_PLANTED, k=selection(EQUAL_PLANTED), extra=NO_SHRINK)
     demand_failures(result, report, EQUAL_PLANTED)
+
+
+def test_simulated_world_mistakes_fail_fs2_10(run_suite):
+    """At 8 to 1024 simulated ranks and on HSDP meshes: padding on the first
+    ranks instead of the last, the last rank's shard missing a row, and a
+    rank whose managed modules differ from the others' each fail FS2-10 on
+    the fixed uneven worlds, which the reference passes."""
+    result, report = run_suite("reference", *WORLD_PLANTED, k=selection(WORLD_PLANTED), extra=NO_SHRINK)
+    demand_failures(result, report, WORLD_PLANTED)
 
 
 def test_planted_fsdp2_bugs_are_caught_on_the_corpus(run_suite):

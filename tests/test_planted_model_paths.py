@@ -62,3 +62,20 @@ def test_parametrize_with_checks_reports_its_killers(pytester, monkeypatch):
     checks = " or ".join(sorted({check for _, check, _, _ in CHECK_PLANTED.values()}))
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-k", checks)
     demand_check_failures(result, CHECK_PLANTED)
+
+
+#: FS2-10 on a user's plan at the size it trains at: a layout right up to 8
+#: ranks and wrong past them fails only where --fsdpcheck-world-size reaches
+#: the simulated world (the default is 8)
+PAST_EIGHT = "tests.planted.fsdp2:PaddingFirstPastEight"
+WORLD_MODEL_PLANTED = {
+    PAST_EIGHT: ("FS2-10", PLANS + "good", PAST_EIGHT),
+}
+
+
+def test_model_plan_at_its_world_size_reports_its_killer(run_suite):
+    result, report = run_suite("reference", PAST_EIGHT, k="test_model_plan_simulated",
+                               extra=[*NO_SHRINK, "--fsdpcheck-model", PLANS + "good", "--fsdpcheck-world-size", "64"])
+    demand_model_failures(result, report, WORLD_MODEL_PLANTED)
+    good = [t["outcome"] for nodeid, t in report["tests"].items() if "[reference-tests.planted.plans.good]" in nodeid]
+    assert good == ["passed"], good

@@ -901,6 +901,65 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     conform(impl, violations, reproducer(case, "check_plan_end_to_end", impl))
 
 
+#: the simulated world a plan is judged at when --fsdpcheck-world-size is not given
+SIMULATED_WORLD_SIZE = 8
+
+
+def check_plan_simulated(case, impl=None, world_size: int | None = None):
+    """FS2-10: the plan's recorded calls replayed through the
+    implementation's ``annotate`` (torch: the real ``fully_shard``) at
+    ``world_size`` simulated ranks (``--fsdpcheck-world-size``; default 8),
+    one rank's view at a time on a fake process group (sampled ranks above
+    8): each rank's groups, dim-0 rows and padding as the spec gives them,
+    the Dynamo flags, every rank agreeing. Construction and assignment only:
+    collectives and numerics are FS2-9's."""
+    from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
+    from ..checks.fsdp2_world import Prepared, check_prepared_world
+
+    from ..provided import expected_provided, first_release, installed_torch, skip_for_release
+
+    case, impl = _resolve(case, impl)
+    _require_plan(case, impl)
+    if not expected_provided("fsdp2.simulated_world", installed_torch()):
+        skip_for_release("fsdp2.simulated_world", "simulated worlds (torch's fake process group) are recorded "
+                         f"from torch {first_release('fsdp2.simulated_world')} (provided.py)")
+    area = impl.fsdp2
+    if not callable(getattr(area, "sharded_groups", None)):
+        _skip("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
+    if not getattr(area, "simulated_world", True):
+        _skip("simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
+    broken = _grouping_broken(case)
+    if broken is not None:
+        skip_for_case(broken)
+    record = recorded(case)
+    size = SIMULATED_WORLD_SIZE if world_size is None else world_size
+
+    def make():
+        model, calls, oracle = _replay_input(record, area)
+        managed_all, groups, earlier = set(), {}, []
+        for roots, ignored in calls:
+            oracle.at(roots, earlier, ignored)
+            managed = expected_managed(oracle)
+            params, _, _ = expected_states(oracle, managed)
+            effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
+            managed_all.update(oracle.label(oracle.modules[i]) for i in managed)
+            key = tuple(sorted(oracle.label(r) for r in effective))
+            groups.setdefault(key, []).append(tuple(sorted(oracle.labels(params))))
+            earlier += effective
+        labels = {id(m): oracle.label(m) for m in oracle.modules}
+        for m in oracle.modules:
+            for p in m._parameters.values():
+                if p is not None:
+                    labels.setdefault(id(p), oracle.label(p))
+        return Prepared(list(oracle.modules), list(calls), lambda obj: labels.get(id(obj), f"<{type(obj).__name__}>"),
+                        tuple(sorted(managed_all)), {k: sorted(v) for k, v in groups.items()})
+
+    def body(impl):
+        return check_prepared_world(make, impl.fsdp2, (size,))
+
+    _judge(impl, case, "check_plan_simulated", body)
+
+
 #: every check, by name, with the invariants it checks
 CHECKS = {
     "check_case": (check_case, ()),
@@ -915,6 +974,7 @@ CHECKS = {
     "check_annotation_ignored": (check_annotation_ignored, ("ANN-3",)),
     "check_exec_order": (check_exec_order, ("EXO-2", "EXO-3", "EXO-4", "EXO-5", "EXO-6")),
     "check_plan_end_to_end": (check_plan_end_to_end, ("FS2-9",)),
+    "check_plan_simulated": (check_plan_simulated, ("FS2-10",)),
 }
 
 

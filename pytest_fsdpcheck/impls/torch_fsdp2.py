@@ -90,6 +90,9 @@ class TorchFsdp2:
         self.several_roots = expected_provided("fsdp2.several_roots", version)
         #: the walk, the states and ``fully_shard`` take ``ignored_params`` (torch >= 2.7)
         self.takes_ignored_params = expected_provided("fsdp2.ignored_params", version)
+        #: FS2-10's simulated worlds (a fake process group, one rank's view at a
+        #: time) are measured from 2.13: before it, FS2-10 is n/p by release
+        self.simulated_world = expected_provided("fsdp2.simulated_world", version)
 
     @staticmethod
     def _init():
@@ -148,3 +151,41 @@ class TorchFsdp2:
             _fully_shard()(target, mesh=mesh)
         else:
             _fully_shard()(target, mesh=mesh, ignored_params=ignored)
+
+    def sharded_groups(self, modules):
+        """This rank's view of the groups ``fully_shard`` made on ``modules``
+        (FS2-10): each state's parameter groups as torch holds them, each
+        parameter's local rows (the DTensor's local tensor) and the rows its
+        padded sharded storage holds (the storage itself, not torch's claim
+        of its size)."""
+        from ..contract import ShardedGroup, ShardedParam
+
+        registry = _mod("torch.distributed._composable_state")
+        states, groups = set(), []
+        for module in modules:
+            state = registry._get_module_state(module)
+            if state is None or id(state) in states:
+                continue
+            if not hasattr(state, "_fsdp_param_groups") and not hasattr(state, "_fsdp_param_group"):
+                continue  # another composable API's state
+            states.add(id(state))
+            # 2.13 keeps a list of parameter groups; earlier releases one (or none)
+            param_groups = getattr(state, "_fsdp_param_groups", None)
+            if param_groups is None:
+                one = getattr(state, "_fsdp_param_group", None)
+                param_groups = [] if one is None else [one]
+            roots = list(getattr(state, "_modules", ()) or ())
+            group = ShardedGroup(roots)
+            for param_group in param_groups:
+                for fsdp_param in param_group.fsdp_params:
+                    info = fsdp_param._module_info
+                    sharded = fsdp_param.sharded_param
+                    local = sharded.to_local() if hasattr(sharded, "to_local") else sharded
+                    storage = fsdp_param._sharded_param_data
+                    row = 1
+                    for size in tuple(local.shape)[1:]:
+                        row *= size
+                    padded = storage.numel() // row if row else 0
+                    group.params.append(ShardedParam(info.module, info.param_name, local.detach(), padded))
+            groups.append(group)
+        return groups

@@ -23,6 +23,10 @@ Written from DESIGN.md (FS2-1..8); iterative throughout, linear in modules.
 - States: own parameters then own buffers of each managed module in order,
   each tensor once, ignored parameters absent; a scalar parameter is a
   ``ValueError`` naming it.
+- Shards (FS2-10): a group's parameters, in states order, are split on dim 0
+  over the mesh's last (sharding) dimension of S ranks as ``torch.chunk``
+  splits: ``ceil(d / S)`` rows per rank, the last ranks short or empty,
+  every rank's storage padded to ``ceil(d / S)`` rows.
 - ``annotate``: a root that an earlier call already gave a group of its own
   (whatever that group manages), then a module or parameter already managed
   by an earlier group, is a ``ValueError`` naming it; otherwise every managed module gets
@@ -173,6 +177,10 @@ class ReferenceFsdp2:
         self._groups = 0
         # roots an earlier annotate gave a group (mark_own_group only models one)
         self._applied = weakref.WeakKeyDictionary()  # module -> group number
+        # per group made by annotate: (roots, [(module, name, param)]) and the
+        # mesh's sharding dimension as (this rank's index, ranks) (FS2-10),
+        # held weakly: the area lives for the session, the models per test
+        self._made_groups: list = []
 
     # --- marks ---------------------------------------------------------------
 
@@ -347,8 +355,50 @@ class ReferenceFsdp2:
         for p in params:
             self._group_params.setdefault(id(p), group)
         self._params_alive.extend(params)
+        self._made_groups = [g for g in self._made_groups if all(r() is not None for r in g[0])]
+        self._made_groups.append((
+            [weakref.ref(r) for r in outermost_roots(roots)],
+            [(weakref.ref(m), name, weakref.ref(p)) for m, name, p in self._registered(managed, param_ids)],
+            shard_coordinate(mesh),
+        ))
         if self._group_conflicts == "torch":
             self._register_sharded(outermost_roots(roots), params)
+
+    @staticmethod
+    def _registered(managed, param_ids) -> list:
+        """``(module, name, param)`` for each state parameter, at the first
+        managed module registering it."""
+        out, seen = [], set()
+        for module in managed:
+            for name, p in own_params(module):
+                if id(p) in param_ids and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((module, name, p))
+        return out
+
+    def sharded_groups(self, modules):
+        """FS2-10: each group ``annotate`` made (on any of ``modules``) as this
+        rank holds it: its rows of each parameter's dim 0 and the padded rows."""
+        from ..contract import ShardedGroup, ShardedParam
+
+        wanted = {id(m) for m in modules}
+        out = []
+        for root_refs, registered, (rank, ranks) in self._made_groups:
+            roots = [r() for r in root_refs]
+            if any(r is None for r in roots) or not any(id(r) in wanted for r in roots):
+                continue
+            group = ShardedGroup(roots)
+            for module_ref, name, param_ref in registered:
+                module, p = module_ref(), param_ref()
+                if module is None or p is None:
+                    continue
+                rows = p.shape[0]
+                chunk = -(-rows // ranks)
+                start = min(rank * chunk, rows)
+                local = p.detach()[start:min(start + chunk, rows)]
+                group.params.append(ShardedParam(module, name, local, chunk))
+            out.append(group)
+        return out
 
     def _register_sharded(self, roots, params) -> None:
         """torch's ``FSDPParam`` sets its sharded parameter on every module
@@ -372,3 +422,12 @@ class ReferenceFsdp2:
             for name in [n for n, p in module._parameters.items() if p is not None and id(p) in new]:
                 module._parameters[name] = new[id(module._parameters[name])]
             stack.extend(unique_children(module))
+
+
+def shard_coordinate(mesh) -> tuple[int, int]:
+    """(this rank's index, ranks) along the mesh's last dimension, the one
+    fully_shard shards over (a 2-D HSDP mesh replicates over the first)."""
+    if mesh is None:
+        return 0, 1
+    last = mesh.ndim - 1
+    return mesh.get_local_rank(last), mesh.size(last)

@@ -235,6 +235,73 @@ class _FirstFullyShard(ReferenceFsdp2):
         return super().annotate(roots, mesh, ignored_params)
 
 
+class _ReshardedRows(ReferenceFsdp2):
+    # The reference's groups with each parameter's local rows taken by
+    # ``rows_of`` (rank, ranks, rows, chunk) -> (start, end) instead.
+    def annotate(self, roots, mesh, ignored_params):
+        from pytest_fsdpcheck.reference.fsdp2 import shard_coordinate
+
+        self._coordinate = shard_coordinate(mesh)
+        return super().annotate(roots, mesh, ignored_params)
+
+    def sharded_groups(self, modules):
+        from pytest_fsdpcheck.contract import ShardedParam
+
+        groups = super().sharded_groups(modules)
+        rank, ranks = self._coordinate
+        for group in groups:
+            for i, sp in enumerate(group.params):
+                full = sp.module._parameters[sp.name].detach()
+                start, end = self.rows_of(rank, ranks, full.shape[0], sp.padded_rows)
+                group.params[i] = ShardedParam(sp.module, sp.name, full[start:end], sp.padded_rows)
+        return groups
+
+
+class _PaddingFirst(_ReshardedRows):
+    # FS2-10: the remainder taken from the front: rank r holds the chunk the
+    # spec gives rank S-1-r, so the first ranks are the short (padded) ones.
+    @staticmethod
+    def rows_of(rank, ranks, rows, chunk):
+        start = min((ranks - 1 - rank) * chunk, rows)
+        return start, min(start + chunk, rows)
+
+
+class _LastRowMissing(_ReshardedRows):
+    # FS2-10: an off-by-one at the end of dim 0 (``rows - 1`` as the bound):
+    # the rank holding a parameter's last row stops one row short.
+    @staticmethod
+    def rows_of(rank, ranks, rows, chunk):
+        start = min(rank * chunk, rows)
+        return start, min(start + chunk, rows - 1) if start < rows else start
+
+
+class _PaddingFirstPastEight(_ReshardedRows):
+    # FS2-10: right up to 8 ranks, the remainder taken from the front past
+    # them (a layout tuned on one node): only a world past 8 shows it.
+    @staticmethod
+    def rows_of(rank, ranks, rows, chunk):
+        if ranks <= 8:
+            start = min(rank * chunk, rows)
+        else:
+            start = min((ranks - 1 - rank) * chunk, rows)
+        return start, min(start + chunk, rows)
+
+
+class _RankDisagrees(ReferenceFsdp2):
+    # FS2-10: a rank-dependent walk: the last rank of the sharding dimension
+    # leaves the first managed module of a group without its Dynamo flags
+    # (a module list built from a rank-local cache, say).
+    def annotate(self, roots, mesh, ignored_params):
+        from pytest_fsdpcheck.reference.fsdp2 import shard_coordinate
+
+        managed = self.managed_modules(tuple(roots), ignored_params)
+        super().annotate(roots, mesh, ignored_params)
+        rank, ranks = shard_coordinate(mesh)
+        if ranks > 1 and rank == ranks - 1 and managed:
+            del managed[0]._is_fsdp_managed_module
+            del managed[0]._fsdp_use_orig_params
+
+
 def _impl(cls):
     class Planted(Implementation):
         name = cls.__name__.lstrip("_")
@@ -264,6 +331,10 @@ RootsByWalk = _impl(_RootsByWalk)
 NoFlags = _impl(_NoFlags)
 NoConflictCheck = _impl(_NoConflictCheck)
 FirstFullyShard = _impl(_FirstFullyShard)
+PaddingFirst = _impl(_PaddingFirst)
+LastRowMissing = _impl(_LastRowMissing)
+RankDisagrees = _impl(_RankDisagrees)
+PaddingFirstPastEight = _impl(_PaddingFirstPastEight)
 
 PLANTED = {
     "tests.planted.fsdp2:PreOrder": ("FS2-1", "test_managed_modules"),
@@ -302,4 +373,13 @@ NESTED_PLANTED = {
 EQUAL_PLANTED = {
     "tests.planted.fsdp2:RootsByEquality": ("FS2-2", "test_equal_modules"),
     "tests.planted.fsdp2:VisitedByEquality": ("FS2-2", "test_equal_modules"),
+}
+
+#: FS2-10 on the simulated worlds' fixed uneven cases (the drawn ones catch
+#: them too): padding on the first ranks, a row missing on the last one, a
+#: rank whose managed modules differ from the others'
+WORLD_PLANTED = {
+    "tests.planted.fsdp2:PaddingFirst": ("FS2-10", "test_uneven_worlds"),
+    "tests.planted.fsdp2:LastRowMissing": ("FS2-10", "test_uneven_worlds"),
+    "tests.planted.fsdp2:RankDisagrees": ("FS2-10", "test_uneven_worlds"),
 }

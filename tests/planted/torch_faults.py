@@ -203,3 +203,27 @@ class FullyShardRefusesNoReshard:
         _fsdp_init._get_post_forward_mesh_info = refusing
         if getattr(_fully_shard, "_get_post_forward_mesh_info", None) is original:
             _fully_shard._get_post_forward_mesh_info = refusing
+
+
+class LastShardRowMissing:
+    """FS2-10 in torch's own sharding: ``FSDPParam`` chunks dim 0 and the
+    last rank holding rows gets one row fewer (an off-by-one at the end of
+    an uneven dim), the padding left as it was. Only a world whose ranks
+    are built (the simulated tier) sees it before a real step: torch's
+    column must FAIL FS2-10, never n/p or an error of the suite."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+        original = _fsdp_param._chunk_with_empty
+
+        def short_last(tensor, num_chunks, dim):
+            chunks = list(original(tensor, num_chunks, dim))
+            filled = [i for i, c in enumerate(chunks) if c.size(dim) > 0]
+            if len(filled) > 1:
+                last = filled[-1]
+                chunks[last] = chunks[last].narrow(dim, 0, chunks[last].size(dim) - 1)
+            return chunks
+
+        _fsdp_param._chunk_with_empty = short_last
