@@ -21,9 +21,10 @@ from types import MappingProxyType
 
 from ..catalog import INVARIANTS, area_of
 
-
 #: an upstream reference, ``owner/repo#number``, as GitHub names an issue or pull request
-UPSTREAM_REF = re.compile(r"(?P<owner>[A-Za-z0-9](?:[A-Za-z0-9-]{0,38}))/(?P<repo>[A-Za-z0-9._-]{1,100})#(?P<number>[1-9][0-9]*)")
+UPSTREAM_REF = re.compile(
+    r"(?P<owner>[A-Za-z0-9][A-Za-z0-9-]{0,38})/(?P<repo>[A-Za-z0-9._-]{1,100})#(?P<number>[1-9][0-9]*)"
+)
 
 
 def upstream_url(ref: str) -> str:
