@@ -638,6 +638,8 @@ def _known_json(session, unreproduced) -> list[dict]:
             "reason": bug.reason,
             "reproducer": _reproducer_text(bug),
             "reproducer_command": f"python -m pytest_fsdpcheck.known show {bug.id}",
+            # its upstream issue or PR, "owner/repo#number" (empty: not reported upstream)
+            "upstream": list(bug.upstream),
         }
         for spec, impl in session.impls.items()
         for bug in active_bugs(impl, session.torch_version)

@@ -261,6 +261,8 @@ def _known_bugs(report: dict, anchors: _Anchors, known_numbers: dict) -> list[st
                        f"affects torch {_e(bug.get('affects') or 'every version')}.</p>")
         if bug.get("reason"):
             out.append(f"<p>{_e(bug['reason'])}</p>")
+        if "upstream" in bug:  # reports written before the field existed have none
+            out.append(f"<p>Upstream: {_upstream_links(bug['upstream'])}</p>")
         if bug.get("reproducer_command"):
             out.append(f"<p>Reproducer: <code>{_e(bug['reproducer_command'])}</code></p>")
         if bug.get("reproducer"):
@@ -268,6 +270,17 @@ def _known_bugs(report: dict, anchors: _Anchors, known_numbers: dict) -> list[st
                        f"{_e(bug['reproducer'])}</pre></details>")
         out.append("</section>")
     return out
+
+
+def _upstream_links(refs: list) -> str:
+    """A known bug's upstream issues/PRs as links to their GitHub pages; a
+    reference not of the form owner/repo#number is shown, escaped, unlinked."""
+    from .known.bugs import UPSTREAM_REF, upstream_url
+
+    if not refs:
+        return "not reported upstream"
+    return ", ".join(f'<a href="{_e(upstream_url(ref))}">{_e(ref)}</a>'
+                     if isinstance(ref, str) and UPSTREAM_REF.fullmatch(ref) else _e(ref) for ref in refs)
 
 
 def _not_provided(report: dict, impls: list[str], anchors: _Anchors) -> list[str]:
@@ -375,17 +388,21 @@ def grid_page(results: list[dict]) -> str:
         body.append("</tbody></table>")
     if bugs:
         seen: dict[str, list[str]] = {}
+        upstream: dict[str, list] = {}
         for r in ran:
             for bug in r.get("known_bugs", []):
                 if bug.get("examples"):
                     seen.setdefault(bug["id"], []).append(r["version"])
+                if "upstream" in bug:
+                    upstream.setdefault(bug["id"], bug["upstream"])
         body.append('<h2 id="bugs">Known bugs</h2><ul>')
         for bug in bugs:
             versions = seen.get(bug, [])
             where = f"seen in {versions[0]} &hellip; {versions[-1]}" if versions else "seen in no release run"
             body.append(f'<li id="bug-{_slug(bug)}"><strong>{_e(letter[bug])}</strong> = {_e(bug)}: '
                         f"{where} ({len(versions)} of {len(ran)} releases run); reproducer: "
-                        f"<code>python -m pytest_fsdpcheck.known show {_e(bug)}</code></li>")
+                        f"<code>python -m pytest_fsdpcheck.known show {_e(bug)}</code>"
+                        + (f"; upstream: {_upstream_links(upstream[bug])}" if bug in upstream else "") + "</li>")
         body.append("</ul>")
     body.append('<h2 id="releases">Releases</h2><ul>')
     for r in results:

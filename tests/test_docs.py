@@ -79,6 +79,13 @@ def test_the_site_builds_without_warnings(tmp_path):
     css = (tmp_path / "html" / "_static" / "fsdpcheck.css").read_text(encoding="utf-8")
     assert "_static/fsdpcheck.css" in page and "overflow-x: auto" in css and "white-space: normal" in css
     assert all(f"python -m pytest_fsdpcheck.known show {b.id}" in html["known-bugs"] for b in TORCH_BUGS)
+    # each upstream citation as a link to its GitHub page; the uncited listed as not reported upstream
+    from pytest_fsdpcheck.known.bugs import upstream_url
+
+    known_page = (tmp_path / "html" / "known-bugs.html").read_text(encoding="utf-8")
+    assert all(f'href="{upstream_url(ref)}"' in known_page for b in TORCH_BUGS for ref in b.upstream)
+    unreported = html["known-bugs"][html["known-bugs"].index("Not reported upstream:"):].split("\n\n")[0]
+    assert all((b.id in unreported) != bool(b.upstream) for b in TORCH_BUGS), unreported
     assert all(re.search(rf"^{i}$", html["catalog"], re.M) for i in INVARIANTS)
     from pytest_fsdpcheck.cases.checks import CHECKS
 

@@ -4,7 +4,8 @@
   (the one ``pytest --help`` and the ini keys are made from);
 - ``{fsdpcheck-known-bugs}``: the known torch bugs of
   ``pytest_fsdpcheck/known/torch_bugs.py`` with their releases, reasons,
-  signatures and reproducer commands;
+  signatures, upstream issues/PRs (and which are not reported upstream) and
+  reproducer commands;
 - ``{fsdpcheck-invariants} PREFIX``: one family of the invariant catalog,
   ``catalog.py``'s one-line statement beside DESIGN.md's full one;
 - ``{fsdpcheck-model-checks}``: the checks on users' models
@@ -88,11 +89,13 @@ class KnownBugs(_MarkdownDirective):
         from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
         self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "known" / "torch_bugs.py"))
-        lines = ["| id | invariants | torch releases (measured) | reproducer |", "| --- | --- | --- | --- |"]
+        lines = ["| id | invariants | torch releases (measured) | upstream | reproducer |",
+                 "| --- | --- | --- | --- | --- |"]
         for bug in TORCH_BUGS:
             releases = f"{bug.affects or 'every release'} ({bug.seen_range})"
             command = f"python -m pytest_fsdpcheck.known show {bug.id}"
-            lines.append(f"| {_code(bug.id)} | {', '.join(bug.invariants)} | {_cell(releases)} | {_code(command)} |")
+            lines.append(f"| {_code(bug.id)} | {', '.join(bug.invariants)} | {_cell(releases)} | {_upstream(bug)} "
+                         f"| {_code(command)} |")
         lines.append("")
         for bug in TORCH_BUGS:
             if bug.reference:
@@ -106,9 +109,22 @@ class KnownBugs(_MarkdownDirective):
                 signature += f" (graph forms: {', '.join(bug.forms)})"
             lines += [
                 f"- {_code(bug.id)} ({', '.join(bug.invariants)}; torch {bug.affects or 'every release'}): "
-                f"{_cell(bug.reason)} *Signature:* {signature}.",
+                f"{_cell(bug.reason)} *Signature:* {signature}. *Upstream:* {_upstream(bug)}.",
             ]
+        unreported = [bug for bug in TORCH_BUGS if not bug.upstream]
+        if unreported:
+            lines += ["", "**Not reported upstream**: no issue or pull request found in PyTorch's tracker reports "
+                      "these (the suite found them); each `show` command above prints the reason and a torch-only "
+                      "script to file one with: " + ", ".join(_code(bug.id) for bug in unreported) + "."]
         return lines
+
+
+def _upstream(bug) -> str:
+    """A known bug's upstream issues/PRs as links (GitHub redirects a PR's
+    issues/ address to the PR), or that it is not reported upstream."""
+    from pytest_fsdpcheck.known.bugs import upstream_url
+
+    return ", ".join(f"[{ref}]({upstream_url(ref)})" for ref in bug.upstream) or "not reported upstream"
 
 
 class ModelChecks(_MarkdownDirective):

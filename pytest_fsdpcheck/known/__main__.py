@@ -1,9 +1,10 @@
 """``python -m pytest_fsdpcheck.known [list | show ID | run [ID ...] | exposure --model PKG:FACTORY]``
 
 ``list`` (the default) prints the known bugs of the ``torch`` implementation
-with their invariants, measured ranges and whether the installed torch is in
-range; ``show ID`` prints a bug's reason and its torch-only reproducer, ready
-to paste into an upstream issue; ``run`` runs reproducers against the
+with their invariants, measured ranges, whether the installed torch is in
+range and the upstream issue or PR each cites (or "not reported upstream");
+``show ID`` prints a bug's upstream links, reason and its torch-only
+reproducer, ready to paste into an upstream issue; ``run`` runs reproducers against the
 installed torch (exit 1 while a bug is present, 0 when fixed, 2 when this
 torch lacks the API, 3 when the script crashed: an exception escaping it, a
 renamed function say, is never read as "present" nor as "lacks the API";
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from importlib.resources import files
 
+from .bugs import upstream_url
 from .torch_bugs import TORCH_BUGS
 
 
@@ -50,6 +52,13 @@ _GUARD = (
 def run_reproducer(path, timeout=300) -> subprocess.CompletedProcess:
     """Run a reproducer script; a crash exits ``CRASHED``."""
     return subprocess.run([sys.executable, "-c", _GUARD, str(path)], capture_output=True, text=True, timeout=timeout)
+
+
+def upstream_line(bug) -> str:
+    """Where the bug stands upstream: its issue/PR links, or that none is known."""
+    if not bug.upstream:
+        return "upstream: not reported upstream (file it with the reproducer below)"
+    return "upstream: " + ", ".join(f"{ref} <{upstream_url(ref)}>" for ref in bug.upstream)
 
 
 def _installed_torch() -> str | None:
@@ -87,6 +96,7 @@ def main(argv=None) -> int:
     if args.command == "show":
         bug = by_id[args.id]
         print(f"# {bug.id} ({', '.join(bug.invariants)}); affects torch {bug.affects or 'every version'}, seen {bug.seen_range}")
+        print(f"# {upstream_line(bug)}")
         print(f"# {bug.reason}\n")
         print(reproducer_path(bug).read_text(encoding="utf-8"), end="")
         return 0
@@ -103,7 +113,9 @@ def main(argv=None) -> int:
     torch_version = _installed_torch()
     for bug in TORCH_BUGS:
         active = "" if torch_version is None else (" (active)" if bug.applies_to_version(torch_version) else " (not active)")
-        print(f"{bug.id:<40} {','.join(bug.invariants):<12} torch {bug.affects or 'any':<7} seen {bug.seen_range}{active}")
+        cited = ", ".join(bug.upstream) or "not reported upstream"
+        print(f"{bug.id:<40} {','.join(bug.invariants):<12} torch {bug.affects or 'any':<7} seen {bug.seen_range}{active}"
+              f"  [{cited}]")
     return 0
 
 

@@ -14,11 +14,26 @@ This module imports no torch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..catalog import INVARIANTS, area_of
+
+#: an upstream reference, ``owner/repo#number``, as GitHub names an issue or pull request
+UPSTREAM_REF = re.compile(
+    r"(?P<owner>[A-Za-z0-9][A-Za-z0-9-]{0,38})/(?P<repo>[A-Za-z0-9._-]{1,100})#(?P<number>[1-9][0-9]*)"
+)
+
+
+def upstream_url(ref: str) -> str:
+    """The GitHub page of ``owner/repo#number`` (its issues/ address: GitHub
+    redirects a pull request's number there to the pull request)."""
+    match = UPSTREAM_REF.fullmatch(ref)
+    if match is None:
+        raise ValueError(f"not an upstream reference (owner/repo#number): {ref!r}")
+    return f"https://github.com/{match['owner']}/{match['repo']}/issues/{match['number']}"
 
 
 @dataclass(frozen=True)
@@ -46,11 +61,13 @@ class KnownBug:
     #: violation carrying an exception is explained only when its type is
     #: one of these and the first line of its message matches the pattern
     raises: tuple[tuple[str, str], ...] = ()
+    #: the upstream report of this very behaviour, or the pull request that
+    #: fixed (or introduced) it, each as ``"owner/repo#number"`` (e.g.
+    #: ``"pytorch/pytorch#162338"``); () = not reported upstream that we know of
+    upstream: tuple[str, ...] = ()
 
     def raised_this(self, error) -> bool:
         """Whether ``error`` (:attr:`Violation.error`) is one this bug raises."""
-        import re
-
         return any(error[0] == kind and re.search(pattern, error[1]) for kind, pattern in self.raises)
 
     def __post_init__(self):
@@ -62,12 +79,14 @@ class KnownBug:
         for area in self.reference:
             if area not in {area_of(i) for i in self.invariants}:
                 raise ValueError(f"known bug {self.id!r}: switches for area {area!r} but no invariant of it")
-        import re
-
         for kind, pattern in self.raises:
             if not kind.isidentifier():
                 raise ValueError(f"known bug {self.id!r}: {kind!r} is not an exception type name")
             re.compile(pattern)
+        bad = [ref for ref in self.upstream if not isinstance(ref, str) or not UPSTREAM_REF.fullmatch(ref)]
+        if bad or isinstance(self.upstream, str):
+            raise ValueError(f"known bug {self.id!r}: upstream references must be a tuple of 'owner/repo#number', "
+                             f"not {bad or self.upstream!r}")
         object.__setattr__(self, "reference", MappingProxyType({a: dict(s) for a, s in self.reference.items()}))
 
     def applies_to_version(self, version: str) -> bool:

@@ -65,6 +65,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.0.1", "2.1.2"),
         reference={"traversal": {"registry_on_read": True}},
         reproducer="trv-registry-created-on-read.py",
+        upstream=("pytorch/pytorch#113654",),
     ),
     KnownBug(
         id="spl-param-counted-per-node",
@@ -114,6 +115,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.0.1", "2.0.1"),
         reference={"splitting": {"close_at_cap": "always"}},
         reproducer="spl-bucket-closes-without-output.py",
+        upstream=("pytorch/pytorch#103488",),
     ),
     KnownBug(
         id="spl-attr-read-taken-as-output",
@@ -170,6 +172,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.4.1", "2.7.1"),
         reference={"splitting": {"submodule_metadata": "dropped"}},
         reproducer="spl-split-submodules-lose-dynamo-metadata.py",
+        upstream=("pytorch/pytorch#140395", "pytorch/pytorch#155746"),
     ),
     KnownBug(
         id="spl-zero-byte-preamble-asserts",
@@ -245,6 +248,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.3.1", "2.15.0"),
         reference={"fsdp2": {"group_conflicts": "torch"}},
         reproducer="fs2-group-conflict-not-rejected.py",
+        upstream=("pytorch/torchtitan#2817", "pytorch/pytorch#179532"),
         # What torch raises when the earlier group's sharded (DTensor) parameter
         # reaches the later group, which takes it for a tensor-parallel one:
         # _fsdp_param.FSDPParam._init_sharded_param's mesh checks (2.3-2.4
@@ -288,6 +292,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.3.1", "2.4.1"),
         reference={"fsdp2": {"scalar_params": "accept"}},
         reproducer="fs2-scalar-param-accepted.py",
+        upstream=("pytorch/pytorch#132934",),
     ),
     KnownBug(
         id="fs2-gloo-grads-summed",
@@ -301,6 +306,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         seen=("2.7.1", "2.8.0"),
         predicate=_sharded_gradients_summed_on_gloo,
         reproducer="fs2-gloo-grads-summed.py",
+        upstream=("pytorch/pytorch#162338",),
     ),
     KnownBug(
         id="exo-method-target-taken-as-param",
