@@ -100,11 +100,15 @@ def test_the_schema_rejects_what_a_dashboard_could_not_read():
 
 
 @pytest.mark.parametrize(("args", "ini", "says"), [
-    (["--fsdpcheck-html", "no-such-folder/report.html"], "", "--fsdpcheck-html 'no-such-folder/report.html': folder"),
+    (["--fsdpcheck-html", "no-such-folder/report.html"], "", "no-such-folder' is a file, not a folder"),
     (["--fsdpcheck-html", "."], "", "--fsdpcheck-html '.' is a directory"),
     ([], "fsdpcheck_html = missing/page.html", "--fsdpcheck-html"),
 ])
 def test_a_bad_html_path_is_a_one_line_usage_error(pytester, args, ini, says):
+    # a folder that does not exist yet is made when the page is written (as
+    # --junitxml does); one a file stands in the way of cannot be
+    for blocker in ("no-such-folder", "missing"):
+        (pytester.path / blocker).write_text("a file, not a folder\n")
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
     result = pytester.runpytest_subprocess("--fsdpcheck", *args)
@@ -141,6 +145,7 @@ def test_a_run_starts_both_reports_as_incomplete(tmp_path):
     for name in ("report.json", "report.html"):
         (tmp_path / name).write_text("a previous run's green report")
     session = SimpleNamespace(report_path=str(tmp_path / "report.json"), html_path=str(tmp_path / "report.html"),
+                              junit_path=None,
                               torch_version="2.13.0", impls={"torch": None}, devices=["cpu"], profile="ci", seed=None,
                               divergence_files=[], incomplete=False, plan=None)
     start_report(session)

@@ -59,8 +59,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reason="torch.distributed._composable.contract._get_registry stores an empty composable "
         "registry on a module that has none, and _traversal_utils._composable calls it for every "
         "module the traversal visits: collecting states adds an attribute to every visited module "
-        "but one marked by a composable API such as `replicate`, which holds its own "
-        "(pytorch/pytorch#107054).",
+        "but one marked by a composable API such as `replicate`, which holds its own.",
         affects="<2.2",
         seen=("2.0.1", "2.1.2"),
         reference={"traversal": {"registry_on_read": True}},

@@ -2,7 +2,7 @@
 
 torch.distributed.fsdp._traversal_utils._composable() asks
 torch.distributed._composable.contract._get_registry(module), which stores an
-empty registry on a module that has none (pytorch/pytorch#107054). A read-only
+empty registry on a module that has none (fixed by pytorch/pytorch#113654). A read-only
 traversal should leave the modules as they were.
 """
 import sys
