@@ -203,3 +203,38 @@ class FullyShardRefusesNoReshard:
         _fsdp_init._get_post_forward_mesh_info = refusing
         if getattr(_fully_shard, "_get_post_forward_mesh_info", None) is original:
             _fully_shard._get_post_forward_mesh_info = refusing
+
+
+def plant_in_this_process() -> None:
+    """Plant the named fault in a process the suite spawned (FS2-9's ranks),
+    where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
+    planted once per process. Called by ``tests.planted.plans`` as it is
+    imported, which every rank does to build its case."""
+    name = os.environ.get(FAULT_ENV)
+    fault = globals().get(name) if name else None
+    if isinstance(fault, type) and getattr(fault, "in_ranks", False) and not getattr(fault, "planted", False):
+        fault.plant()
+
+
+class ReduceScatterHangs:
+    """FS2-9 killer of the time-out: ``fully_shard``'s post-backward
+    reduction never returns (a collective waiting for a peer that never
+    comes), in every rank's sharded step only. The unsharded control
+    finishes in a fraction of a second, so the ranks killed at their time
+    limit are torch's hang, a FAIL, never the world's ERROR."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        import time
+
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        def hanging(*args, **kwargs):
+            while True:
+                time.sleep(1)
+
+        _fsdp_param_group.foreach_reduce = hanging
+        cls.planted = True
