@@ -36,6 +36,7 @@ REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
     "ANN-7", "test_annotation and (test_annotate or test_dynamo_effect)")}
 STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
+HUNG = {"tests.planted.torch_faults:ReduceScatterHangs": ("FS2-9", "test_model_plan_end_to_end")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
 
 
@@ -139,6 +140,17 @@ def test_a_torch_walk_quadratic_in_a_thread_fails_growth(run_faulted):
     is the call's own."""
     result, report = run_faulted(THREADED)
     demand_torch_failures(result, report, THREADED)
+
+
+def test_a_torch_step_that_hangs_is_torchs_fail_not_a_slow_world(run_faulted, monkeypatch):
+    """ERROR for a world killed at FS2-9's time limit: only where the world
+    is slow. fully_shard's reduction hanging in the sharded step only (the
+    unsharded control done in a fraction of a second) is torch's FAIL,
+    named as a hang, never the environment's ERROR."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(HUNG, extra=("--fsdpcheck-model", "tests.planted.plans:good", "--fsdpcheck-timeout", "20"))
+    demand_torch_failures(result, report, HUNG)
+    assert "the plan's step did not finish" in result.stdout.str(), "\n".join(result.outlines[-30:])
 
 
 # --- the table in DESIGN.md ----------------------------------------------------------
