@@ -238,3 +238,27 @@ class ReduceScatterHangs:
 
         _fsdp_param_group.foreach_reduce = hanging
         cls.planted = True
+
+
+class ReduceScatterScalesTenPercent:
+    """FS2-9 killer of the compiled tolerance (the dtypes upstream of a
+    parameter, the unsharded model's own compiled noise): ``fully_shard``'s
+    reduction scales every gradient by 1.1 before the reduce-scatter. On a
+    model whose every gradient is computed through bf16 (the fp32 router's)
+    the compiled tolerance is the widest the suite gives; ten percent is
+    still beyond it, so torch's cell reads FAIL in both modes."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        original = _fsdp_param_group.foreach_reduce
+
+        def scaling(fsdp_params, unsharded_grads, *args, **kwargs):
+            return original(fsdp_params, [grad * 1.1 for grad in unsharded_grads], *args, **kwargs)
+
+        _fsdp_param_group.foreach_reduce = scaling
+        cls.planted = True
