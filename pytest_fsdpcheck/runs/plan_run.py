@@ -33,6 +33,15 @@ nothing ran eagerly and shows nothing about compiled FSDP2; the unsharded
 model is then compiled the same way, so the checker can say whose forward
 keeps Dynamo out.
 
+Where the step computes anything below fp32, each rank also measures the
+unsharded model's own compiled-vs-eager difference at the plan's precision
+(``noise``, the checker's allowance for fused kernels), and records per
+parameter the coarsest dtype its gradient is computed through
+(``upstream``). Each rank saves its phase as it enters it
+(:class:`_Progress`), so a rank killed at the time limit
+(:func:`rank_limit`) says whether it hung in the plan's step or the world
+was slow.
+
 Nothing raises out of a rank: errors are recorded, and
 :func:`pytest_fsdpcheck.checks.plan_distributed.check_plan_end_to_end`
 judges the records.
