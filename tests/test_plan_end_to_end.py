@@ -382,8 +382,13 @@ def test_a_rank_killed_in_the_plans_step_is_a_hang_and_a_slow_world_is_an_error(
     assert world_too_slow(hung) is None
     compiled = [_killed("compiled", 40.0, control_s=0.05, compiled_control_s=1.0)]
     assert "compiled: the plan's step did not finish" in check_plan_end_to_end(compiled)[0].message
+    # no compiled step of the control measured (an fp32 plan): hung past one call's limit
+    fp32_compiled = [_killed("compiled", 40.0, control_s=0.05) | {"call_limit_s": 30.0}]
+    assert "longer than one call may take (--fsdpcheck-timeout 30 s): hung" in check_plan_end_to_end(fp32_compiled)[0].message
+    assert world_too_slow(fp32_compiled) is None
     for slow in ([_killed("control", 30.0)], [_killed("world", 60.0)], [_killed("eager", 40.0, control_s=3.0)],
-                 [_killed("compiled", 40.0, control_s=0.05)],  # no compiled step of the control to compare with
+                 # no compiled step of the control to compare with, within one call's limit
+                 [_killed("compiled", 40.0, control_s=0.05) | {"call_limit_s": 60.0}],
                  [{"rank": 1, "error": "timed out after 60s and was killed", "timed_out": True, "limit_s": 60.0,
                    "killed_at": 1000.0}]):
         why = world_too_slow(slow)
@@ -404,7 +409,7 @@ def test_the_ranks_limit_follows_the_timeout_option_and_the_steps_cost(monkeypat
     assert rank_limit(10.0, 0.5) == PLAN_CALLS * 10.0 + STEP_COST_FACTOR * 0.5
     limits = []
 
-    def killed_world(build, world_size, timeout=None, groups=None):
+    def killed_world(build, world_size, timeout=None, groups=None, call_limit=None):
         limits.append(timeout)
         return [_killed("control", timeout) | {"limit_s": timeout}, _killed("control", timeout) | {"rank": 1}]
 

@@ -900,7 +900,8 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     from ..runs.plan_run import rank_limit
 
     limit = rank_limit(timeout_s, _unsharded_step_seconds(case))
-    records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=plan_groups(case))
+    records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=plan_groups(case),
+                             call_limit=timeout_s or None)
     slow = world_too_slow(records)
     if slow is not None:
         raise EnvironmentFault(f"environment (gloo on cpu, world size {world_size}): {slow}; "

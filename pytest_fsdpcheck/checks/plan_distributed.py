@@ -178,20 +178,25 @@ def _compare(have, want, rtol, atol, low=None) -> str | None:
 def _hung(record) -> str | None:
     """How a rank killed at the limit hung in the plan's own step (eager or
     compiled), where it spent more than :data:`HANG_FACTOR` times (and at
-    least :data:`MIN_HANG_S`) what the unsharded control's same step took;
-    ``None`` for any other rank."""
+    least :data:`MIN_HANG_S`) what the unsharded control's same step took,
+    or (no such step measured: an fp32 plan's compiled step) at least the
+    per-call limit ``--fsdpcheck-timeout``, as any implementation call that
+    long is hung; ``None`` for any other rank."""
     progress = record.get("progress") or {}
     mode = progress.get("phase")
     if not record.get("timed_out") or mode not in MODES or record.get("killed_at") is None:
         return None
     control = progress.get("control_s") if mode == "eager" else progress.get("compiled_control_s")
     spent = record["killed_at"] - progress.get("phase_at", record["killed_at"])
-    if control is None or spent < max(MIN_HANG_S, HANG_FACTOR * control):
-        return None
-    kind = "step" if mode == "eager" else "step (compiling included)"
-    return (f"{mode}: the plan's step did not finish: killed after {spent:.0f} s in it at the ranks' limit of "
-            f"{record.get('limit_s') or 0:.0f} s, where the unsharded model's {kind} took {control:.2g} s "
-            "(a hang in fully_shard's runtime)")
+    head = (f"{mode}: the plan's step did not finish: killed after {spent:.0f} s in it at the ranks' limit of "
+            f"{record.get('limit_s') or 0:.0f} s")
+    if control is not None and spent >= max(MIN_HANG_S, HANG_FACTOR * control):
+        kind = "step" if mode == "eager" else "step (compiling included)"
+        return f"{head}, where the unsharded model's {kind} took {control:.2g} s (a hang in fully_shard's runtime)"
+    call_limit = record.get("call_limit_s")
+    if call_limit and spent >= call_limit:
+        return f"{head}, longer than one call may take (--fsdpcheck-timeout {call_limit:g} s): hung"
+    return None
 
 
 def world_too_slow(records) -> str | None:

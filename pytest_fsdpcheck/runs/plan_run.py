@@ -117,14 +117,16 @@ def rank_limit(timeout_s: float, step_s: float) -> float | None:
     return PLAN_CALLS * timeout_s + STEP_COST_FACTOR * step_s
 
 
-def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, groups=None) -> list[dict]:
+def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, groups=None,
+                   call_limit: float | None = None) -> list[dict]:
     """Start ``world_size`` CPU ranks (gloo), each building its case with
     ``build()`` (picklable: :func:`pytest_fsdpcheck.cases.checks.case_builder`),
     wait at most ``timeout`` seconds (``None``: no limit; see
     :func:`rank_limit`), return each rank's record (``error`` set for a rank
     that failed or died; one killed at the limit has ``timed_out`` and its
     last ``progress``: the phase it was in, since when, and what the
-    control took). ``groups`` (:class:`PlanGroup`, from
+    control took; ``call_limit_s``: ``call_limit``, the per-call limit
+    the limit was made of). ``groups`` (:class:`PlanGroup`, from
     :func:`pytest_fsdpcheck.cases.checks.plan_groups`) is the plan's precision
     and reduction; ``None`` reduces every parameter with no casts."""
     import time
@@ -136,6 +138,7 @@ def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, gr
     for record in records:
         if record.get("timed_out"):
             record["limit_s"] = timeout
+            record["call_limit_s"] = call_limit
             record["killed_at"] = stopped
     return records
 
