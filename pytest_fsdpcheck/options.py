@@ -23,7 +23,7 @@ MAX_WORLD_SIZE = 4096
 DEFAULT_TIMEOUT_S = 60.0
 #: FS2-9 configurations drawn per factory: each spawns a world and compiles
 #: the model twice, so one model's checks stay within minutes on 2 cores
-DEFAULT_PLAN_EXAMPLES = 2
+DEFAULT_PLAN_EXAMPLES = 1
 MAX_PLAN_EXAMPLES = 1000
 
 

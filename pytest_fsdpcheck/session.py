@@ -39,7 +39,7 @@ class Session:
     #: --fsdpcheck-timeout (one implementation call's limit; FS2-9's ranks scale it)
     timeout_s: float = 60.0
     #: --fsdpcheck-plan-examples: FS2-9 configurations drawn per factory
-    plan_examples: int = 2
+    plan_examples: int = 1
     #: seed streams, shards and time budget (dev/fuzz profiles)
     plan: object = None
     database: str | None = None  # where failing examples are kept, as the header says it
