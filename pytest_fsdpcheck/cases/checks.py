@@ -924,15 +924,19 @@ def _unsharded_step_seconds(case) -> float:
 
     from ..runs.plan_run import _loss
 
+    import torch
+
     best = float("inf")
-    try:
-        for _ in range(2):
-            model = copy.deepcopy(case.model)
-            started = time.monotonic()
-            _loss(model(*case.example_inputs, **dict(getattr(case, "example_kwargs", None) or {}))).backward()
-            best = min(best, time.monotonic() - started)
-    except Exception:  # noqa: BLE001 - the ranks run the same step and report its error
-        return 0.0
+    # the session's generator left as it was: a dropout in the step draws from a fork
+    with torch.random.fork_rng(devices=[]):
+        try:
+            for _ in range(2):
+                model = copy.deepcopy(case.model)
+                started = time.monotonic()
+                _loss(model(*case.example_inputs, **dict(getattr(case, "example_kwargs", None) or {}))).backward()
+                best = min(best, time.monotonic() - started)
+        except Exception:  # noqa: BLE001 - the ranks run the same step and report its error
+            return 0.0
     return best
 
 
