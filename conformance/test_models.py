@@ -99,12 +99,10 @@ def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
 def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     import functools
 
-    from pytest_fsdpcheck.session import world_size_for
-
     from pytest_fsdpcheck.checks import EnvironmentFault
     from pytest_fsdpcheck.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
     from pytest_fsdpcheck.report import PROP_ENVIRONMENT
-    from pytest_fsdpcheck.session import get_session
+    from pytest_fsdpcheck.session import get_session, world_size_for
 
     session = get_session(request.config)
     timeout_s = DEFAULT_TIMEOUT_S if session is None else session.timeout_s

@@ -922,9 +922,9 @@ def _unsharded_step_seconds(case) -> float:
     import copy
     import time
 
-    from ..runs.plan_run import _loss
-
     import torch
+
+    from ..runs.plan_run import _loss
 
     best = float("inf")
     # the session's generator left as it was: a dropout in the step draws from a fork
