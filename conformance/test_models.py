@@ -99,11 +99,24 @@ def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
 def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     import functools
 
-    from pytest_fsdpcheck.session import world_size_for
+    from pytest_fsdpcheck.checks import EnvironmentFault
+    from pytest_fsdpcheck.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
+    from pytest_fsdpcheck.report import PROP_ENVIRONMENT
+    from pytest_fsdpcheck.session import get_session, world_size_for
 
+    session = get_session(request.config)
+    timeout_s = DEFAULT_TIMEOUT_S if session is None else session.timeout_s
+    examples = DEFAULT_PLAN_EXAMPLES if session is None else session.plan_examples
     # CPU ranks under gloo: the plan runs on the runner's CPU world size
-    check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"))
-    checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)
+    check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"),
+                              timeout_s=timeout_s)
+    try:
+        # each example is a world of its own: drawn within --fsdpcheck-plan-examples, never shrunk
+        checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl, max_examples=examples, shrink=False)
+    except EnvironmentFault as exc:
+        # a world too slow to judge the plan: ERROR, never the implementation's FAIL
+        request.node.user_properties.append((PROP_ENVIRONMENT, str(exc)))
+        raise
 
 
 @pytest.mark.invariant(*checks.CHECKS["check_plan_simulated"][1])

@@ -21,6 +21,10 @@ ENV_IMPL = "FSDPCHECK_IMPL"
 MAX_TIMEOUT_S = 24 * 3600
 MAX_WORLD_SIZE = 4096
 DEFAULT_TIMEOUT_S = 60.0
+#: FS2-9 configurations drawn per factory: each spawns a world and compiles
+#: the model twice, so one model's checks stay within minutes on 2 cores
+DEFAULT_PLAN_EXAMPLES = 1
+MAX_PLAN_EXAMPLES = 1000
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,10 @@ OPTIONS = (
     Option("--fsdpcheck-timeout",
            "seconds one implementation call may take before it fails as hung (0: no limit)",
            kwargs=(("metavar", "SECONDS"),)),
+    Option("--fsdpcheck-plan-examples",
+           f"FS2-9 configurations drawn per model factory (default {DEFAULT_PLAN_EXAMPLES}; each spawns a world, "
+           "so a failing one is reported as drawn, not shrunk)",
+           kwargs=(("metavar", "N"),)),
     Option("--fsdpcheck-world-size",
            "ranks for the distributed checks (SPL-16, FS2-9; default: every visible GPU on CUDA, 2 on CPU) "
            "and the simulated world a user's plan is checked at (FS2-10; default 8)",
@@ -133,6 +141,7 @@ class Settings:
     html: str | None
     junit: str | None
     timeout_s: float
+    plan_examples: int
     world_size: int | None
     strict: bool
     fuzz_time_s: float | None
@@ -186,6 +195,7 @@ def read_settings(config) -> Settings:
         html=html,
         junit=junit,
         timeout_s=timeout,
+        plan_examples=_plan_examples(_value(config, "fsdpcheck_plan_examples", DEFAULT_PLAN_EXAMPLES)),
         world_size=world_size,
         strict=bool(_value(config, "fsdpcheck_strict", False)),
         fuzz_time_s=budget,
@@ -223,6 +233,16 @@ def _timeout(raw) -> float:
         value = float("nan")
     if not 0 <= value <= MAX_TIMEOUT_S:  # also rejects nan
         raise _usage(f"--fsdpcheck-timeout must be a number of seconds from 0 (no limit) to {MAX_TIMEOUT_S}, got {raw!r}")
+    return value
+
+
+def _plan_examples(raw) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_PLAN_EXAMPLES:
+        raise _usage(f"--fsdpcheck-plan-examples must be a whole number from 1 to {MAX_PLAN_EXAMPLES}, got {raw!r}")
     return value
 
 

@@ -37,6 +37,10 @@ class Session:
     incomplete: bool = False
     #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
     world_size: int | None = None
+    #: --fsdpcheck-timeout (one implementation call's limit; FS2-9's ranks scale it)
+    timeout_s: float = 60.0
+    #: --fsdpcheck-plan-examples: FS2-9 configurations drawn per factory
+    plan_examples: int = 1
     #: seed streams, shards and time budget (dev/fuzz profiles)
     plan: object = None
     database: str | None = None  # where failing examples are kept, as the header says it
@@ -222,6 +226,8 @@ def _build(config, settings: Settings) -> Session:
         torch_version=torch_version,
         known_bugs=settings.known_bugs,
         world_size=settings.world_size,
+        timeout_s=settings.timeout_s,
+        plan_examples=settings.plan_examples,
         plan=_fuzz_plan(config, settings, seed),
         started=time.time(),
         started_cpu=time.process_time(),

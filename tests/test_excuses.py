@@ -36,6 +36,8 @@ REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
     "ANN-7", "test_annotation and (test_annotate or test_dynamo_effect)")}
 STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
+HUNG = {"tests.planted.torch_faults:ReduceScatterHangs": ("FS2-9", "test_model_plan_end_to_end")}
+SCALED = {"tests.planted.torch_faults:ReduceScatterScalesTenPercent": ("FS2-9", "test_model_plan_end_to_end")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
 SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
 
@@ -146,6 +148,30 @@ def test_a_torch_walk_quadratic_in_a_thread_fails_growth(run_faulted):
     is the call's own."""
     result, report = run_faulted(THREADED)
     demand_torch_failures(result, report, THREADED)
+
+
+def test_a_torch_step_that_hangs_is_torchs_fail_not_a_slow_world(run_faulted, monkeypatch):
+    """ERROR for a world killed at FS2-9's time limit: only where the world
+    is slow. fully_shard's reduction hanging in the sharded step only (the
+    unsharded control done in a fraction of a second) is torch's FAIL,
+    named as a hang, never the environment's ERROR."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(HUNG, extra=("--fsdpcheck-model", "tests.planted.plans:good", "--fsdpcheck-timeout", "20"))
+    demand_torch_failures(result, report, HUNG)
+    assert "the plan's step did not finish" in result.stdout.str(), "\n".join(result.outlines[-30:])
+
+
+def test_a_torch_reduction_ten_percent_off_fails_beyond_the_compiled_tolerance(run_faulted, monkeypatch):
+    """tolerance: the compiled tolerance of a gradient computed through
+    bf16 (4 bf16 ulps and twice the unsharded model's own compiled-vs-eager
+    difference, on the fp32 router, the widest the suite gives) never
+    hides torch's reduction off by ten percent; the message states the
+    tolerance and the measured difference."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(SCALED, extra=("--fsdpcheck-model", "tests.planted.plans:fp32_router"))
+    demand_torch_failures(result, report, SCALED)
+    out = result.stdout.str()
+    assert "compiled: the gradient of router.weight differs" in out and "tolerance" in out, "\n".join(result.outlines[-30:])
 
 
 # --- the table in DESIGN.md ----------------------------------------------------------

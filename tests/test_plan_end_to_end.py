@@ -279,3 +279,155 @@ def test_the_control_averages_every_ranks_batch_and_falls_back_where_the_model_r
     with pytest.raises(_Rejected, match="offsets must be sorted"):
         _control(SortedOnly(4, 1), rank_batches(((), {"offsets": torch.arange(4)}), 2), (PlanGroup(("weight",)),),
                  rank=0, world_size=2)
+
+
+# --- issue 38: frameworks' stacks (checkpointing, fp32 routers) and time limits -------
+
+
+def test_the_control_runs_a_checkpointed_bf16_step_at_the_plans_precision():
+    """Item 2: the control casts the parameters for the whole step (forward,
+    the checkpoint's recompute, backward), as FSDP2's all-gather does. It
+    swapped bf16 parameters in for the forward only, so torch's recompute
+    in the backward saw fp32 ones and raised (a false FS2-9 FAIL for torch)."""
+    from pytest_fsdpcheck.cases.checks import plan_groups
+    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.runs.plan_run import _control, rank_batches
+
+    case = case_of("tests.planted.plans:checkpointed_bf16")
+    reference, precision = _control(case.model, rank_batches((tuple(case.example_inputs), {}), 2),
+                                    plan_groups(case), rank=0, world_size=2)
+    assert precision["layers.0.mlp.0.weight"] == ("bfloat16", "float32")
+    assert precision["layers.1._checkpoint_wrapped_module.mlp.0.weight"] == ("bfloat16", "float32")
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in reference.values())
+
+
+@pytest.mark.parametrize("spec", ["checkpointed_bf16", "fp32_router"])
+def test_frameworks_bf16_stacks_pass_fs2_9_for_torch(fast_compile, spec):
+    """Items 2 and 3: activation checkpointing under a bf16 policy, and an
+    fp32 router downstream of bf16 blocks (its gradient computed through
+    bf16: the ``upstream`` dtype), pass FS2-9 for torch."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.known.exposure import case_of
+
+    checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
+
+
+def test_a_doubled_fp32_router_fails_fs2_9_stating_the_tolerance(fast_compile):
+    """Item 3's killer: the router's gradients summed over the ranks, not
+    averaged, fail in both modes; the message states the tolerance (with
+    the step's bf16 upstream, compiled) and the measured difference."""
+    records = _run_as_planned("tests.planted.plans:fp32_router_doubled")
+    assert all(record["upstream"]["router.weight"] == "bfloat16" for record in records)
+    violations = check_plan_end_to_end(records)
+    assert violations and {v.invariant for v in violations} == {"FS2-9"}
+    assert {v.message.split(":")[0] for v in violations} == {f"rank {r}, {m}" for r in (0, 1) for m in ("eager", "compiled")}
+    for v in violations:
+        assert "the gradient of router.weight differs" in v.message and "max abs difference" in v.message, v.message
+        assert "tolerance" in v.message, v.message
+    compiled = [v.message for v in violations if ", compiled:" in v.message]
+    assert all("(computed through bfloat16; allowed: 4 x eps(bfloat16) for fused kernels" in m for m in compiled), compiled
+
+
+def _routed_records(have, want, upstream="bfloat16", noise=None, mode="compiled"):
+    other = "eager" if mode == "compiled" else "compiled"
+    return [{"rank": 0, "error": None, "world_size": 2, "reference": {"router": want}, "precision": {},
+             "upstream": {"router": upstream}, "noise": {} if noise is None else {"router": noise},
+             mode: {"error": None, "grads": {"router": have}}, other: {"error": None, "grads": {"router": want}}}]
+
+
+def test_checker_tolerance_follows_the_dtypes_upstream_and_the_models_own_noise():
+    """Item 3: an fp32 parameter whose gradient is computed through bf16
+    (an MoE router after bf16 blocks) differs compiled from eager by about
+    a percent with no FSDP at all. It failed against the fp32 tolerance,
+    with no tolerance stated; now the compiled tolerance is the upstream
+    dtype's fused-kernel allowance plus twice the unsharded model's own
+    compiled-vs-eager difference measured in the control, and stated."""
+    want = torch.linspace(-1.0, 1.0, 16)
+    off = want * 1.013  # 1.3 % off everywhere, as the issue's router
+    noise = (off - want).abs().max().item()
+    # the unsharded model's own compiled noise is allowed ...
+    assert check_plan_end_to_end(_routed_records(off, want, noise=noise)) == []
+    # ... and 4 bf16 ulps of the largest entry cover it from the dtypes alone
+    assert check_plan_end_to_end(_routed_records(off, want)) == []
+    # never eagerly: the control repeats the eager step op for op
+    [eager] = check_plan_end_to_end(_routed_records(off, want, mode="eager"))
+    assert eager.message.startswith("rank 0, eager: the gradient of router differs") and "tolerance" in eager.message
+    # an fp32 step compiled gets the fp32 tolerance only, stated
+    [fp32] = check_plan_end_to_end(_routed_records(off, want, upstream="float32"))
+    assert "(max abs difference 0.013, largest entry 1, tolerance 1e-05 + rtol 0.0001 x each entry)" in fp32.message
+    # doubled is beyond any noise, and the message states both numbers
+    [doubled] = check_plan_end_to_end(_routed_records(2 * want, want, noise=noise))
+    assert ("(computed through bfloat16; allowed: 4 x eps(bfloat16) for fused kernels + 2 x 0.013, the unsharded "
+            "model's own compiled-vs-eager difference) (max abs difference 1, largest entry 1, tolerance 0.0573")\
+        in doubled.message, doubled.message
+
+
+def _killed(phase, spent, **facts):
+    return {"rank": 0, "error": "timed out after 60s and was killed", "timed_out": True, "limit_s": 60.0,
+            "killed_at": 1000.0, "progress": {"phase": phase, "phase_at": 1000.0 - spent, **facts}}
+
+
+def test_a_rank_killed_in_the_plans_step_is_a_hang_and_a_slow_world_is_an_error():
+    """Item 5: a rank killed at the limit in the plan's own step, where the
+    unsharded control's same step took a small part of that, is a hang in
+    torch's runtime (FAIL, named); killed while starting, in the control,
+    or in a step no slower than its control allows, the world is too slow
+    (ERROR, never FAIL). Every time-out was 'rank 0 failed: timed out', a FAIL."""
+    from pytest_fsdpcheck.checks.plan_distributed import world_too_slow
+
+    hung = [_killed("eager", 40.0, control_s=0.05)]
+    [v] = check_plan_end_to_end(hung)
+    assert v.message.startswith("rank 0, eager: the plan's step did not finish: killed after 40 s in it at the ranks' "
+                                "limit of 60 s, where the unsharded model's step took 0.05 s"), v.message
+    assert world_too_slow(hung) is None
+    compiled = [_killed("compiled", 40.0, control_s=0.05, compiled_control_s=1.0)]
+    assert "compiled: the plan's step did not finish" in check_plan_end_to_end(compiled)[0].message
+    # no compiled step of the control measured (an fp32 plan): hung past one call's limit
+    fp32_compiled = [_killed("compiled", 40.0, control_s=0.05) | {"call_limit_s": 30.0}]
+    assert "longer than one call may take (--fsdpcheck-timeout 30 s): hung" in check_plan_end_to_end(fp32_compiled)[0].message
+    assert world_too_slow(fp32_compiled) is None
+    for slow in ([_killed("control", 30.0)], [_killed("world", 60.0)], [_killed("eager", 40.0, control_s=3.0)],
+                 # no compiled step of the control to compare with, within one call's limit
+                 [_killed("compiled", 40.0, control_s=0.05) | {"call_limit_s": 60.0}],
+                 [{"rank": 1, "error": "timed out after 60s and was killed", "timed_out": True, "limit_s": 60.0,
+                   "killed_at": 1000.0}]):
+        why = world_too_slow(slow)
+        assert why is not None and "the world is too slow to judge the plan; raise --fsdpcheck-timeout" in why, slow
+    assert world_too_slow([{"rank": 0, "error": "died without a result", "timed_out": False}]) is None
+
+
+def test_the_ranks_limit_follows_the_timeout_option_and_the_steps_cost(monkeypatch):
+    """Item 5: the ranks' limit comes from --fsdpcheck-timeout, scaled by
+    the unsharded step's measured cost (it was 180 s whatever the option);
+    a world killed there outside a hung step raises EnvironmentFault."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.checks import EnvironmentFault
+    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.runs.plan_run import PLAN_CALLS, STEP_COST_FACTOR, rank_limit
+
+    assert rank_limit(0, 5.0) is None  # 0: no limit, as the option says
+    assert rank_limit(10.0, 0.5) == PLAN_CALLS * 10.0 + STEP_COST_FACTOR * 0.5
+    limits = []
+
+    def killed_world(build, world_size, timeout=None, groups=None, call_limit=None):
+        limits.append(timeout)
+        return [_killed("control", timeout) | {"limit_s": timeout}, _killed("control", timeout) | {"rank": 1}]
+
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", killed_world)
+    monkeypatch.setattr(checks, "_unsharded_step_seconds", lambda case: 0.2)
+    with pytest.raises(EnvironmentFault, match=r"^environment \(gloo on cpu, world size 2\): rank 0 was killed at "
+                                               r"the ranks' limit of 40 s in phase 'control'"):
+        checks.check_plan_end_to_end(case_of("tests.planted.plans:good"), checks._torch_impl(), world_size=2,
+                                     timeout_s=10.0)
+    assert limits == [PLAN_CALLS * 10.0 + STEP_COST_FACTOR * 0.2]
+
+
+def test_the_timeout_option_reaches_fs2_9_and_a_slow_world_is_an_error(run_suite, fast_compile):
+    """Item 5: --fsdpcheck-timeout sets FS2-9's ranks' limit (it was 180 s
+    whatever the option): at 1 s no world can start in time, and the cell
+    is torch's ERROR naming the environment, never a FAIL."""
+    result, report = run_suite("torch", k="test_model_plan_end_to_end",
+                               extra=("--fsdpcheck-model", "tests.planted.plans:good", "--fsdpcheck-timeout", "1"))
+    assert report is not None, "\n".join(result.outlines[-30:])
+    assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "error", report["matrix"]["torch"]
+    assert "the world is too slow to judge the plan; raise --fsdpcheck-timeout" in result.stdout.str()

@@ -857,12 +857,16 @@ def _grouping_broken(case) -> str | None:
             "FS2-9's gradients mean nothing for it")
 
 
-def check_plan_end_to_end(case, impl=None, world_size: int = 2):
+def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float = 60.0):
     """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
     ranks, gloo), one step, each rank on its own batch (the case's inputs on
     rank 0, a variation of them on the others), eagerly and compiled: every
     parameter's full gradient equals the unsharded model's over all ranks'
-    batches at the plan's own precision (:func:`plan_groups`)."""
+    batches at the plan's own precision (:func:`plan_groups`). The ranks get
+    :func:`~pytest_fsdpcheck.runs.plan_run.rank_limit` of ``timeout_s``
+    (``--fsdpcheck-timeout``) and of one unsharded step's cost, measured
+    here; a world killed there outside a hung plan step raises
+    :class:`~pytest_fsdpcheck.checks.EnvironmentFault` (ERROR)."""
     from ..checks.plan_distributed import check_plan_end_to_end as judge
     from ..checks.plan_distributed import uncompilable_model
     from ..impls.torch_fsdp2 import TorchFsdp2
@@ -891,7 +895,17 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2):
     broken = _grouping_broken(case)
     if broken is not None:
         skip_for_case(broken)
-    records = run_plan_ranks(case_builder(case), world_size, groups=plan_groups(case))
+    from ..checks import EnvironmentFault
+    from ..checks.plan_distributed import world_too_slow
+    from ..runs.plan_run import rank_limit
+
+    limit = rank_limit(timeout_s, _unsharded_step_seconds(case))
+    records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=plan_groups(case),
+                             call_limit=timeout_s or None)
+    slow = world_too_slow(records)
+    if slow is not None:
+        raise EnvironmentFault(f"environment (gloo on cpu, world size {world_size}): {slow}; "
+                               "not a verdict on the implementation")
     violations = judge(records)
     uncompilable = uncompilable_model(records)
     if not violations and uncompilable is not None:
@@ -960,6 +974,31 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     _judge(impl, case, "check_plan_simulated", body)
 
 
+def _unsharded_step_seconds(case) -> float:
+    """One eager forward and backward of a copy of the case's model on its
+    inputs, timed (the best of two: the first pays for lazy setup); 0 where
+    it cannot run (the ranks report why)."""
+    import copy
+    import time
+
+    import torch
+
+    from ..runs.plan_run import _loss
+
+    best = float("inf")
+    # the session's generator left as it was: a dropout in the step draws from a fork
+    with torch.random.fork_rng(devices=[]):
+        try:
+            for _ in range(2):
+                model = copy.deepcopy(case.model)
+                started = time.monotonic()
+                _loss(model(*case.example_inputs, **dict(getattr(case, "example_kwargs", None) or {}))).backward()
+                best = min(best, time.monotonic() - started)
+        except Exception:  # noqa: BLE001 - the ranks run the same step and report its error
+            return 0.0
+    return best
+
+
 #: every check, by name, with the invariants it checks
 CHECKS = {
     "check_case": (check_case, ()),
@@ -1003,10 +1042,14 @@ def as_factory_or_case(obj):
     return obj
 
 
-def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
+def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink: bool = True):
     """``check`` on a case; on a factory, on cases drawn from its strategies
-    (Hypothesis shrinks a failure to the smallest configuration), or on its
-    one case when it declares none."""
+    (Hypothesis shrinks a failure to the smallest configuration, unless
+    ``shrink`` is False: FS2-9, each example a world of its own), or on its
+    one case when it declares none. An :class:`EnvironmentFault` stops the
+    drawing at once (every later draw rejected unbuilt) and is raised as
+    it is: a world too slow to judge one configuration judges none, and is
+    never shrunk."""
     source = as_factory_or_case(case_or_factory)
     if isinstance(source, ModelCase):
         return _on_case(check, source, impl)
@@ -1025,11 +1068,20 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
     no_input: list[str] = []
     checked: list[bool] = []
 
-    @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck))
+    from hypothesis import Phase
+
+    from ..checks import EnvironmentFault
+
+    #: the world's fault that stopped the drawing
+    environment: list[EnvironmentFault] = []
+    phases = [phase for phase in Phase if shrink or phase is not Phase.shrink]
+
+    @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck), phases=phases)
     @given(kwargs=st.fixed_dictionaries(strategies))
     def drawn(kwargs):
         if check is check_case:
             return check(build_case(source, **kwargs), impl)
+        assume(not environment)
         # bounded: a factory none of whose configurations has an input costs
         # max_examples builds, then the draws left are rejected unbuilt
         assume(checked or len(no_input) < max_examples)
@@ -1044,6 +1096,9 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
         checked.append(True)
         try:
             check(case, impl)
+        except EnvironmentFault as exc:
+            environment.append(exc)
+            assume(False)
         except BaseException as exc:
             if not is_case_skip(exc):
                 raise
@@ -1059,10 +1114,14 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10):
         # one line already naming the shrunk configuration: not Hypothesis' notes under it
         raise CaseError(str(exc)) from None
     except Unsatisfiable:
+        if environment:
+            raise environment[0] from None
         if no_input:
             skip_for_case(f"no drawn configuration of {_source_id(source)} gives this check an input "
                           f"({len(no_input)} tried; the first: {no_input[0]})")
         _not_judged(f"every drawn configuration of {_source_id(source)} is a case error (see check_case)")
+    if environment:  # configurations judged before the world failed: still no verdict on the rest
+        raise environment[0]
 
 
 def _on_case(check, case, impl):

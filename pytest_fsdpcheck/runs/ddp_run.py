@@ -188,7 +188,13 @@ def spawn_ranks(rank_main, make_job, world_size: int, timeout: float, prefix: st
                 results.append(torch.load(path, weights_only=False))
             else:
                 why = f"timed out after {timeout:.0f}s and was killed" if timed_out else "died without a result"
-                results.append({"rank": rank, "error": why})
+                record = {"rank": rank, "error": why, "timed_out": timed_out}
+                # how far a rank that never finished got, where its task records it (plan_run's phases)
+                progress = Path(out_dir) / f"progress{rank}.pt"
+                if progress.exists():
+                    with contextlib.suppress(Exception):  # a file the kill cut short says nothing
+                        record["progress"] = torch.load(progress, weights_only=False)
+                results.append(record)
         return results
 
 

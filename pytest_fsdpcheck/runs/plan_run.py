@@ -33,6 +33,15 @@ nothing ran eagerly and shows nothing about compiled FSDP2; the unsharded
 model is then compiled the same way, so the checker can say whose forward
 keeps Dynamo out.
 
+Where the step computes anything below fp32, each rank also measures the
+unsharded model's own compiled-vs-eager difference at the plan's precision
+(``noise``, the checker's allowance for fused kernels), and records per
+parameter the coarsest dtype its gradient is computed through
+(``upstream``). Each rank saves its phase as it enters it
+(:class:`_Progress`), so a rank killed at the time limit
+(:func:`rank_limit`) says whether it hung in the plan's step or the world
+was slow.
+
 Nothing raises out of a rank: errors are recorded, and
 :func:`pytest_fsdpcheck.checks.plan_distributed.check_plan_end_to_end`
 judges the records.
@@ -88,16 +97,71 @@ class PlanJob:
     groups: tuple | None = None  # PlanGroups; None: every parameter reduced, no casts
 
 
-def run_plan_ranks(build, world_size: int = 2, timeout: float = 180.0, groups=None) -> list[dict]:
+#: the world's own calls each given --fsdpcheck-timeout: starting (spawn,
+#: import, the process group, the case built), the eager step and the
+#: compiled step (compiling included)
+PLAN_CALLS = 3
+#: the steps a rank runs, counted in unsharded steps: the control on every
+#: rank's batch, eager and compiled, and the plan's two steps, with room
+STEP_COST_FACTOR = 50
+
+
+def rank_limit(timeout_s: float, step_s: float) -> float | None:
+    """Seconds FS2-9's ranks may take: :data:`PLAN_CALLS` times the
+    per-call limit (``--fsdpcheck-timeout``), plus :data:`STEP_COST_FACTOR`
+    times the measured cost ``step_s`` of one unsharded step, so a large
+    model gets the time its steps need; ``None`` (no limit) where the
+    per-call limit is 0."""
+    if not timeout_s:
+        return None
+    return PLAN_CALLS * timeout_s + STEP_COST_FACTOR * step_s
+
+
+def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, groups=None,
+                   call_limit: float | None = None) -> list[dict]:
     """Start ``world_size`` CPU ranks (gloo), each building its case with
     ``build()`` (picklable: :func:`pytest_fsdpcheck.cases.checks.case_builder`),
-    wait at most ``timeout`` seconds, return each rank's record (``error``
-    set for a rank that failed or died). ``groups`` (:class:`PlanGroup`, from
+    wait at most ``timeout`` seconds (``None``: no limit; see
+    :func:`rank_limit`), return each rank's record (``error`` set for a rank
+    that failed or died; one killed at the limit has ``timed_out`` and its
+    last ``progress``: the phase it was in, since when, and what the
+    control took; ``call_limit_s``: ``call_limit``, the per-call limit
+    the limit was made of). ``groups`` (:class:`PlanGroup`, from
     :func:`pytest_fsdpcheck.cases.checks.plan_groups`) is the plan's precision
     and reduction; ``None`` reduces every parameter with no casts."""
+    import time
+
     groups = None if groups is None else tuple(groups)
-    return spawn_ranks(_rank_main, lambda out_dir: PlanJob(world_size, free_port(), out_dir, build, groups),
-                       world_size, timeout, "fsdpcheck-plan-", device="cpu")
+    records = spawn_ranks(_rank_main, lambda out_dir: PlanJob(world_size, free_port(), out_dir, build, groups),
+                          world_size, float("inf") if timeout is None else timeout, "fsdpcheck-plan-", device="cpu")
+    stopped = time.time()
+    for record in records:
+        if record.get("timed_out"):
+            record["limit_s"] = timeout
+            record["call_limit_s"] = call_limit
+            record["killed_at"] = stopped
+    return records
+
+
+class _Progress:
+    """A rank's phases as it enters them, saved where the parent finds them
+    when it kills the rank at the limit: the phase, the wall-clock time it
+    began and what the phases before it measured (``control_s``: one
+    unsharded eager step; ``compiled_control_s``: one unsharded compiled
+    step, compiling included)."""
+
+    def __init__(self, out_dir: str | None, rank: int):
+        self.path = None if out_dir is None else Path(out_dir) / f"progress{rank}.pt"
+        self.facts: dict = {}
+
+    def __call__(self, phase: str, **facts) -> None:
+        import time
+
+        self.facts.update(facts, phase=phase, phase_at=time.time())
+        if self.path is not None:
+            partial = self.path.with_suffix(".tmp")
+            torch.save(dict(self.facts), partial)
+            os.replace(partial, self.path)
 
 
 def _rank_main(rank: int, job: PlanJob) -> None:
@@ -106,6 +170,8 @@ def _rank_main(rank: int, job: PlanJob) -> None:
     result: dict = {"rank": rank, "error": None}
     initialized = False
     torch.set_num_threads(1)
+    progress = _Progress(job.out_dir, rank)
+    progress("world")
     try:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         from datetime import timedelta
@@ -116,7 +182,7 @@ def _rank_main(rank: int, job: PlanJob) -> None:
         # the same seed on every rank, for a factory that does not seed itself
         torch.manual_seed(BUILD_SEED)
         case = job.build()
-        result.update(plan_task(case, rank, job.world_size, job.groups))
+        result.update(plan_task(case, rank, job.world_size, job.groups, progress))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, never raised across ranks
         result["error"] = _error(exc)
     finally:
@@ -131,9 +197,18 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
 
 
-def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
+def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> dict:
     """This rank's record (process group up): per mode, the full gradients
-    of the model after ``case.plan``, and the control's (``reference``)."""
+    of the model after ``case.plan``, and the control's (``reference``);
+    ``upstream``: per parameter, the coarsest floating dtype its gradient
+    is computed through; ``noise``: where that is below fp32, how far the
+    unsharded model's compiled gradient is from its eager one (the largest
+    of every rank's, weighted), the model's own compiled-vs-eager
+    difference with no FSDP at all. ``progress(phase, **facts)`` is told
+    each phase as it begins."""
+    import time
+
+    progress = progress or (lambda phase, **facts: None)
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -154,16 +229,24 @@ def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
     batches = rank_batches(inputs, world_size)
     # every rank computes the same control for every batch, so they decide alike
     batches_kind = "own" if any(not _same_batch(b, inputs) for b in batches) else "shared: the inputs cannot vary"
+    progress("control")
+    started = time.monotonic()
     try:
         reference, precision = _control(pristine, batches, groups, rank, world_size)
     except _Rejected as exc:
         batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
         reference, precision = _control(pristine, batches, groups, rank, world_size)
     mine = batches[rank]
+    control_s = (time.monotonic() - started) / world_size
+    progress("noise", control_s=control_s)
+    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight)
+    progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
-              "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind}
+              "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
+              "upstream": upstream, "noise": noise}
     mesh = init_device_mesh("cpu", (world_size,))
     for mode in MODES:
+        progress(mode)
         record: dict = {"error": None}
         try:
             model = copy.deepcopy(pristine)
@@ -182,6 +265,42 @@ def plan_task(case, rank: int, world_size: int, groups=None) -> dict:
             record["error"] = _error(exc)
         result[mode] = record
     return result
+
+
+def _compiled_noise(pristine, batch, groups, backend, weight: float):
+    """``(upstream, noise, seconds)``: ``upstream`` per parameter the
+    coarsest floating dtype of its own compute and of every module output
+    of the unsharded step (its gradient is its module's inputs, computed
+    upstream in the forward, times the gradient flowing back through
+    everything downstream); where any is below fp32, ``noise`` per
+    parameter the largest absolute difference between the unsharded
+    model's compiled and eager gradients on this rank's ``batch`` at the
+    plan's precision, times the rank's loss weight, the largest over the
+    ranks (a collective: every rank computes it), and ``seconds`` the
+    compiled step's time; else ``{}`` and ``None``."""
+    import time
+
+    import torch.distributed as dist
+
+    seen: set = set()
+    eager, plan_of = _unsharded_grads(copy.deepcopy(pristine), batch, groups, dtypes_seen=seen)
+    upstream = {}
+    for name, p in pristine.named_parameters():
+        compute = plan_of.get(name, (p.dtype,))[0]
+        floats = [d for d in (compute, *seen) if d.is_floating_point]
+        upstream[name] = str(max(floats, key=lambda d: torch.finfo(d).eps)).removeprefix("torch.")
+    if all(torch.finfo(getattr(torch, d)).eps <= torch.finfo(torch.float32).eps for d in upstream.values()):
+        return upstream, {}, None
+    started = time.monotonic()
+    compiled, _ = _unsharded_grads(copy.deepcopy(pristine), batch, groups, compile_with=backend)
+    seconds = time.monotonic() - started
+    names = [name for name, grad in eager.items() if grad is not None and compiled.get(name) is not None]
+    measured = torch.tensor([(compiled[n].double() - eager[n].double()).abs().max().item() * weight
+                             if compiled[n].shape == eager[n].shape else float("inf") for n in names],
+                            dtype=torch.float64)
+    if names:
+        dist.all_reduce(measured, op=dist.ReduceOp.MAX)
+    return upstream, dict(zip(names, measured.tolist(), strict=True)), seconds
 
 
 def _compiled(model, backend, graphs: list):
@@ -317,12 +436,18 @@ def _control(pristine, batches, groups, rank: int, world_size: int):
     return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
 
 
-def _unsharded_grads(model, inputs, groups):
+def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None):
     """One forward and backward of the unsharded ``model`` on ``inputs``
     (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
-    (compute dtype, reduce dtype)} for the parameters in a group)``."""
-    from torch.func import functional_call
+    (compute dtype, reduce dtype)} for the parameters in a group)``.
 
+    The parameters are cast *for the whole step*, as FSDP2's all-gather
+    gives them in ``param_dtype`` to the forward, to any recompute in the
+    backward (activation checkpointing) and to the backward itself: each
+    one computed below its dtype is replaced in its modules by a leaf of
+    the compute dtype (a tied parameter by one leaf in every module holding
+    it), never swapped in for the forward only (a checkpoint's recompute
+    then saw fp32 parameters and torch raised ``CheckpointError``)."""
     params = dict(model.named_parameters())
     modules = dict(model.named_modules())
     low: dict = {}
@@ -340,17 +465,22 @@ def _unsharded_grads(model, inputs, groups):
             compute = param_dtype or p.dtype
             plan_of[name] = (compute, group.reduce_dtype or compute)
             if param_dtype is not None:
-                low[name] = p.detach().to(param_dtype).requires_grad_(p.requires_grad)
+                low[name] = torch.nn.Parameter(p.detach().to(param_dtype), requires_grad=p.requires_grad)
         for root in group.roots:
             module = modules.get(root)
             if module is not None:
                 hooks.extend(_precision_hooks(module, group))
+    _cast_for_the_step(model, {id(params[name]): leaf for name, leaf in low.items()})
+    if dtypes_seen is not None:
+        def record_dtypes(module, args, output):
+            dtypes_seen.update(t.dtype for t in output_tensors(output) if t.is_floating_point())
+
+        hooks.extend(module.register_forward_hook(record_dtypes) for module in model.modules())
+    forward = model if compile_with is None else _compiled(model, compile_with, [])
     try:
         torch.manual_seed(STEP_SEED)
-        # an fp32 plan's control is the model's own forward, untouched
         args, kwargs = inputs
-        output = functional_call(model, low, args, kwargs) if low else model(*args, **kwargs)
-        _loss(output).backward()
+        _loss(forward(*args, **kwargs)).backward()
     finally:
         for hook in hooks:
             hook.remove()
@@ -359,6 +489,17 @@ def _unsharded_grads(model, inputs, groups):
         grad = low[name].grad if name in low else p.grad
         grads[name] = None if grad is None else grad.detach()
     return grads, plan_of
+
+
+def _cast_for_the_step(model, leaf_of: dict) -> None:
+    """Every module's own parameter whose ``id`` is in ``leaf_of`` replaced
+    by its leaf (``model`` is the control's own copy)."""
+    if not leaf_of:
+        return
+    for module in model.modules():
+        for key, param in list(module._parameters.items()):
+            if param is not None and id(param) in leaf_of:
+                module._parameters[key] = leaf_of[id(param)]
 
 
 def _precision_hooks(module, group):

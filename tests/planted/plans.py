@@ -12,6 +12,11 @@ from torch.distributed._composable.fsdp import fully_shard as composable_fully_s
 from torch.distributed.fsdp import fully_shard
 
 from pytest_fsdpcheck.cases import ModelCase, model_factory
+from tests.planted import torch_faults
+
+# FS2-9's ranks build their case from this module: a fault planted in torch
+# for the killers reaches them here (tests.planted.torch_faults)
+torch_faults.plant_in_this_process()
 
 WIDTH = 8
 
@@ -451,3 +456,89 @@ def no_reshard_plan(model, mesh):  # correct: the layers keep their parameters g
 
 def no_reshard():
     return _case("no_reshard", no_reshard_plan)
+
+
+# --- FS2-9 on frameworks' stacks (issue 38 items 2 and 3) -----------------------------
+
+
+class CheckpointedBlock(Block):
+    """torch.utils.checkpoint around the block's MLP: its forward runs again
+    in the backward, with whatever parameters the modules then hold."""
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        return x + checkpoint(lambda h: self.mlp(self.norm(h)), x, use_reentrant=False)
+
+
+class CheckpointedLM(TinyLM):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(CheckpointedBlock() for _ in range(2))
+
+
+def checkpointed_bf16():
+    """Activation checkpointing under a bf16 MixedPrecisionPolicy (fp32
+    reduction): ``torch.utils.checkpoint`` in each block, one block behind
+    ``checkpoint_wrapper`` too. Correct: FSDP2 gives the recompute the same
+    bf16 parameters as the forward. An FS2-9 control that swapped bf16
+    parameters in for the forward only made torch's recompute raise
+    ``CheckpointError`` (issue 38 item 2)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    torch.manual_seed(0)
+    model = CheckpointedLM()
+    model.layers[1] = checkpoint_wrapper(Block())
+    return ModelCase("checkpointed_bf16", model, _inputs(), plan=bf16_plan)
+
+
+class RoutedLM(nn.Module):
+    """An MoE block after bf16 decoder blocks, its router kept in fp32 (as
+    frameworks do for stable top-k): the router's gradient is computed
+    through the bf16 blocks upstream of it."""
+
+    def __init__(self, experts=2, vocab=16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, WIDTH)
+        self.layers = nn.ModuleList(Block() for _ in range(2))
+        self.router = nn.Linear(WIDTH, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(experts))
+        self.norm = nn.LayerNorm(WIDTH)
+        self.lm_head = nn.Linear(WIDTH, vocab, bias=False)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        gates = torch.softmax(self.router(h.float()), dim=-1)
+        mixed = sum(gates[..., i:i + 1] * expert(h).float() for i, expert in enumerate(self.experts))
+        return self.lm_head(self.norm(h + mixed.to(h.dtype)))
+
+
+def fp32_router_plan(model, mesh):  # correct: bf16 blocks and root, the router its own fp32 group
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=_bf16_policy())
+    fully_shard(model.router, mesh=mesh,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
+    fully_shard(model, mesh=mesh, mp_policy=_bf16_policy())
+
+
+def fp32_router():
+    """bf16 blocks, an fp32 router linear downstream of them (issue 38 item
+    3): compiled, its gradient differs from eager by about a percent with
+    no FSDP at all; that is the model's own noise, never torch's FAIL."""
+    torch.manual_seed(0)
+    return ModelCase("fp32_router", RoutedLM(), _inputs(), plan=fp32_router_plan)
+
+
+def fp32_router_doubled_plan(model, mesh):  # wrong: the router's gradients summed over the ranks, not averaged
+    fp32_router_plan(model, mesh)
+    model.router.set_gradient_divide_factor(1.0)
+    model.router.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+
+
+def fp32_router_doubled():
+    torch.manual_seed(0)
+    return ModelCase("fp32_router_doubled", RoutedLM(), _inputs(), plan=fp32_router_doubled_plan)

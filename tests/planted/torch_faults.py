@@ -227,3 +227,62 @@ class LastShardRowMissing:
             return chunks
 
         _fsdp_param._chunk_with_empty = short_last
+
+
+def plant_in_this_process() -> None:
+    """Plant the named fault in a process the suite spawned (FS2-9's ranks),
+    where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
+    planted once per process. Called by ``tests.planted.plans`` as it is
+    imported, which every rank does to build its case."""
+    name = os.environ.get(FAULT_ENV)
+    fault = globals().get(name) if name else None
+    if isinstance(fault, type) and getattr(fault, "in_ranks", False) and not getattr(fault, "planted", False):
+        fault.plant()
+
+
+class ReduceScatterHangs:
+    """FS2-9 killer of the time-out: ``fully_shard``'s post-backward
+    reduction never returns (a collective waiting for a peer that never
+    comes), in every rank's sharded step only. The unsharded control
+    finishes in a fraction of a second, so the ranks killed at their time
+    limit are torch's hang, a FAIL, never the world's ERROR."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        import time
+
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        def hanging(*args, **kwargs):
+            while True:
+                time.sleep(1)
+
+        _fsdp_param_group.foreach_reduce = hanging
+        cls.planted = True
+
+
+class ReduceScatterScalesTenPercent:
+    """FS2-9 killer of the compiled tolerance (the dtypes upstream of a
+    parameter, the unsharded model's own compiled noise): ``fully_shard``'s
+    reduction scales every gradient by 1.1 before the reduce-scatter. On a
+    model whose every gradient is computed through bf16 (the fp32 router's)
+    the compiled tolerance is the widest the suite gives; ten percent is
+    still beyond it, so torch's cell reads FAIL in both modes."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        original = _fsdp_param_group.foreach_reduce
+
+        def scaling(fsdp_params, unsharded_grads, *args, **kwargs):
+            return original(fsdp_params, [grad * 1.1 for grad in unsharded_grads], *args, **kwargs)
+
+        _fsdp_param_group.foreach_reduce = scaling
+        cls.planted = True
