@@ -36,6 +36,8 @@ REIMPORT = {"tests.planted.torch_faults:AnnotationReimportsDynamoOff": (
     "ANN-7", "test_annotation and (test_annotate or test_dynamo_effect)")}
 STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
+COMPILE_LIMIT = {"tests.planted.torch_faults:RootStatesRaiseRecursionLimit": ("TRV-7", "test_traversal and test_root_states")}
+COMPILE_THREAD = {"tests.planted.torch_faults:RootStatesLeavePoolThread": ("TRV-7", "test_traversal and test_root_states")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
 
 
@@ -139,6 +141,24 @@ def test_a_torch_walk_quadratic_in_a_thread_fails_growth(run_faulted):
     is the call's own."""
     result, report = run_faulted(THREADED)
     demand_torch_failures(result, report, THREADED)
+
+
+def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):
+    """Inductor's compile-time state: the recursion limit its compile raises
+    is torch's bookkeeping; torch raising it outside the compile, in a test
+    that compiled, is still a leak."""
+    result, report = run_faulted(COMPILE_LIMIT)
+    demand_torch_failures(result, report, COMPILE_LIMIT)
+    assert "recursion_limit" in result.stdout.str()
+
+
+def test_a_torch_thread_left_beside_a_compile_is_a_leak(run_faulted):
+    """Inductor's compile-time state: its compile thread pool is torch's
+    bookkeeping, known by the pool object; another ThreadPoolExecutor torch
+    leaves running, named like Inductor's, is still a leak."""
+    result, report = run_faulted(COMPILE_THREAD)
+    demand_torch_failures(result, report, COMPILE_THREAD)
+    assert "threads left running (ThreadPoolExecutor-" in result.stdout.str()
 
 
 # --- the table in DESIGN.md ----------------------------------------------------------
