@@ -614,3 +614,24 @@ def test_verdict_state_is_put_back_whoever_changed_it(importable):
     finally:
         isolation.restore_verdict_state(before)
         sys.modules.pop("changes_verdict_state", None)
+
+
+@pytest.mark.parametrize("order", ["collected", "reversed"])
+def test_a_compile_in_a_users_model_test_leaves_pln_verdicts_alone(run_suite, pytester, monkeypatch, tmp_path, order):
+    """Issue 38 finding 4 as a user met it: a plan that runs its compiled
+    blocks (tests.planted.compile_in_plan) compiles with Inductor inside the
+    users'-model tests; whichever of them compiled first read
+    ``recursion_limit (1000 -> 2000); threads left running
+    (ThreadPoolExecutor-1_0, ...)`` and turned PLN-1..4 (or FS2-7) into
+    torch's FAIL. Every compile a cache miss (empty cache folder, no FX graph
+    cache), in either order: every cell passes."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    if order == "reversed":
+        pytester.makeconftest("def pytest_collection_modifyitems(items):\n    items.reverse()\n")
+    result, report = run_suite("torch", k="test_model_plan_rules or test_model_fsdp2_recorded",
+                               extra=["--fsdpcheck-model", "tests.planted.compile_in_plan:compiled_and_warmed"])
+    out = result.stdout.str()
+    assert "left process-wide state changed" not in out, out[-3000:]
+    cells = {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()}
+    assert {cells.get(inv) for inv in ("PLN-1", "PLN-2", "PLN-3", "PLN-4", "FS2-7")} == {"pass"}, cells
