@@ -91,6 +91,9 @@ def observed_call(item, session):
         raised = False
     except BaseException as exc:
         in_flight = exc
+        from .isolation import drop_own_explanations
+
+        drop_own_explanations(exc)
         raise
     finally:
         imported.__exit__(None, None, None)
