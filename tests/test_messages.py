@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch.distributed.fsdp")
 
-from pytest_fsdpcheck.checks import ConformanceFailure, by_rank, difference, one_line  # noqa: E402
+from pytest_fsdpcheck.checks import ConformanceFailure  # noqa: E402
 
 
 def test_fs2_7_on_a_users_model_names_the_difference_not_both_lists():
@@ -30,6 +30,8 @@ def test_fs2_7_on_a_users_model_names_the_difference_not_both_lists():
 
 
 def test_difference_states_missing_and_extra_or_the_first_reordering():
+    from pytest_fsdpcheck.checks import difference
+
     names = [f"layers.{i}" for i in range(45)]
     text = difference(names, names[:40] + ["stray"])
     assert text.startswith("missing [layers.40, layers.41, layers.42, layers.43, layers.44]; extra [stray]")
@@ -42,6 +44,8 @@ def test_difference_states_missing_and_extra_or_the_first_reordering():
 def test_an_implementations_repr_is_cut_to_a_line():
     """A ModuleDict given as a group printed its 40-line repr in the error."""
     import torch
+
+    from pytest_fsdpcheck.checks import one_line
 
     blocks = torch.nn.ModuleDict({str(i): torch.nn.Linear(2, 2) for i in range(40)})
     text = one_line(ValueError(f"fully_shard does not support containers: {blocks}"))
@@ -65,7 +69,7 @@ def test_what_every_rank_reports_alike_is_one_line():
 
 
 def test_by_rank_keeps_single_and_unranked_violations_as_they_are():
-    from pytest_fsdpcheck.checks import Violation
+    from pytest_fsdpcheck.checks import Violation, by_rank
 
     found = [Violation("FS2-9", "rank 0, eager: x"), Violation("FS2-9", "rank 1, compiled: x"), Violation("FS2-9", "ranks disagree")]
     assert by_rank(found) == found
