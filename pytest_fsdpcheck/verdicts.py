@@ -57,6 +57,7 @@ def observed_call(item, session):
     from .isolation import (
         FirstImports,
         ImportHistory,
+        InductorCompiles,
         global_state,
         leaks,
         restore,
@@ -70,6 +71,7 @@ def observed_call(item, session):
         session.import_history = ImportHistory()
     imported = FirstImports(session.import_history, getattr(impl, "_fsdpcheck_own", None)).__enter__()
     before = global_state()
+    compiles = InductorCompiles().__enter__()
     impl.start_test()
     profiles.reset_digest()
     tally = start_tally()
@@ -89,15 +91,19 @@ def observed_call(item, session):
         raised = False
     except BaseException as exc:
         in_flight = exc
+        from .isolation import drop_own_explanations
+
+        drop_own_explanations(exc)
         raise
     finally:
         imported.__exit__(None, None, None)
+        compiles.__exit__(None, None, None)
         if pause_gc:
             gc.enable()
         _record(item, impl, tally)
         unhealthy = None if raised else _too_few_valid(item, tally)
         after = global_state()
-        found = leaks(before, after, imported)
+        found = leaks(before, after, imported, compiles)
         if found:
             restore(before, imported)
         else:  # what a library's first import changed, excused but put back all the same

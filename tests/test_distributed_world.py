@@ -337,10 +337,10 @@ def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, m
     for impl in ("torch", "reference"):
         assert tests[f"{impl}-cpu-one"]["outcome"] == "passed", tests[f"{impl}-cpu-one"]
     torch_says = _torchs_failure(result, "torch-cpu-runner")
-    for line in ("SPL-16: rank 0: expected one compiled subgraph per planned bucket",
-                 "SPL-16: rank 0: expected a training step of DDP compiled through AOTAutograd (as inductor compiles), "
+    for line in ("SPL-16: ranks 0, 1: expected one compiled subgraph per planned bucket",
+                 "SPL-16: ranks 0, 1: expected a training step of DDP compiled through AOTAutograd (as inductor compiles), "
                  "but it failed",
-                 "SPL-16: rank 0: expected the compiled DDP gradient of ",
+                 "SPL-16: ranks 0, 1: expected the compiled DDP gradient of ",
                  "eager DDP gives the same as the compiled step (DDP's own reduction, compiled or not)"):
         assert line in torch_says, (line, torch_says[-3000:])
     assert "EnvironmentFault" not in result.stdout.str()

@@ -38,6 +38,8 @@ STOP = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_travers
 BUDGET = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal")}
 HUNG = {"tests.planted.torch_faults:ReduceScatterHangs": ("FS2-9", "test_model_plan_end_to_end")}
 SCALED = {"tests.planted.torch_faults:ReduceScatterScalesTenPercent": ("FS2-9", "test_model_plan_end_to_end")}
+COMPILE_LIMIT = {"tests.planted.torch_faults:RootStatesRaiseRecursionLimit": ("TRV-7", "test_traversal and test_root_states")}
+COMPILE_THREAD = {"tests.planted.torch_faults:RootStatesLeavePoolThread": ("TRV-7", "test_traversal and test_root_states")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
 SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
 
@@ -172,6 +174,24 @@ def test_a_torch_reduction_ten_percent_off_fails_beyond_the_compiled_tolerance(r
     demand_torch_failures(result, report, SCALED)
     out = result.stdout.str()
     assert "compiled: the gradient of router.weight differs" in out and "tolerance" in out, "\n".join(result.outlines[-30:])
+
+
+def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):
+    """Inductor's compile-time state: the recursion limit its compile raises
+    is torch's bookkeeping; torch raising it outside the compile, in a test
+    that compiled, is still a leak."""
+    result, report = run_faulted(COMPILE_LIMIT)
+    demand_torch_failures(result, report, COMPILE_LIMIT)
+    assert "recursion_limit" in result.stdout.str()
+
+
+def test_a_torch_thread_left_beside_a_compile_is_a_leak(run_faulted):
+    """Inductor's compile-time state: its compile thread pool is torch's
+    bookkeeping, known by the pool object; another ThreadPoolExecutor torch
+    leaves running, named like Inductor's, is still a leak."""
+    result, report = run_faulted(COMPILE_THREAD)
+    demand_torch_failures(result, report, COMPILE_THREAD)
+    assert "threads left running (ThreadPoolExecutor-" in result.stdout.str()
 
 
 # --- the table in DESIGN.md ----------------------------------------------------------

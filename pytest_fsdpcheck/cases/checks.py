@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..checks import ConformanceFailure, Violation, error_of, short
+from ..checks import ConformanceFailure, Violation, difference, error_of, one_line, short
 from ..checks.annotation import MANAGED, ORIG_PARAMS, read_flag
 from .model import (
     CaseError,
@@ -340,11 +340,13 @@ def check_fsdp2_recorded(case, impl=None):
         want = [oracle.label(oracle.modules[i]) for i in managed]
         got = None if call.walk is None else [n or "<root>" for n in call.walk]
         if got is not None and got != want:
-            violations.append(Violation("FS2-1", f"{call.label()}: torch's walk inside the call gave {got}, expected {want}"))
+            violations.append(Violation("FS2-1", f"{call.label()}: torch's walk inside the call differs from the managed "
+                                                 f"modules expected: {difference(want, got)}", evidence=(tuple(got), tuple(want))))
         for what, got_s, want_s in (("parameters", call.params, params), ("buffers", call.buffers, buffers)):
             if got_s is not None and got_s != oracle.labels(want_s):
-                violations.append(Violation("FS2-4", f"{call.label()}: {what} collected inside the call {got_s}, "
-                                                     f"expected {oracle.labels(want_s)}"))
+                violations.append(Violation("FS2-4", f"{call.label()}: {what} collected inside the call differ from those "
+                                                     f"expected: {difference(oracle.labels(want_s), got_s)}",
+                                            evidence=(tuple(got_s), tuple(oracle.labels(want_s)))))
         earlier += [oracle.modules[i] for i in effective_roots(oracle.spec)]
     from ..known.judge import conform
 
@@ -383,7 +385,7 @@ def check_fully_shard_calls(case, impl=None):
                 try:
                     area.annotate(roots, mesh, ignored)
                 except Exception as exc:  # noqa: BLE001 - judged below
-                    err = f"{type(exc).__name__}: {exc}"
+                    err = f"{type(exc).__name__}: {one_line(exc)}"
                     if not conflicts:
                         return [Violation("FS2-7", f"{where} raised, but shares nothing with an earlier group", detail=err, error=error_of(exc))]
                     if not isinstance(exc, (ValueError, RuntimeError)) or isinstance(exc, NotImplementedError):
@@ -406,8 +408,9 @@ def check_fully_shard_calls(case, impl=None):
         flagged = {oracle.label(m) for m in oracle.modules
                    if read_flag(m, MANAGED) is True and read_flag(m, ORIG_PARAMS) is True}
         if flagged != flagged_expected:
-            return [Violation("FS2-7", f"after the plan, the Dynamo flags are on {sorted(flagged)}, expected exactly "
-                                       f"the managed modules {sorted(flagged_expected)}")]
+            return [Violation("FS2-7", "after the plan, the Dynamo flags are not on exactly the managed modules: "
+                                       f"{difference(sorted(flagged_expected), sorted(flagged))}",
+                              evidence=(tuple(sorted(flagged)), tuple(sorted(flagged_expected))))]
         return []
 
     _judge(impl, case, "check_fully_shard_calls", body)

@@ -91,6 +91,58 @@ def short(items, limit: int = 12) -> str:
     return f"[{head}, ... ({len(items) - limit + 2} more), {items[-1]}]"
 
 
+def difference(expected, got, limit: int = 8) -> str:
+    """What a message says of two collections of names that should be equal:
+    the difference, never both in full (a 45-module model printed two
+    45-name lists): what is missing and what is extra, each elided past
+    ``limit``; for the same names in another order (or repeated), the first
+    position they differ at. The full collections belong in the
+    violation's ``evidence``."""
+    expected, got = list(expected), list(got)
+    missing = [x for x in expected if x not in got]
+    extra = [x for x in got if x not in expected]
+    parts = [f"missing {short(missing, limit)}"] * bool(missing) + [f"extra {short(extra, limit)}"] * bool(extra)
+    if not parts:
+        return first_difference(expected, got)
+    return "; ".join(parts) + f" ({len(got)} given, {len(expected)} expected)"
+
+
+def one_line(text, limit: int = 200) -> str:
+    """An implementation's text (an error, a repr) for a message: its first
+    line, cut at ``limit`` characters, saying how much was left out (a
+    ``ModuleDict``'s repr is 40 lines)."""
+    lines = str(text).splitlines() or [""]
+    first = lines[0].rstrip()
+    cut = first if len(first) <= limit else first[: limit - 3] + "..."
+    more = sum(1 for line in lines[1:] if line.strip())
+    return cut + (f" [{more} more line{'s' * (more != 1)}]" if more else "")
+
+
+def by_rank(violations: list[Violation]) -> list[Violation]:
+    """Violations that every rank reports alike, once: ``rank 0: X`` and
+    ``rank 1: X`` become ``ranks 0, 1: X`` (``rank N, <mode>: X`` likewise,
+    per mode), in the order first met; the messages merged stay in the
+    evidence."""
+    import re
+
+    merged: dict = {}
+    for v in violations:
+        match = re.match(r"rank (\S+?)(, [^:]+)?: (.*)", v.message, re.S)
+        key = (v.invariant, match.group(2), match.group(3), v.detail) if match else (id(v),)
+        merged.setdefault(key, []).append((match.group(1) if match else None, v))
+    out = []
+    for key, found in merged.items():
+        if len(found) == 1:
+            out.append(found[0][1])
+            continue
+        _, mode, text, _ = key
+        first = found[0][1]
+        ranks = ", ".join(rank for rank, _ in found)
+        out.append(Violation(first.invariant, f"ranks {ranks}{mode or ''}: {text}", first.detail, first.error,
+                             tuple(e for _, v in found for e in (v.evidence or (v.message,)))))
+    return out
+
+
 def first_difference(expected: list, got: list) -> str:
     for i, (e, g) in enumerate(zip(expected, got, strict=False)):
         if e != g:

@@ -7,7 +7,7 @@ tensors) and returns violations. It shares no code with any splitter.
 
 from __future__ import annotations
 
-from . import Violation
+from . import Violation, by_rank
 
 REASON_MARK = "DDPOptimizer"
 
@@ -27,7 +27,7 @@ def check_ddp_end_to_end(results: list[dict], spec: str, rtol: float = 1e-5, ato
             continue
         violations += _check_rank(result, spec, rtol, atol)
     violations += _check_ranks_agree([r for r in results if not r.get("error")], rtol, atol)
-    return violations
+    return by_rank(violations)  # one line for what every rank reports alike
 
 
 def _check_rank(result: dict, spec: str, rtol: float, atol: float) -> list[Violation]:
@@ -167,7 +167,7 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
             for mode in ("eager", "compiled"):
                 step = _fsdp2_step(result, record[mode], mode, len(results), rtol, atol)
                 violations += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in step]
-    return violations
+    return by_rank(violations)  # one line for what every rank reports alike
 
 
 def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: float, atol: float) -> list[str]:

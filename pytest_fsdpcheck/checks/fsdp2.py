@@ -8,7 +8,7 @@ import contextlib
 import re
 from collections import Counter
 
-from . import Violation, error_of, first_difference, short
+from . import Violation, error_of, first_difference, one_line, short
 from .annotation import MANAGED, ORIG_PARAMS, read_flag
 
 # --- the oracle -------------------------------------------------------------------
@@ -316,7 +316,8 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
             area.annotate(roots, mesh, built.ignored)
         except Exception as exc:  # noqa: BLE001 - judged below
             if not conflicts:
-                return [Violation("FS2-7", f"fully_shard{call_label(call)} raised {type(exc).__name__}: {exc}")]
+                return [Violation("FS2-7", f"fully_shard{call_label(call)} raised {type(exc).__name__}: {one_line(exc)}",
+                                  evidence=(str(exc),))]
             kind, i, param = conflicts[0]
             names = set()
             for _kind, j, pn in conflicts:
@@ -327,7 +328,7 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
                                   detail=f"{type(exc).__name__}: {exc}", error=error_of(exc))]
             if not any(names_it(str(exc), n) for n in names):
                 return [Violation("FS2-8", f"the error for the {kind} shared with an earlier group names none of "
-                                           f"{short(sorted(names))}: {exc}")]
+                                           f"{short(sorted(names))}: {one_line(exc)}", evidence=(str(exc),))]
             return []
         if conflicts:
             kind, i, param = conflicts[0]

@@ -286,3 +286,64 @@ class ReduceScatterScalesTenPercent:
 
         _fsdp_param_group.foreach_reduce = scaling
         cls.planted = True
+
+
+def _compile_once():
+    """An Inductor compile that generates code (no FX graph cache to hit),
+    once per process: a compile happens in the test the fault shows in, so
+    only the compile's own changes can be excused there."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    if getattr(_compile_once, "done", False):
+        return
+    _compile_once.done = True
+    with inductor_config.patch(fx_graph_cache=False):
+        torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(3))
+
+
+class RootStatesRaiseRecursionLimit:
+    """A leak beside a compile: ``_get_fsdp_root_states`` compiles with
+    Inductor (which may raise the recursion limit itself, excused) and then
+    raises the limit further on its own, left raised. Inductor's compile-time
+    state is torch's bookkeeping; torch raising the limit outside the
+    compile is a leak, the test's FAIL (TRV-7 is known on 2.13: the leak
+    turns it to FAIL)."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp import _runtime_utils
+
+        original = _runtime_utils._get_fsdp_root_states
+
+        def raising(module):
+            _compile_once()
+            sys.setrecursionlimit(max(sys.getrecursionlimit(), 2000) + 1000)
+            return original(module)
+
+        _runtime_utils._get_fsdp_root_states = raising
+
+
+class RootStatesLeavePoolThread:
+    """A thread left beside a compile: ``_get_fsdp_root_states`` compiles
+    with Inductor (whose compile thread pool is torch's, excused) and leaves
+    a ``ThreadPoolExecutor`` of its own running, named as Inductor's are.
+    Only Inductor's pool object is excused, never a name: a leak, FAIL."""
+
+    @staticmethod
+    def plant():
+        from concurrent.futures import ThreadPoolExecutor
+
+        from torch.distributed.fsdp import _runtime_utils
+
+        original = _runtime_utils._get_fsdp_root_states
+        pools = []
+
+        def leaving(module):
+            _compile_once()
+            pool = ThreadPoolExecutor(1)
+            pool.submit(int).result()
+            pools.append(pool)  # kept: its worker stays alive
+            return original(module)
+
+        _runtime_utils._get_fsdp_root_states = leaving
