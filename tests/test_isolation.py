@@ -200,7 +200,12 @@ def test_torchs_compile_worker_pool_is_not_a_leak(monkeypatch):
     try:
         pool.submit(int).result()
         other.start()
-        monkeypatch.setitem(sys.modules, "torch._inductor.async_compile", types.SimpleNamespace(_pool_set={pool}))
+        # the module as it is, with this pool in its process-pool set: its
+        # AsyncCompile (the thread pool an earlier compile in this worker may
+        # have started) stays what it is
+        real = sys.modules.get("torch._inductor.async_compile")
+        monkeypatch.setitem(sys.modules, "torch._inductor.async_compile",
+                            types.SimpleNamespace(_pool_set={pool}, AsyncCompile=getattr(real, "AsyncCompile", None)))
         threads, children = isolation._started(before, isolation._process_state())
         assert children == [other.pid]
         assert threads == []
@@ -442,6 +447,14 @@ def test_inductors_own_environment_variable_is_not_a_leak_but_another_value_is(m
     assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
     isolation._restore_process(before, isolation.FirstImports())
     assert name not in os.environ
+    # the address this process inherited from its parent (a suite run started
+    # by a test whose process had compiled) is the parent's bookkeeping, not a
+    # value a test set: the first compile here rewriting it is no leak
+    monkeypatch.setattr(isolation, "_INHERITED_DATA_PTR", "4242")
+    os.environ[name] = "4242"
+    inherited = isolation._process_state()
+    os.environ[name] = str(guards._torchinductor_pyobject_tensor_data_ptr)
+    assert isolation.leaks(inherited, isolation._process_state()) == []
 
 
 # --- only a third-party library's first import excuses -------------------------------
