@@ -99,9 +99,10 @@ def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
 def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     import functools
 
+    from pytest_fsdpcheck.cases import CaseError
     from pytest_fsdpcheck.checks import EnvironmentFault
     from pytest_fsdpcheck.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
-    from pytest_fsdpcheck.report import PROP_ENVIRONMENT
+    from pytest_fsdpcheck.report import PROP_CASE_ERROR, PROP_ENVIRONMENT
     from pytest_fsdpcheck.session import get_session, world_size_for
 
     session = get_session(request.config)
@@ -110,6 +111,7 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     # CPU ranks under gloo: the plan runs on the runner's CPU world size
     check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"),
                               timeout_s=timeout_s)
+    error = None
     try:
         # each example is a world of its own: drawn within --fsdpcheck-plan-examples, never shrunk
         checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl, max_examples=examples, shrink=False)
@@ -117,6 +119,13 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
         # a world too slow to judge the plan: ERROR, never the implementation's FAIL
         request.node.user_properties.append((PROP_ENVIRONMENT, str(exc)))
         raise
+    except CaseError as exc:
+        # the plan's step fails in the unsharded control too: the user's
+        # mistake, one case-error line, no implementation's cell
+        error = str(exc)
+    if error is not None:  # outside the except: no chained traceback under the one line
+        request.node.user_properties.append((PROP_CASE_ERROR, {"model": fsdpcheck_model_case, "error": error}))
+        pytest.fail(error, pytrace=False)
 
 
 @pytest.mark.invariant(*checks.CHECKS["check_plan_simulated"][1])

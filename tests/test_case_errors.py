@@ -121,3 +121,61 @@ def test_a_run_reports_each_mistake_once_and_fails_no_cell(run_suite):
     assert len(errors) == len(models) and all("case_error" in t for t in errors)
     assert "case error (yours, no implementation judged on it): model tests.planted.mistakes:plan_raises" in text
     assert "known-bug exposure of tests.planted.mistakes" not in text
+
+
+# --- a step that fails the same way in the unsharded control (issue 38 item 6) -------
+
+MIXED = "RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float"
+
+
+def _records(control, step, ranks=(0, 1)):
+    return [{"rank": r, "error": None, "control_error": control and f"{control}\nTraceback ...",
+             "eager": {"error": step and f"{step}\nTraceback ...", "grads": {}}} for r in ranks]
+
+
+def test_a_step_failing_as_its_control_does_is_the_users_mistake():
+    from pytest_fsdpcheck.checks.plan_distributed import users_mistake
+
+    mistake = users_mistake(_records(MIXED, MIXED))
+    assert mistake.startswith("the plan's step fails in the unsharded model at the plan's own precision too") and MIXED in mistake
+    assert "\n" not in mistake
+
+
+def test_a_control_failing_where_the_step_does_otherwise_or_runs_is_still_judged():
+    """The control's failure alone decides nothing: where the plan's step
+    ran, or failed with another error, or one rank's control ran, the
+    records are the implementation's to judge (FS2-9 FAIL), one line for
+    the ranks alike."""
+    from pytest_fsdpcheck.checks.plan_distributed import check_plan_end_to_end, users_mistake
+
+    other = "RuntimeError: the reduce-scatter lost a shard"
+    assert users_mistake(_records(MIXED, other)) is None
+    assert users_mistake(_records(MIXED, None)) is None
+    assert users_mistake(_records(None, MIXED)) is None
+    one_rank = _records(MIXED, MIXED)
+    one_rank[1]["control_error"] = None
+    assert users_mistake(one_rank) is None
+    assert [(v.invariant, v.message) for v in check_plan_end_to_end(_records(MIXED, other))] == [(
+        "FS2-9", f"ranks 0, 1: the unsharded control at the plan's precision failed: {MIXED}, where the plan's "
+                 f"eager step failed otherwise: {other}")]
+    ran, = check_plan_end_to_end(_records(MIXED, None))
+    assert ran.message.endswith("where the plan's eager step ran") and ran.message.startswith("ranks 0, 1: ")
+
+
+def test_a_plan_whose_step_fails_in_the_control_too_is_one_case_error_line(run_suite, monkeypatch):
+    """A frozen module in ``ignored_params`` under bf16 (real torch fails
+    the step, a true finding about the plan): one case-error line naming
+    the factory and what failed, never ``FS2-9 FAIL [torch]`` per rank."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    spec = f"{REF}:frozen_ignored_bf16"
+    result, report = run_suite("torch", k="test_model_case or test_model_plan_end_to_end",
+                               extra=["--fsdpcheck-model", spec])
+    error = report["case_errors"].get(spec, "")
+    assert error.startswith(f"model {spec}: FS2-9: the plan's step fails in the unsharded model at the plan's "
+                            "own precision too") and MIXED in error, (error, result.outlines[-30:])
+    assert "FS2-9" not in report["matrix"].get("torch", {}), report["matrix"].get("torch")
+    text = result.stdout.str()
+    assert "FS2-9: rank" not in text and "Traceback" not in text, text[-3000:]
+    assert text.count(f"case error (yours, no implementation judged on it): model {spec}: FS2-9: ") == 1
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes

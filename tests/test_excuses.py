@@ -42,6 +42,8 @@ COMPILE_LIMIT = {"tests.planted.torch_faults:RootStatesRaiseRecursionLimit": ("T
 COMPILE_THREAD = {"tests.planted.torch_faults:RootStatesLeavePoolThread": ("TRV-7", "test_traversal and test_root_states")}
 THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", "test_traversal and test_linear_growth")}
 SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
+MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
+    "FS2-9", "test_model_case or test_model_plan_end_to_end")}
 
 
 @pytest.fixture
@@ -174,6 +176,20 @@ def test_a_torch_reduction_ten_percent_off_fails_beyond_the_compiled_tolerance(r
     demand_torch_failures(result, report, SCALED)
     out = result.stdout.str()
     assert "compiled: the gradient of router.weight differs" in out and "tolerance" in out, "\n".join(result.outlines[-30:])
+
+
+def test_a_torch_step_raising_what_a_users_mistake_raises_is_torchs_fail(run_faulted, monkeypatch):
+    """case error for a plan whose step fails the same way in the unsharded
+    control at its precision: only where the control fails too. torch's
+    pre-forward raising a mixed-dtype error on a sound bf16 plan, whose
+    control runs fine, is torch's FS2-9 FAIL (the case test passing), never
+    the case's one line."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(MIXED_DTYPE, extra=("--fsdpcheck-model", "tests.planted.plans:bf16"))
+    demand_torch_failures(result, report, MIXED_DTYPE)
+    assert report["case_errors"] == {}, report["case_errors"]
+    assert result.parseoutcomes().get("passed", 0) >= 1, "test_model_case did not pass: " + "\n".join(result.outlines[-20:])
+    assert "mat1 and mat2 must have the same dtype" in result.stdout.str()
 
 
 def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):

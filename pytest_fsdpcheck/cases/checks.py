@@ -869,7 +869,10 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     :func:`~pytest_fsdpcheck.runs.plan_run.rank_limit` of ``timeout_s``
     (``--fsdpcheck-timeout``) and of one unsharded step's cost, measured
     here; a world killed there outside a hung plan step raises
-    :class:`~pytest_fsdpcheck.checks.EnvironmentFault` (ERROR)."""
+    :class:`~pytest_fsdpcheck.checks.EnvironmentFault` (ERROR). A step that
+    fails the same way in the unsharded control at the plan's precision
+    (:func:`~pytest_fsdpcheck.checks.plan_distributed.users_mistake`) raises
+    :class:`CaseError`, one line naming the factory: the user's mistake."""
     from ..checks.plan_distributed import check_plan_end_to_end as judge
     from ..checks.plan_distributed import uncompilable_model
     from ..impls.torch_fsdp2 import TorchFsdp2
@@ -909,6 +912,13 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     if slow is not None:
         raise EnvironmentFault(f"environment (gloo on cpu, world size {world_size}): {slow}; "
                                "not a verdict on the implementation")
+    from ..checks.plan_distributed import users_mistake
+
+    mistake = users_mistake(records)
+    if mistake is not None:
+        # the unsharded control runs nothing of fully_shard: failing the same
+        # way, the step is the plan's or the model's, never torch's cell
+        raise CaseError(f"{case_label(case)}: FS2-9: {mistake}")
     violations = judge(records)
     uncompilable = uncompilable_model(records)
     if not violations and uncompilable is not None:
@@ -1052,7 +1062,10 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
     one case when it declares none. An :class:`EnvironmentFault` stops the
     drawing at once (every later draw rejected unbuilt) and is raised as
     it is: a world too slow to judge one configuration judges none, and is
-    never shrunk."""
+    never shrunk. So does a :class:`CaseError` a check finds in a
+    configuration (FS2-9: the plan's step failing in the unsharded control
+    too): raised as the case's one line, never replayed by Hypothesis (a
+    world of its own each time)."""
     source = as_factory_or_case(case_or_factory)
     if isinstance(source, ModelCase):
         return _on_case(check, source, impl)
@@ -1075,8 +1088,8 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
 
     from ..checks import EnvironmentFault
 
-    #: the world's fault that stopped the drawing
-    environment: list[EnvironmentFault] = []
+    #: the world's fault, or the case's error a check found, that stopped the drawing
+    environment: list[Exception] = []
     phases = [phase for phase in Phase if shrink or phase is not Phase.shrink]
 
     @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck), phases=phases)
@@ -1099,7 +1112,7 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
         checked.append(True)
         try:
             check(case, impl)
-        except EnvironmentFault as exc:
+        except (EnvironmentFault, CaseError) as exc:
             environment.append(exc)
             assume(False)
         except BaseException as exc:

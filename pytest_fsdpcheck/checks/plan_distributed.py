@@ -35,7 +35,7 @@ control) is too slow to judge: :func:`world_too_slow`, an ERROR."""
 
 from __future__ import annotations
 
-from . import Violation
+from . import Violation, by_rank
 
 MODES = ("eager", "compiled")
 RTOL = 1e-4
@@ -65,6 +65,15 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             violations.append(Violation("FS2-9", f"rank {rank} failed: {_first_line(record['error'])}",
                                         detail=str(record["error"])))
             continue
+        if record.get("control_error"):
+            # not the user's mistake (users_mistake): the step did not fail the same way
+            step = (record.get("eager") or {}).get("error")
+            beside = (f"the plan's eager step failed otherwise: {_first_line(step)}" if step
+                      else "the plan's eager step ran")
+            violations.append(Violation("FS2-9", f"rank {rank}: the unsharded control at the plan's precision "
+                                                 f"failed: {_first_line(record['control_error'])}, where {beside}",
+                                        detail=str(record["control_error"])))
+            continue
         reference = record.get("reference") or {}
         precision = record.get("precision") or {}
         world_size = record.get("world_size") or 1
@@ -93,7 +102,32 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             # (uncompilable_model), not the implementation's failure
             if step.get("graphs") == 0 and step.get("unsharded_graphs") != 0:
                 violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {_nothing_compiled(step.get('unsharded_graphs'))}"))
-    return violations
+    # one line for what the ranks report alike (a step failing, or the
+    # same gradient wrong on every rank after the reduction)
+    return by_rank(violations)
+
+
+def users_mistake(records) -> str | None:
+    """Why FS2-9 judges no implementation on the plan: on every rank the
+    unsharded control at the plan's precision (which runs nothing of
+    ``fully_shard``) failed, and the plan's own eager step failed the same
+    way (the same exception type and first line). The plan or the model
+    cannot take its own precision: the user's mistake, a case error, never
+    a cell in torch's column. ``None`` where any rank's step ran, failed
+    otherwise, or the control ran: those stay the implementation's to
+    judge (:func:`check_plan_end_to_end`)."""
+    failures = set()
+    for record in records:
+        control = record.get("control_error")
+        step = (record.get("eager") or {}).get("error")
+        if record.get("error") or not control or not step or _first_line(control) != _first_line(step):
+            return None
+        failures.add(_first_line(control))
+    if not failures:
+        return None
+    return ("the plan's step fails in the unsharded model at the plan's own precision too, where no fully_shard "
+            f"runs: {' / '.join(sorted(failures))} (the plan's eager step raises the same on every rank); "
+            "fix the plan or the model: FS2-9 judges no implementation on it")
 
 
 def uncompilable_model(records) -> str | None:

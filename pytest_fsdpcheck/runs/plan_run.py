@@ -210,7 +210,6 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
 
     progress = progress or (lambda phase, **facts: None)
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
     base = case.model
     with torch.no_grad():
@@ -232,10 +231,17 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
     progress("control")
     started = time.monotonic()
     try:
-        reference, precision = _control(pristine, batches, groups, rank, world_size)
-    except _Rejected as exc:
-        batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
-        reference, precision = _control(pristine, batches, groups, rank, world_size)
+        try:
+            reference, precision = _control(pristine, batches, groups, rank, world_size)
+        except _Rejected as exc:
+            batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
+            reference, precision = _control(pristine, batches, groups, rank, world_size)
+    except Exception as exc:  # noqa: BLE001 - the checker compares it with the plan's own step
+        # The control runs nothing of fully_shard: its failure is the
+        # model's or the plan's at the plan's precision. The plan's eager
+        # step still runs, so the checker can tell the user's mistake (the
+        # step fails the same way) from torch's (it fails otherwise).
+        return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress)
     mine = batches[rank]
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
@@ -244,8 +250,29 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
               "upstream": upstream, "noise": noise}
+    result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES))
+    return result
+
+
+def _control_failed(case, pristine, error: str, inputs, world_size: int, backend, weight: float, progress) -> dict:
+    """This rank's record where the unsharded control failed with ``error``
+    (``control_error``): the plan's eager step on the case's own inputs
+    beside it, the one the checker compares the failure with (the
+    compiled step would show nothing more about whose failure it is)."""
+    result = {"control_error": error, "world_size": world_size, "case": getattr(case, "name", "?"),
+              "weight": weight, "backend": backend}
+    result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",)))
+    return result
+
+
+def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes) -> dict:
+    """Per mode in ``modes``, the plan's step on a copy of ``pristine``
+    with this rank's batch ``mine``: its gradients, or its error."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    result = {}
     mesh = init_device_mesh("cpu", (world_size,))
-    for mode in MODES:
+    for mode in modes:
         progress(mode)
         record: dict = {"error": None}
         try:

@@ -153,3 +153,24 @@ def container_group():
         fully_shard(model, mesh=mesh)
 
     return _plan_case("container_group", plan)
+
+
+def _frozen_ignored_bf16_plan(model, mesh):
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    frozen = model.layers[1].mlp[0]
+    frozen.requires_grad_(False)
+    ignored = set(frozen.parameters())
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=bf16, ignored_params=ignored)
+    fully_shard(model, mesh=mesh, mp_policy=bf16, ignored_params=ignored)
+
+
+def frozen_ignored_bf16():
+    """A frozen linear put in ``ignored_params`` under a bf16 policy (issue
+    38 item 6): it keeps its fp32 parameters while the activations reaching
+    it are bf16, so real ``fully_shard``'s step raises, and so does the
+    unsharded model at the plan's precision. A call torch takes: only the
+    step shows the mistake (FS2-9), which is the case's, not torch's FAIL."""
+    return _plan_case("frozen_ignored_bf16", _frozen_ignored_bf16_plan)

@@ -347,3 +347,25 @@ class RootStatesLeavePoolThread:
             return original(module)
 
         _runtime_utils._get_fsdp_root_states = leaving
+
+
+class ForwardRaisesMixedDtype:
+    """FS2-9 killer of the user's mistake (a plan whose step fails the same
+    way in the unsharded control at its precision is a case error):
+    ``fully_shard``'s pre-forward raises the very error a plan mixing bf16
+    and fp32 gets (``mat1 and mat2 must have the same dtype``), on a sound
+    bf16 plan. The unsharded control at the plan's precision runs fine, so
+    the failure is torch's FS2-9 FAIL, never the case's one line."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed.fsdp._fully_shard import _fsdp_state
+
+        def raising(self, module, args, kwargs):
+            raise RuntimeError("mat1 and mat2 must have the same dtype, but got BFloat16 and Float")
+
+        _fsdp_state.FSDPState._pre_forward = raising
+        cls.planted = True
