@@ -218,13 +218,20 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     state = get_session(config)
     if state is not None and not hasattr(config, "workerinput"):
-        from .report import terminal_summary
+        from .report import EXIT_ENVIRONMENT, EXIT_MEANING, terminal_summary
 
         # pytest prints the summary inside sessionfinish and exits with the
         # session's status as it stands after it
-        if (not terminal_summary(terminalreporter, state, verdicts.findings(state), verdicts.exposures(state))
-                and state.pytest_session):
-            state.pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        written = terminal_summary(terminalreporter, state, verdicts.findings(state), verdicts.exposures(state))
+        pytest_session = state.pytest_session
+        if pytest_session is None:
+            return
+        if not written:  # the report asked for could not be written (a full disk): the machine's
+            pytest_session.exitstatus = verdicts.worse_status(pytest_session.exitstatus, EXIT_ENVIRONMENT)
+        meaning = EXIT_MEANING.get(pytest_session.exitstatus)
+        if meaning is not None:
+            terminalreporter.write_line(f"fsdpcheck: exit status {int(pytest_session.exitstatus)}: {meaning}",
+                                        red=True)
 
 
 def pytest_unconfigure(config):

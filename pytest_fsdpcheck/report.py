@@ -53,6 +53,38 @@ SYMBOL = {
 }
 
 
+#: The run's exit statuses, each saying whose fault (README, "Exit statuses"):
+#: pytest's own 0-6 (2 interrupted, 3 internal error, 4 usage error, 5 no
+#: tests collected, 6 too many warnings) are left as pytest sets them; a run
+#: that ran its tests exits with the first of these that applies, in this
+#: order (a conformance FAIL outranks the rest: retrying the machine cannot
+#: fix it, nor the case; a case error outranks an ERROR for the same reason).
+EXIT_FAIL = 1  # pytest's TESTS_FAILED: a conformance FAIL, or any other test that failed
+EXIT_CASE_ERROR = 11  # a user's model or plan the suite cannot check (--fsdpcheck-model)
+EXIT_ENVIRONMENT = 10  # ERROR: the machine (a world's self-test, joining, a time-out; a missing device; a report not written)
+EXIT_STRICT = 12  # --fsdpcheck-strict's findings: stale or unexpectedly passing declarations, n/p where provided
+EXIT_PRECEDENCE = (EXIT_FAIL, EXIT_CASE_ERROR, EXIT_ENVIRONMENT, EXIT_STRICT, 0)
+EXIT_MEANING = {
+    EXIT_FAIL: "conformance FAIL (the implementation's code: page its owner)",
+    EXIT_CASE_ERROR: "case error (your model or plan cannot be checked: fix it)",
+    EXIT_ENVIRONMENT: "environment ERROR (the machine could not judge: retry it, or another)",
+    EXIT_STRICT: "strict findings (your declarations are stale or expected what did not happen: update them)",
+}
+#: whose fault a failed test report is: the user's case (a model or plan
+#: that cannot be checked), the environment (a world that could not judge:
+#: the self-test, joining, a time-out), or a conformance failure (anything
+#: else that failed, a test outside the suite included)
+FAILURE_KINDS = ("fail", "case error", "environment")
+
+
+def failure_kind(props: dict) -> str:
+    if props.get(PROP_CASE_ERROR) is not None:
+        return "case error"
+    if props.get(PROP_ENVIRONMENT):
+        return "environment"
+    return "fail"
+
+
 def model_id(spec: str) -> str:
     """A user's model ``pkg.models:make`` as its test ids name it."""
     # "pkg.models.make" reads better in a test id without the colon
@@ -83,6 +115,9 @@ class Matrix:
         self.case_errors: dict[str, str] = {}
         #: (invariant, impl) -> {"not provided" or "skipped": the reasons its tests gave}
         self.reasons: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        #: whose fault each failed test report of the run was (FAILURE_KINDS), counted: the exit
+        #: status is drawn from it (verdicts.exit_status), on the xdist controller from every worker's
+        self.failures: dict[str, int] = defaultdict(int)
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -90,6 +125,8 @@ class Matrix:
 
     def record(self, report) -> None:
         props = _props(report)
+        if report.failed and not hasattr(report, "wasxfail"):
+            self.failures[failure_kind(props)] += 1
         case_error = props.get(PROP_CASE_ERROR)
         if case_error is not None:
             if report.failed:

@@ -52,6 +52,8 @@ class Session:
     #: node ids of the suite tests a time budget left out (skipped)
     budget_skipped: list = field(default_factory=list)
     pytest_session: object = None  # pytest's Session, whose exit status the summary may still set
+    #: the exit status pytest drew before the suite's (verdicts.finish draws whose fault from it)
+    pytest_status: int | None = None
     #: users' model factories (--fsdpcheck-model, entry points), each checked loadable at start
     models: tuple = ()
     #: the xdist controller's session: implementations, devices and torch's
@@ -307,7 +309,12 @@ def _devices(choice: str, world_size: int | None = None, deferred: bool = False)
 
     has_cuda = torch.cuda.is_available()
     if choice == "cuda" and not has_cuda:
-        raise pytest.UsageError("fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device")
+        from .report import EXIT_ENVIRONMENT
+
+        # the machine's, not the command line's: a GPU runner whose device is
+        # gone (or a driver torch cannot use) is retried, not fixed in the job
+        pytest.exit("fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device (environment ERROR: "
+                    "this machine, not the implementation)", returncode=EXIT_ENVIRONMENT)
     if choice == "cuda" and world_size is not None:
         stop = _spawned_ranks_share_a_gpu(world_size, torch.cuda.device_count())
         if stop:

@@ -16,6 +16,11 @@ from typing import NamedTuple
 
 from .catalog import AREAS, area_of
 from .report import (
+    EXIT_CASE_ERROR,
+    EXIT_ENVIRONMENT,
+    EXIT_FAIL,
+    EXIT_PRECEDENCE,
+    EXIT_STRICT,
     PROP_CALLS,
     PROP_DIGEST,
     PROP_EXAMPLES,
@@ -437,20 +442,58 @@ def _models_judged(session) -> set[str]:
     return {spec for nodeid in session.matrix.per_test for suffix, spec in suffixes.items() if nodeid.endswith(suffix)}
 
 
+#: the statuses of a run that ran its tests; others are pytest's, kept
+_RAN = (0, 1)
+
+
+def worse_status(current: int, new: int) -> int:
+    """The status to exit with where ``current`` stands and ``new`` also
+    applies: pytest's own statuses other than 0 and 1 stand; otherwise the
+    first of the two in :data:`EXIT_PRECEDENCE`."""
+    if current not in EXIT_PRECEDENCE:
+        return current
+    return min(current, new, key=EXIT_PRECEDENCE.index)
+
+
+def exit_status(session, pytest_status: int, failed_reports: int) -> int:
+    """The run's exit status from its merged results (on the xdist
+    controller, every worker's reports): ``pytest_status`` as pytest drew
+    it, ``failed_reports`` the failures pytest counted (collection errors
+    included, which the matrix never sees)."""
+    if pytest_status not in _RAN:
+        return pytest_status
+    kinds = session.matrix.failures
+    status = 0
+    # a failure the matrix did not classify (a collection error) is a FAIL
+    if kinds.get("fail") or failed_reports > sum(kinds.values()):
+        status = EXIT_FAIL
+    if not any(session.matrix.cells) and session.pytest_session is not None \
+            and session.pytest_session.testscollected and not _areas_provided(session):
+        status = EXIT_FAIL  # an implementation that provides no area at all
+    if kinds.get("case error"):
+        status = worse_status(status, EXIT_CASE_ERROR)
+    if kinds.get("environment"):
+        status = worse_status(status, EXIT_ENVIRONMENT)
+    if session.strict and any(findings(session)):
+        status = worse_status(status, EXIT_STRICT)
+    return status
+
+
 def finish(session, pytest_session, exitstatus):
-    """The run's exit status, given the declarations' verdicts."""
+    """The run's exit status, given the declarations' verdicts and whose
+    fault each failure was (:func:`exit_status`). Drawn from pytest's own
+    status, kept from the first call (pytest-html's hook asks first)."""
     import pytest
 
+    if session.pytest_status is None:
+        session.pytest_status = int(exitstatus)
     # Interrupted, stopped early (-x), or nothing ran: no entry can be judged stale or fixed.
     session.incomplete = (
-        exitstatus == pytest.ExitCode.INTERRUPTED
+        session.pytest_status == pytest.ExitCode.INTERRUPTED
         or bool(pytest_session.shouldstop or pytest_session.shouldfail)
         or not any(session.matrix.cells)
     )
-    if session.strict and any(findings(session)) and pytest_session.exitstatus == 0:
-        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if not any(session.matrix.cells) and pytest_session.testscollected and not _areas_provided(session):
-        pytest_session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    pytest_session.exitstatus = exit_status(session, session.pytest_status, pytest_session.testsfailed)
 
 
 def _areas_provided(session) -> bool:

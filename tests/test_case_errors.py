@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
+from pytest_fsdpcheck.report import EXIT_CASE_ERROR  # noqa: E402
 from tests.planted import mistakes, plans  # noqa: E402
 
 REF = "tests.planted.mistakes"
@@ -120,6 +121,7 @@ def test_a_run_reports_each_mistake_once_and_fails_no_cell(run_suite):
     errors = [t for t in report["tests"].values() if t["outcome"] == "error"]
     assert len(errors) == len(models) and all("case_error" in t for t in errors)
     assert "case error (yours, no implementation judged on it): model tests.planted.mistakes:plan_raises" in text
+    assert result.ret == EXIT_CASE_ERROR, "the case errors' own exit status, not a FAIL's"
     assert "known-bug exposure of tests.planted.mistakes" not in text
 
 
@@ -179,3 +181,4 @@ def test_a_plan_whose_step_fails_in_the_control_too_is_one_case_error_line(run_s
     assert text.count(f"case error (yours, no implementation judged on it): model {spec}: FS2-9: ") == 1
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes
+    assert result.ret == EXIT_CASE_ERROR, "\n".join(result.outlines[-20:])

@@ -19,6 +19,7 @@ from pytest_fsdpcheck.checks.distributed import (
     describe_world,
     fsdp2_environment,
 )
+from pytest_fsdpcheck.report import EXIT_ENVIRONMENT
 from pytest_fsdpcheck.runs.world import Choice, Place, choose_device, exchange_places, shared_gpus
 from tests.demands import demand_failures
 from tests.helpers import failure_sections
@@ -285,7 +286,7 @@ def test_a_backend_that_cannot_start_is_an_environment_error_in_every_column(run
     assert "EnvironmentFault: environment (gloo on cpu, world size 2, torch " in out, out[-3000:]
     assert "failed while joining the process group" in out
     assert "SPL-16: rank" not in out  # no conformance failure was charged to anyone
-    assert result.ret == 1
+    assert result.ret == EXIT_ENVIRONMENT  # the environment's own exit status, not a FAIL's 1
 
 
 def _planted_world(monkeypatch, *faults):
@@ -405,3 +406,4 @@ def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, mo
         assert "failed while the world's self-test, before any implementation ran" in test["environment"], test
         assert "WorldSelfTestFailed: rank " in test["environment"] and reason in test["environment"], test
     assert "SPL-16: rank" not in result.stdout.str() and "FS2-9: rank" not in result.stdout.str()
+    assert result.ret == EXIT_ENVIRONMENT, "\n".join(result.outlines[-20:])

@@ -109,7 +109,8 @@ USAGE_CASES = [
     ("ini-impl-unknown", [], {}, "fsdpcheck_impl = no-such-impl", "unknown implementation 'no-such-impl'"),
     ("profile-bogus", ["--fsdpcheck-profile=bogus"], {}, None, "invalid choice: 'bogus'"),
     ("device-tpu", ["--fsdpcheck-device=tpu"], {}, None, "invalid choice: 'tpu'"),
-    ("device-cuda-without-gpu", ["--fsdpcheck-device=cuda"], {}, None, "torch sees no CUDA device"),
+    # --fsdpcheck-device=cuda without a GPU is the machine's, exit 10 (an environment ERROR):
+    # tests/test_plugin.py::test_cuda_without_cuda_is_an_environment_error
     ("ini-profile-bogus", [], {}, "fsdpcheck_profile = bogus", "unknown profile 'bogus'"),
     ("ini-device-tpu", [], {}, "fsdpcheck_device = tpu", "unknown device 'tpu'"),
     ("timeout-negative", ["--fsdpcheck-timeout=-1"], {}, None, "--fsdpcheck-timeout must be a number of seconds"),

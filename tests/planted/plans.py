@@ -542,3 +542,23 @@ def fp32_router_doubled_plan(model, mesh):  # wrong: the router's gradients summ
 def fp32_router_doubled():
     torch.manual_seed(0)
     return ModelCase("fp32_router_doubled", RoutedLM(), _inputs(), plan=fp32_router_doubled_plan)
+
+
+# --- a world too slow to judge (exit status: environment ERROR) ------------------------
+
+class SlowInRanks(TinyLM):
+    """An instant in the parent; in the ranks of a process group its
+    forward waits a minute, so FS2-9's ranks are killed at their limit in
+    the unsharded control: a world too slow to judge, never a verdict."""
+
+    def forward(self, tokens):
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            import time
+
+            time.sleep(60)
+        return super().forward(tokens)
+
+
+def slow_in_ranks():
+    torch.manual_seed(0)
+    return ModelCase("slow_in_ranks", SlowInRanks(), _inputs(), plan=good_plan)
