@@ -10,7 +10,11 @@ arguments. The checks then use these ranks instead of spawning their own,
 and every rank receives every rank's results, so all ranks reach the same
 verdict. Rank 0 reports; the other ranks' standard output is discarded
 (their standard error is kept for crashes). The exit status of every rank
-is the worst of all ranks, so torchrun fails when any rank failed.
+is the worst of all ranks (:func:`worst_status`: by the plugin's precedence,
+a FAIL before a case error before an environment ERROR before strict
+findings, pytest's own statuses above all), so torchrun fails when any rank
+failed, with the status that says whose fault. A rendezvous or process
+group that cannot start is the environment's status.
 """
 
 from __future__ import annotations
@@ -55,6 +59,19 @@ def _without(argv: list[str], options) -> list[str]:
     return out
 
 
+def worst_status(codes) -> int:
+    """The status the ranks' ``codes`` exit with: pytest's own statuses
+    other than 0 and 1 (interrupted, internal, usage error...) the highest
+    first, then the plugin's precedence (``report.EXIT_PRECEDENCE``)."""
+    from .report import EXIT_PRECEDENCE
+
+    def severity(code: int) -> int:
+        ours = EXIT_PRECEDENCE[::-1]  # 0 least, a FAIL most
+        return ours.index(code) if code in ours else len(ours) + code
+
+    return max(codes, key=severity)
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0].strip() if lines else ''}"
@@ -73,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from .collection import conformance_dir
+    from .report import EXIT_ENVIRONMENT
     from .runs.ddp_run import TORCHRUN_ENV
     from .runs.world import (
         choose_device,
@@ -100,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pytest_fsdpcheck.distributed: environment (rank {rank} of {world_size}, "
               f"MASTER_ADDR {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}): the rendezvous failed: "
               f"{_first_line(exc)}", file=sys.stderr)
-        return 1
+        return EXIT_ENVIRONMENT
     if choice.stop:
         print(f"pytest_fsdpcheck.distributed: {choice.stop}", file=sys.stderr)
         return 4
@@ -117,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"pytest_fsdpcheck.distributed: environment ({describe_world([{'world': world_record(choice.backend, device, world_size)}])}): "
               f"rank {rank} could not join the process group: {_first_line(exc)}", file=sys.stderr)
-        return 1
+        return EXIT_ENVIRONMENT
     os.environ[TORCHRUN_ENV] = "1"
     args = [
         "--fsdpcheck", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
@@ -133,10 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = int(pytest.main(args))
     finally:
-        worst = torch.tensor([code], device=torch.device("cuda", local_rank) if device == "cuda" else "cpu")
+        mine = torch.tensor([code], device=torch.device("cuda", local_rank) if device == "cuda" else "cpu")
+        every = [torch.zeros_like(mine) for _ in range(world_size)]
         try:
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-            code = int(worst.item())
+            dist.all_gather(every, mine)
+            code = worst_status(int(c.item()) for c in every)
         finally:
             dist.destroy_process_group()
     return code

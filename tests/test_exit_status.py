@@ -112,3 +112,13 @@ def test_a_world_too_slow_exits_with_the_environments_status_and_a_fail_beside_i
     assert report["matrix"][planted]["TRV-7"]["outcome"] == "fail", "\n".join(result.outlines[-30:])
     assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "error"
     assert result.ret == EXIT_FAIL, "\n".join(result.outlines[-30:])
+
+
+def test_the_ranks_under_torchrun_exit_with_the_worst_status_by_precedence():
+    from pytest_fsdpcheck.distributed import worst_status
+
+    assert worst_status([0, 0]) == 0
+    assert worst_status([EXIT_STRICT, EXIT_ENVIRONMENT]) == EXIT_ENVIRONMENT
+    assert worst_status([EXIT_ENVIRONMENT, EXIT_CASE_ERROR, 0]) == EXIT_CASE_ERROR
+    assert worst_status([EXIT_ENVIRONMENT, EXIT_FAIL, EXIT_STRICT]) == EXIT_FAIL  # the max of the numbers is 12
+    assert worst_status([EXIT_FAIL, 4]) == 4 and worst_status([EXIT_FAIL, 3, 2]) == 3
