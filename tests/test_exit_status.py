@@ -99,10 +99,11 @@ def test_an_xfailed_failure_counts_for_nothing():
 def test_a_world_too_slow_exits_with_the_environments_status_and_a_fail_beside_it_with_1(run_suite):
     """A rank time-out (FS2-9's ranks killed at --fsdpcheck-timeout's
     limit in the unsharded control: the planted model waits a minute in a
-    process group only) is the environment's status, 10; with a planted
-    TRV-7 FAIL in the same run, the FAIL's 1."""
+    process group only) is the environment's status, 10, under xdist too;
+    with a planted TRV-7 FAIL in the same run, the FAIL's 1."""
     model = ("--fsdpcheck-model", "tests.planted.plans:slow_in_ranks", "--fsdpcheck-timeout", "2")
-    result, report = run_suite("torch", k="test_model_plan_end_to_end", extra=model)
+    # under xdist: the controller, which runs no test, draws it from its workers' reports
+    result, report = run_suite("torch", k="test_model_plan_end_to_end", extra=(*model, "-n", "2"))
     assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "error", "\n".join(result.outlines[-30:])
     assert result.ret == EXIT_ENVIRONMENT, "\n".join(result.outlines[-30:])
     assert f"fsdpcheck: exit status {EXIT_ENVIRONMENT}: environment ERROR" in result.stdout.str()
@@ -122,3 +123,17 @@ def test_the_ranks_under_torchrun_exit_with_the_worst_status_by_precedence():
     assert worst_status([EXIT_ENVIRONMENT, EXIT_CASE_ERROR, 0]) == EXIT_CASE_ERROR
     assert worst_status([EXIT_ENVIRONMENT, EXIT_FAIL, EXIT_STRICT]) == EXIT_FAIL  # the max of the numbers is 12
     assert worst_status([EXIT_FAIL, 4]) == 4 and worst_status([EXIT_FAIL, 3, 2]) == 3
+
+
+def test_every_status_is_documented_for_ci():
+    """README's exit table and docs/ci.md's name every status the plugin
+    exits with, each with its number."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8").split("### Exit statuses", 1)[1].split("\n## ", 1)[0]
+    ci = (root / "docs" / "ci.md").read_text(encoding="utf-8").split("## Exit statuses", 1)[1].split("\n## ", 1)[0]
+    for text in (readme, ci):
+        rows = {int(n) for n in re.findall(r"^\| (\d+)[ ,|]", text, re.M)}
+        assert set(EXIT_MEANING) <= rows, (sorted(EXIT_MEANING), sorted(rows))

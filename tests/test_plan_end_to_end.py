@@ -80,6 +80,22 @@ def test_checker_judges_records():
     assert died == [Violation("FS2-9", "rank 1 failed: died without a result")]
 
 
+def test_what_the_ranks_report_alike_is_one_line():
+    """Issue 38 item 6/11: a plan's step failing, or a gradient wrong the same
+    way, on every rank is one line naming the ranks, not one per rank; what
+    differs between ranks stays per rank."""
+    one = torch.ones(2, 2)
+    both = [{**_grad_records(2 * one, one)[0], "rank": r} for r in (0, 1)]
+    wrong = check_plan_end_to_end(both)
+    assert [v.message.split(":")[0] for v in wrong] == ["ranks 0, 1, eager", "ranks 0, 1, compiled"], wrong
+    failed = [{**_grad_records(one, one, error="RuntimeError: boom\nTraceback ...")[0], "rank": r} for r in (0, 1)]
+    assert [v.message for v in check_plan_end_to_end(failed)] == [
+        "ranks 0, 1, compiled: the plan's step failed: RuntimeError: boom"]
+    apart = [{**_grad_records(k * one, one)[0], "rank": r} for r, k in ((0, 2), (1, 3))]
+    assert [v.message.split(":")[0] for v in check_plan_end_to_end(apart)] == [
+        "rank 0, eager", "rank 0, compiled", "rank 1, eager", "rank 1, compiled"]
+
+
 def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
     """FSDP2 steps on CPU ranks only from 2.7 (2.3-2.6 need CUDA streams):
     n/p from the release, decided before any rank starts."""
