@@ -236,7 +236,7 @@ def _build(config, settings: Settings) -> Session:
         started=time.time(),
         started_cpu=time.process_time(),
         deferred=deferred,
-        run=RunState(known_bugs=settings.known_bugs),
+        run=RunState(known_bugs=settings.known_bugs, profile=settings.profile),
     )
 
 
@@ -246,8 +246,10 @@ def leave_run(config) -> None:
     from . import run_state
 
     session = get_session(config)
-    if session is not None:
+    if session is not None and not session.under_hypofuzz:
         run_state.leave(session.run)
+    # HypoFuzz collects through a pytest session and runs the collected
+    # tests after it ended, in the same process: its state stays current
 
 
 def _load(spec: str, timeout_s: float):
