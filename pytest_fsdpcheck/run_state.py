@@ -46,6 +46,8 @@ class RunState:
     #: cases.checks: a factory configuration -> the user's mistake in it, probed once a run
     #: (a factory's name may stand for other code in the next session: a fresh import)
     probed_cases: dict = field(default_factory=dict)
+    #: conformance/test_distributed.py: (world size, device, implementations, task) -> the ranks' run
+    rank_runs: dict = field(default_factory=dict)
 
 
 #: What runs outside any fsdpcheck session (direct calls, reproducer scripts).
