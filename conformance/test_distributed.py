@@ -38,7 +38,6 @@ from pytest_fsdpcheck.session import get_session, world_size_for
 from pytest_fsdpcheck.torch_support import require_compile
 
 RANK_TIMEOUT_S = 180.0
-_runs: dict = {}
 
 
 def _spec_of(config, impl) -> str:
@@ -57,9 +56,11 @@ def _results(config, world_size: int, device: str, task: str) -> list[dict]:
 
     specs = tuple(get_session(config).impls)
     key = (world_size, device, specs, task)
-    if key not in _runs:
-        _runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task, seed=_seed(config))
-    return _runs[key]
+    # the session's: another session's ranks ran other code (its seed, its faults)
+    runs = get_session(config).run.rank_runs
+    if key not in runs:
+        runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task, seed=_seed(config))
+    return runs[key]
 
 
 def _world_size(config, device: str, scale: str) -> int:

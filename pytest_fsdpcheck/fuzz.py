@@ -333,8 +333,8 @@ class Slicer:
 #: end first (a minute of properties, or the shrinking of a failure of its
 #: own), so the run would end, and print the failure, long after a serial
 #: run. A worker stops after its current test once the file exists, and
-#: a property stops at its next example (:func:`instrument`).
-stop_path: str | None = None
+#: a property stops at its next example (:func:`instrument`). The file is the
+#: running session's (``run_state.RunState.stop_path``, set by the plugin).
 
 STOP_REASON = "fsdpcheck: not run to the end: a failure on another worker stopped the run (-x/--maxfail)"
 
@@ -345,6 +345,9 @@ def request_stop(path: str) -> None:
 
 
 def stop_requested() -> bool:
+    from .run_state import current
+
+    stop_path = current().stop_path
     return stop_path is not None and os.path.exists(stop_path)
 
 
@@ -368,7 +371,9 @@ def stop_watch():
     import signal
     import threading
 
-    usable = (stop_path is not None and hasattr(signal, "SIGUSR1")
+    from .run_state import current
+
+    usable = (current().stop_path is not None and hasattr(signal, "SIGUSR1")
               and threading.current_thread() is threading.main_thread())
     if not usable:
         yield
@@ -412,15 +417,19 @@ def stop_watch():
 
 # --- running a property -------------------------------------------------------------
 
-_tally = None  # the running test's features.Tally
-
-
 def start_tally():
+    """A fresh feature tally for the running test (the session's ``RunState.tally``)."""
     from .features import Tally
+    from .run_state import current
 
-    global _tally
-    _tally = Tally()
-    return _tally
+    tally = current().tally = Tally()
+    return tally
+
+
+def _tally():
+    from .run_state import current
+
+    return current().tally
 
 
 def instrument(test) -> None:
@@ -451,8 +460,9 @@ def instrument(test) -> None:
         try:
             result = inner(*args, **kwargs)
         except UnsatisfiedAssumption:
-            if _tally is not None:
-                _tally.reject()
+            tally = _tally()
+            if tally is not None:
+                tally.reject()
             raise
         except BaseException:
             _count(kinds, present)
@@ -463,8 +473,9 @@ def instrument(test) -> None:
     def _count(kinds, present):
         from hypothesis import event
 
-        if _tally is not None:
-            _tally.add(kinds, present)
+        tally = _tally()
+        if tally is not None:
+            tally.add(kinds, present)
         for name in present:
             event(f"fsdpcheck feature: {name}")
 
@@ -559,7 +570,8 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
             if rounds == 1 and slicer is not None:
                 slicer.first_round_done(now - started)
             # the tally counts only examples that went through the checks
-            reached = _tally.features if _tally is not None else {}
+            tally = _tally()
+            reached = tally.features if tally is not None else {}
             missing = any(not reached.get(name) for name in floor)
             if not another_round(now, (now - started) / rounds, deadline, plan.deadline, rounds, missing):
                 break

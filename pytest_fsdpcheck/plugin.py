@@ -18,7 +18,7 @@ import time
 import pytest
 
 from . import collection, options, verdicts
-from .session import get_session
+from .session import get_session, leave_run
 
 
 def pytest_addoption(parser):
@@ -44,9 +44,7 @@ def pytest_configure(config):
         return
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "fsdpcheck-xdist")
-        from . import fuzz
-
-        fuzz.stop_path = getattr(config, "workerinput", {}).get("fsdpcheck_stop")
+        get_session(config).run.stop_path = getattr(config, "workerinput", {}).get("fsdpcheck_stop")
     if config.pluginmanager.hasplugin("html"):
         config.pluginmanager.register(HtmlHooks(), "fsdpcheck-html")
 
@@ -158,12 +156,13 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True, specname="pytest_runtest_setup")
 def pytest_runtest_setup_watched(item):
     # a corpus model is built in its test's setup: seconds the stop need not wait for
-    if get_session(item.config) is None or not collection.is_suite_item(item):
+    state = get_session(item.config)
+    if state is None or not collection.is_suite_item(item):
         return (yield)
     from . import fuzz
 
     with fuzz.stop_watch():
-        if fuzz.stop_path is not None:
+        if state.run.stop_path is not None:
             # what a worker's first call imports before the test's body
             # (Dynamo: 2 s on the shared 2-core box), imported where the stop can end it
             verdicts.warm_up()
@@ -178,6 +177,18 @@ def pytest_runtest_call(item):
     from .fuzz import stop_watch
 
     with verdicts.observed_call(item, state), stop_watch():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_runtest_call")
+def pytest_runtest_call_settings(item):
+    # the session's own Hypothesis settings on the property, for its call;
+    # tryfirst: outside Hypothesis' wrapper, which adds to them in place
+    if get_session(item.config) is None or not collection.is_suite_item(item):
+        return (yield)
+    from .profiles import session_settings
+
+    with session_settings(item.obj):
         return (yield)
 
 
@@ -235,6 +246,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_unconfigure(config):
+    leave_run(config)  # the state of a session that started this one is current again
     state = get_session(config)
     clock = state.plan.clock_path if state is not None and state.plan is not None else None
     if clock is not None and not hasattr(config, "workerinput"):
@@ -284,7 +296,7 @@ class XdistHooks:
     def __init__(self, config):
         self.config = config
         self.maxfail = config.getoption("maxfail", 0) or 0
-        self.stop_path = None  # the controller's -x/--maxfail stop file (fuzz.stop_path on workers)
+        self.stop_path = None  # the controller's -x/--maxfail stop file (RunState.stop_path on workers)
         self.failures = 0
 
     @pytest.hookimpl(optionalhook=True)

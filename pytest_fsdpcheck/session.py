@@ -12,6 +12,7 @@ import pytest
 
 from .options import Settings
 from .report import Matrix
+from .run_state import RunState
 
 
 @dataclass
@@ -64,6 +65,9 @@ class Session:
     #: the modules this process imported so far (isolation.ImportHistory, made
     #: by the first suite test): a module met again is no first import
     import_history: object = None
+    #: what the judge, the profiles, the tallies and the stop file keep while
+    #: the run goes on: current (run_state.current) from configure to unconfigure
+    run: RunState = field(default_factory=RunState)
 
     def loaded(self) -> dict:
         """What a worker loaded, for its controller (plain data: execnet)."""
@@ -165,8 +169,11 @@ def get_session(config) -> Session | None:
 
 def start(config, settings: Settings) -> Session:
     """Build the session and select the suite's Hypothesis settings."""
+    from . import run_state
+
     session = _build(config, settings)
     config.stash[SESSION_KEY] = session
+    run_state.enter(session.run)  # left in the plugin's pytest_unconfigure (leave_run)
     if session.deferred and session.plan is None and settings.database is None:
         # the controller of a ci run: no property runs here and no database
         # is opened, so Hypothesis (0.75 s to import) stays out of its start
@@ -201,8 +208,6 @@ def _build(config, settings: Settings) -> Session:
         worker_seed = getattr(config, "workerinput", {}).get("fsdpcheck_seed")
         seed = next(s for s in (worker_seed, settings.seed, random.randrange(2**32)) if s is not None)
 
-    from .known import judge
-
     torch_version = _installed_torch_version() if deferred else _imported_torch_version()
     entries, files = [], []
     if settings.divergences:
@@ -211,7 +216,6 @@ def _build(config, settings: Settings) -> Session:
         except div.DivergenceFileError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
         files.append(settings.divergences)
-    judge.configure(enabled=settings.known_bugs)
     models = _model_specs(settings.model_specs) if deferred else _models(settings.model_specs)
     return Session(
         models=models,
@@ -234,7 +238,20 @@ def _build(config, settings: Settings) -> Session:
         started=time.time(),
         started_cpu=time.process_time(),
         deferred=deferred,
+        run=RunState(known_bugs=settings.known_bugs, profile=settings.profile),
     )
+
+
+def leave_run(config) -> None:
+    """The session's state stops being the current one (pytest_unconfigure):
+    the session that started this one, if any, has its own back."""
+    from . import run_state
+
+    session = get_session(config)
+    if session is not None and not session.under_hypofuzz:
+        run_state.leave(session.run)
+    # HypoFuzz collects through a pytest session and runs the collected
+    # tests after it ended, in the same process: its state stays current
 
 
 def _load(spec: str, timeout_s: float):

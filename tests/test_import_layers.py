@@ -16,8 +16,9 @@ CONFORMANCE = PACKAGE.parent / "conformance"
 # layer's; the longest prefix that matches a module's dotted name decides its layer.
 LAYERS = [
     # what every part shares: IDs, the implementation contract, the known-bug type
+    # (run_state: the running session's state, found by code that holds no pytest config)
     ("shared", ["catalog", "contract", "profiles", "features", "known", "known.bugs", "provided",
-                "torch_support"]),
+                "torch_support", "run_state"]),
     ("specification and generators", ["reference", "generators"]),
     ("checkers", ["checks"]),
     # the torch adapter declares torch's known bugs (data over the shared type)

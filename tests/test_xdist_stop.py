@@ -12,6 +12,7 @@ import pytest
 
 from pytest_fsdpcheck import fuzz
 from pytest_fsdpcheck.plugin import XdistHooks
+from pytest_fsdpcheck.run_state import current
 
 
 def _node(config):
@@ -30,7 +31,7 @@ def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxf
         hooks.pytest_configure_node(node)
     path = nodes[0].workerinput["fsdpcheck_stop"]
     assert {n.workerinput["fsdpcheck_stop"] for n in nodes} == {path}
-    monkeypatch.setattr(fuzz, "stop_path", path)
+    monkeypatch.setattr(current(), "stop_path", path)
     hooks.pytest_runtest_logreport(_report(failed=False))
     for _ in range(maxfail - 1):
         hooks.pytest_runtest_logreport(_report(failed=True))
@@ -56,7 +57,7 @@ def test_a_property_stops_at_its_next_example(tmp_path, monkeypatch):
     from hypothesis import strategies as st
 
     stop = tmp_path / "stop"
-    monkeypatch.setattr(fuzz, "stop_path", str(stop))
+    monkeypatch.setattr(current(), "stop_path", str(stop))
     seen = []
 
     @settings(max_examples=50, database=None)
@@ -88,7 +89,7 @@ def test_a_running_test_ends_at_the_stop_as_a_skip(tmp_path, monkeypatch):
     20 s late, behind the other worker's FS2-9 ranks)."""
     import time
 
-    monkeypatch.setattr(fuzz, "stop_path", str(tmp_path / "stop"))
+    monkeypatch.setattr(current(), "stop_path", str(tmp_path / "stop"))
     timer = _stop_after(tmp_path / "stop", 0.3)
     started = time.monotonic()
     with pytest.raises(pytest.skip.Exception, match="not run to the end"):
@@ -105,7 +106,7 @@ def test_a_test_that_ended_keeps_its_outcome(tmp_path, monkeypatch, outcome):
     a failure is never turned into a skip, a pass never into anything else."""
     import time
 
-    monkeypatch.setattr(fuzz, "stop_path", str(tmp_path / "stop"))
+    monkeypatch.setattr(current(), "stop_path", str(tmp_path / "stop"))
     with pytest.raises(AssertionError, match="its own failure") if outcome == "failed" else _no_error():
         with fuzz.stop_watch():
             if outcome == "failed":
@@ -118,7 +119,7 @@ def test_no_watch_without_a_stop_file(monkeypatch):
     """Serial runs and workers without -x: nothing is installed."""
     import signal
 
-    monkeypatch.setattr(fuzz, "stop_path", None)
+    monkeypatch.setattr(current(), "stop_path", None)
     before = signal.getsignal(signal.SIGUSR1)
     with fuzz.stop_watch():
         assert signal.getsignal(signal.SIGUSR1) is before
@@ -133,7 +134,7 @@ def _no_error():
 def test_a_test_after_the_stop_does_not_start(tmp_path, monkeypatch):
     """The stop already requested when a test's setup or call begins: it is
     skipped at once (the setup of a corpus test builds its model: seconds)."""
-    monkeypatch.setattr(fuzz, "stop_path", str(tmp_path / "stop"))
+    monkeypatch.setattr(current(), "stop_path", str(tmp_path / "stop"))
     fuzz.request_stop(str(tmp_path / "stop"))
     ran = []
     with pytest.raises(pytest.skip.Exception, match="not run to the end"):

@@ -27,9 +27,6 @@ from .model import (
     unit_names,
 )
 
-_RECORDED: dict = {}
-_PROBED: dict = {}
-
 
 def _skip(reason: str):
     import pytest
@@ -74,10 +71,14 @@ def recorded(case: ModelCase):
     """The case's plan recorded (once per case object)."""
     from .recording import record_plan
 
+    from ..run_state import current
+
+    # the run's: a run's cases (and their models) are let go with it
+    plans = current().recorded_plans
     key = id(case)
-    hit = _RECORDED.get(key)
+    hit = plans.get(key)
     if hit is None or hit[0] is not case:
-        hit = _RECORDED[key] = (case, record_plan(case))
+        hit = plans[key] = (case, record_plan(case))
     return hit[1]
 
 
@@ -89,12 +90,16 @@ def case_problem(case: ModelCase) -> str | None:
     ``fully_shard`` call. Every check needs what these break, so a check on
     such a case would charge the user's mistake to the implementation."""
     # each check builds its own case from the factory: probe a configuration once
+    from ..run_state import current
+
+    # the run's: the same factory name may be other code in another session
+    probed = current().probed_cases
     key = (case.factory_ref, repr(case.factory_kwargs)) if case.factory_ref else id(case)
-    hit = _PROBED.get(key)
+    hit = probed.get(key)
     if hit is None or (not case.factory_ref and hit[0] is not case):
         cause = _meta_problem(case) or _forward_problem(case) or _plan_problem(case)
         # a factory's configurations are many under fuzz: keep their messages, not their models
-        hit = _PROBED[key] = (None if case.factory_ref else case, None if cause is None else f"{case_label(case)}: {cause}")
+        hit = probed[key] = (None if case.factory_ref else case, None if cause is None else f"{case_label(case)}: {cause}")
     return hit[1]
 
 

@@ -14,6 +14,8 @@ from .annotation import MANAGED, ORIG_PARAMS, read_flag
 # --- the oracle -------------------------------------------------------------------
 
 
+#: Not run state: a table derived from one tree alone (kept while the same
+#: tree object is asked about), the same in every session that asks.
 _KIDS: dict = {}
 
 

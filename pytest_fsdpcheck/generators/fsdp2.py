@@ -129,6 +129,8 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
     return BuiltFsdp2(spec, tree, tuple(modules[i] for i in spec.roots), ignored)
 
 
+#: Not run state: one class a process, built on first use (torch is imported
+#: lazily); every session's modules may share it.
 _EQUAL_MODULE: list = []
 
 

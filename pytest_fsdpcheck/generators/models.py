@@ -266,6 +266,8 @@ def _classes():
     return _CLASSES
 
 
+#: Not run state: the classes are built once a process (torch is imported
+#: lazily) and hold nothing of the session that built them.
 _CLASSES = None
 
 

@@ -17,36 +17,32 @@ import re
 
 from ..catalog import area_of
 from ..checks import ConformanceFailure
+from ..run_state import current
 
-#: known-bug id -> (examples explained, invariants of what it explained)
-_explained: dict[str, tuple[int, set]] = {}
-_torch_version: str | None = None
-_enabled = True
+# The switch and the record are the running session's (run_state.RunState:
+# known_bugs, explained), so an inner session in the same process judges alone.
 
 
 def configure(enabled: bool) -> None:
     """``enabled=False`` (``--fsdpcheck-no-known-bugs``): nothing is explained."""
-    global _enabled
-    _enabled = enabled
+    current().known_bugs = enabled
 
 
 def reset() -> None:
-    _explained.clear()
+    current().explained.clear()
 
 
 def explained() -> dict[str, dict]:
     """Per known-bug id, since :func:`reset`: the examples it explained and
     the invariants of the violations it explained there."""
-    return {bug: {"examples": n, "invariants": sorted(hit)} for bug, (n, hit) in _explained.items()}
+    return {bug: {"examples": n, "invariants": sorted(hit)} for bug, (n, hit) in current().explained.items()}
 
 
 def _installed_torch() -> str:
-    global _torch_version
-    if _torch_version is None:
-        import torch
+    # not run state: a process imports one torch, whichever session asks
+    import torch
 
-        _torch_version = torch.__version__
-    return _torch_version
+    return torch.__version__
 
 
 def conform(impl, body, example: str | None = None, form: str | None = None) -> None:
@@ -74,10 +70,11 @@ def conform(impl, body, example: str | None = None, form: str | None = None) -> 
         if hint:
             failure.add_note(hint)
         raise failure
+    record = current().explained
     for bug in bugs:
-        n, hit = _explained.get(bug.id, (0, set()))
+        n, hit = record.get(bug.id, (0, set()))
         hit.update(bug.invariants if isinstance(outcome, Raised) else {v.invariant for v in outcome})
-        _explained[bug.id] = (n + 1, hit)
+        record[bug.id] = (n + 1, hit)
 
 
 def _final_example() -> bool:
@@ -112,7 +109,7 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
     from .bugs import known_bugs_of
     from .torch_bugs import TORCH_BUGS
 
-    if not _enabled or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
+    if not current().known_bugs or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
         return None
     bugs = explain(_DeclaringTorchBugs(impl), outcome, body, form)
     if not bugs:
@@ -161,7 +158,7 @@ def explain(impl, outcome, body, form: str | None = None) -> list | None:
     what was raised), or None."""
     from .bugs import active_bugs
 
-    if not _enabled:
+    if not current().known_bugs:
         return None
     if body is not None and _same(outcome, _replay(impl, body, []), ()):
         # The spec's own implementation does the same (an error of the test's
