@@ -287,10 +287,14 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
     split_gm = split_module(gm, None, lambda node: partition[node])
 
     # Real values give the backend each submodule's example inputs; the
-    # graphs run here mutate only their own intermediates.
+    # graphs run here mutate only their own intermediates. They run in the
+    # caller's grad mode, so each activation requires grad as it will at run
+    # time (SPL-17), and the backend compiles in that mode (SPL-18); a pair
+    # of do-nothing saved-tensors hooks, innermost, keeps any the caller has
+    # active from seeing these runs (SPL-18).
     env: dict = {}
     placeholders = iter(example_inputs)
-    with torch.no_grad():
+    with torch.autograd.graph.saved_tensors_hooks(_keep, _keep):
         for node in split_gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(placeholders)
@@ -311,6 +315,10 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 env[node] = node.target(*args, **kwargs)
     split_gm.recompile()
     return split_gm
+
+
+def _keep(value):
+    return value
 
 
 def _carry_metadata(gm, submod):
