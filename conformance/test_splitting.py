@@ -51,7 +51,7 @@ def split(impl, built, cap, first, backend=None, **options):
 
 
 def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo", before=(), catch=None,
-               lazy=False, after=(), backend="lambda gm, ex: calls.append((gm, ex)) or gm"):
+               lazy=False, after=(), backend="lambda gm, ex: calls.append((gm, ex)) or gm", split_kwargs=""):
     """The script a failure prints: builds the graph, splits it, and asserts
     ``check`` (an expression over the names set here). ``before`` runs
     ahead of the split (what the check compares against), ``after`` after
@@ -64,7 +64,7 @@ def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, for
     ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
     call = [
         f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
-        f"                               backend={backend}"
+        f"                               backend={backend}{split_kwargs}"
         + (", lazy_compile=True)" if lazy else ")"),
     ]
     if catch is not None:
@@ -306,6 +306,63 @@ def test_compile_context_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before, after=["hooks.__exit__(None, None, None)"],
                          backend="lambda gm, ex: states.append(chk.compile_context()) or calls.append((gm, ex)) or gm")
     conform(fsdpcheck_impl, body, example, form=form)
+
+
+class ConfigRecorder(Recorder):
+    """A backend taking keyword arguments, as Dynamo's compiler functions
+    do (``config_patches``), recording each call's (SPL-19)."""
+
+    def __init__(self):
+        super().__init__()
+        self.configs = []
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        self.configs.append(kwargs)
+        return super().__call__(gm, example_inputs)
+
+
+#: SPL-19's configs: an inductor config patch, as Dynamo passes one to compile_fn
+COMPILER_CONFIGS = {"config_patches": {"max_autotune": True}}
+
+
+@pytest.mark.invariant("SPL-19")
+@pytest.mark.parametrize("case", ("one-bucket", "first-cap-below-cap"))
+def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """Asked to compile with compiler configs (torch: ``compile_fn(gm,
+    example_inputs, **compiler_configs)``, as Dynamo calls it with the
+    ``config_patches`` of a per-graph inductor override), the split hands
+    them to every backend call: the one compile of an unsplit graph and
+    each bucket's."""
+    _require_configs(fsdpcheck_impl)
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        backend = ConfigRecorder()
+        split(impl, built, cap, first, backend=backend, compiler_configs=COMPILER_CONFIGS)
+        return chk.check_compiler_configs(COMPILER_CONFIGS, backend.configs)
+
+    check = f"chk.check_compiler_configs({COMPILER_CONFIGS!r}, configs)"
+    example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=["configs = []"],
+                         backend="lambda gm, ex, **kw: configs.append(kw) or calls.append((gm, ex)) or gm",
+                         split_kwargs=f", compiler_configs={COMPILER_CONFIGS!r}")
+    conform(fsdpcheck_impl, body, example, form=form)
+
+
+def _require_configs(impl):
+    """n/p, before anything runs, for an implementation that takes no
+    compiler configs (``splitting.compiler_configs`` false or absent; the
+    torch adapter's is decided by release, ``provided``)."""
+    if getattr(impl.splitting, "compiler_configs", False):
+        return
+    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+
+    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
+    skip_for_release("splitting.compiler_configs",
+                     f"{name} takes no compiler configs (torch's DDPOptimizer.compile_fn hands them to each "
+                     f"bucket's compile in torch {releases('splitting.compiler_configs')}; this is torch "
+                     f"{'.'.join(map(str, installed_torch()))})")
 
 
 #: the log without ``tabulate`` (an optional package torch never installs):

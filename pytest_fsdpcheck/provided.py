@@ -45,6 +45,12 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # with tabulate ("Please `pip install tabulate`" without it), so there
     # its log without tabulate cannot state the count; 2.1.2 on log it
     "splitting.log_bucket_count": (2, 1),
+    # compile_fn's **compiler_configs (what Dynamo passes it, such as the
+    # config_patches of a per-graph inductor override), handed on to the
+    # backend call of an unsplit graph and of every bucket (SubmodCompiler):
+    # read in the source of 2.7.1, 2.9.1, 2.11.0 (compile_fn takes gm and
+    # example_inputs only) and 2.13.0 (it has them)
+    "splitting.compiler_configs": (2, 13),
     # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
     "fsdp2": (2, 3),
     # _get_managed_modules takes a tuple of root modules

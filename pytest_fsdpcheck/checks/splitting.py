@@ -639,6 +639,23 @@ def check_compile_context(caller, during_calls, after, packed) -> list[Violation
     return out
 
 
+def check_compiler_configs(configs: dict, got: list) -> list[Violation]:
+    """SPL-19: the keyword arguments the split was asked to compile with
+    (``configs``) reach every backend call: ``got`` holds each call's
+    keyword arguments, in order."""
+    out = []
+    for i, kwargs in enumerate(got):
+        missing = sorted(k for k in configs if k not in kwargs)
+        changed = sorted(k for k in configs if k in kwargs and not _same(kwargs[k], configs[k]))
+        foreign = sorted(k for k in kwargs if k not in configs)
+        if missing or changed or foreign:
+            what = "; ".join(f"{label} {names}" for label, names in (
+                ("it lacks", missing), ("it gets other values for", changed), ("it gets what was not asked for:", foreign)) if names)
+            out.append(Violation("SPL-19", f"backend call {i} of {len(got)} should get the compiler configs the split was "
+                                           f"asked to compile with ({sorted(configs)}), but {what}"))
+    return out
+
+
 # --------------------------------------------------------------------------- SPL-11, SPL-12
 
 

@@ -230,6 +230,7 @@ class ReferenceSplitting:
     # spec asks of a lazy split only that, after the split module's first
     # call, the backend calls and the results be those of an eager one.
     lazy_compile = True
+    compiler_configs = True  # handed on to every backend call (SPL-19)
 
     def __init__(self, **switches):
         for name, value in switches.items():
@@ -237,7 +238,10 @@ class ReferenceSplitting:
                 raise ValueError(f"unknown splitting switch {name}={value!r}; known: {_SWITCHES}")
         self._switches = switches
 
-    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False):
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False,
+              compiler_configs=None):
+        if compiler_configs:
+            backend = functools.partial(backend, **compiler_configs)
         if first_bucket_cap is None:
             first_bucket_cap = DEFAULT_FIRST_BUCKET_BYTES
         if first_bucket_cap > bucket_bytes_cap:

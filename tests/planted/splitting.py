@@ -667,6 +667,20 @@ SingleOutputs = _impl(_SingleOutputs)
 DoubleWrapsTuples = _impl(_DoubleWrapsTuples)
 DropsGraphMetadata = _impl(_DropsGraphMetadata)
 DropsInputSources = _impl(_DropsInputSources)
+class _ConfigsToOneBucketOnly(PlantedSplitting):  # SPL-19: compiler configs reach an unsplit graph's compile, no bucket's
+    compiler_configs = True
+
+    def split(self, gm, example_inputs, *, compiler_configs=None, **caps):
+        self.configs = compiler_configs or {}
+        return super().split(gm, example_inputs, **caps)
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs), **self.configs)
+        return ref._split_and_compile(gm, buckets, example_inputs, backend)
+
+
+ConfigsToOneBucketOnly = _impl(_ConfigsToOneBucketOnly)
 ContiguousExampleInputs = _impl(_ContiguousExampleInputs)
 GradlessExampleInputs = _impl(_GradlessExampleInputs)
 MetaExampleInputs = _impl(_MetaExampleInputs)
@@ -757,3 +771,6 @@ LAZY_CASE_TARGETS = {"LazyNeverWraps": "SPL-10", "LazyWrapsEveryOutput": "SPL-10
 
 #: planted implementation name -> the invariant test_compile_context_cases fails it on
 CONTEXT_CASE_TARGETS = {"HooksSeeCompile": "SPL-18", "CompilesWithoutGrad": "SPL-18", "CompilesUnderAutocast": "SPL-18"}
+
+#: planted implementation name -> the invariant test_compiler_configs_cases fails it on
+CONFIG_CASE_TARGETS = {"ConfigsToOneBucketOnly": "SPL-19"}
