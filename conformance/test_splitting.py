@@ -280,13 +280,34 @@ CONTEXT_CASES = ("one-bucket", "first-cap-below-cap", "non-contiguous-activation
 @pytest.mark.invariant("SPL-18")
 @pytest.mark.parametrize("case", CONTEXT_CASES)
 def test_compile_context_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """Each backend call runs in the caller's grad mode and autocast state,
+    and the split leaves them as it found them."""
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        backend = ContextRecorder()
+        caller = chk.compile_context()
+        split(impl, built, cap, first, backend=backend)
+        return chk.check_compile_context(caller, backend.states, chk.compile_context(), 0)
+
+    check = "chk.check_compile_context(caller, states, chk.compile_context(), 0)"
+    example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=["caller, states = chk.compile_context(), []"],
+                         backend="lambda gm, ex: states.append(chk.compile_context()) or calls.append((gm, ex)) or gm")
+    conform(fsdpcheck_impl, body, example, form=form)
+
+
+@pytest.mark.invariant("SPL-18")
+@pytest.mark.parametrize("case", CONTEXT_CASES)
+def test_compile_hooks_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     """The split compiles inside the caller's ``saved_tensors_hooks`` (as
     Dynamo compiles at the first call of a compiled model, in whatever
-    context the user made that call): none of the caller's hooks fires, each
-    backend call runs in the caller's grad mode and autocast state, and the
-    split leaves them as it found them."""
+    context the user made that call): none of the caller's hooks fires
+    (nor does anything else of SPL-18 change under them)."""
     import torch
 
+    _require_hooks_deferred(fsdpcheck_impl)
     spec, cap, first = SPLIT_CASES[case]
     form = fsdpcheck_graph_form
 
@@ -348,6 +369,24 @@ def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
                          backend="lambda gm, ex, **kw: configs.append(kw) or calls.append((gm, ex)) or gm",
                          split_kwargs=f", compiler_configs={COMPILER_CONFIGS!r}")
     conform(fsdpcheck_impl, body, example, form=form)
+
+
+def _require_hooks_deferred(impl):
+    """n/p, before anything runs, for an implementation declaring that its
+    compile does not keep the caller's saved-tensors hooks away
+    (``splitting.defers_saved_tensors_hooks`` false; the torch adapter's is
+    decided by release, ``provided``: torch defers them while it traces from
+    2.7 on, and DDPOptimizer's per-bucket pass with them)."""
+    if getattr(impl.splitting, "defers_saved_tensors_hooks", True):
+        return
+    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+
+    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
+    skip_for_release("splitting.saved_tensors_hooks_deferred",
+                     f"{name} does not keep the caller's saved-tensors hooks from its compile (torch defers them while "
+                     f"DDPOptimizer compiles its buckets, _disable_saved_tensors_hooks_during_tracing, in torch "
+                     f"{releases('splitting.saved_tensors_hooks_deferred')}; this is torch "
+                     f"{'.'.join(map(str, installed_torch()))})")
 
 
 def _require_configs(impl):

@@ -9,6 +9,7 @@ from tests.demands import demand_failures
 from tests.planted.splitting import (
     CONFIG_CASE_TARGETS,
     CONTEXT_CASE_TARGETS,
+    HOOK_CASE_TARGETS,
     COUNTLESS_TARGETS,
     FIXED_CASE_TARGETS,
     HOP_CASE_TARGETS,
@@ -29,6 +30,7 @@ COUNTLESS_CONTROL = "tests.planted.splitting:LogsAsTorch20"
 
 #: splitters that compile their buckets in a context the caller can see (SPL-18)
 CONTEXT = {f"tests.planted.splitting:{name}": (inv, "test_compile_context_cases") for name, inv in CONTEXT_CASE_TARGETS.items()}
+CONTEXT.update({f"tests.planted.splitting:{name}": (inv, "test_compile_hooks_cases") for name, inv in HOOK_CASE_TARGETS.items()})
 
 #: splitters that lose the compiler configs on the way to a bucket's compile (SPL-19)
 CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
@@ -80,7 +82,8 @@ def test_compile_context_bugs_fail_the_context_cases(run_suite):
     """A splitter whose per-bucket compile lets the caller's saved-tensors
     hook fire, or runs the backend under no_grad or autocast, FAILs SPL-18
     on the fixed cases; the reference passes them."""
-    result, report = run_suite("reference", *CONTEXT, k="test_compile_context_cases", extra=("-p", "no:logging"))
+    result, report = run_suite("reference", *CONTEXT, k="test_compile_context_cases or test_compile_hooks_cases",
+                               extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, CONTEXT)
 

@@ -31,7 +31,7 @@ class TorchSplitting:
         # Dynamo lifts parameters to placeholders from torch 2.5 on, and that
         # is when DDPOptimizer learnt to count placeholder arguments: below
         # it, the graphs it is handed are module form.
-        from ..provided import installed_torch
+        from ..provided import expected_provided, installed_torch
 
         importlib.import_module(MODULE).DDPOptimizer  # noqa: B018 - the area needs the class
         self.graph_forms = _forms_handled(installed_torch())
@@ -45,6 +45,9 @@ class TorchSplitting:
         # compile_fn's **compiler_configs, handed on to each bucket's
         # compile: by release too
         self.compiler_configs = _configs_forwarded(installed_torch())
+        # whether the caller's saved-tensors hooks are kept from the
+        # per-bucket pass (SPL-18): by release too
+        self.defers_saved_tensors_hooks = expected_provided("splitting.saved_tensors_hooks_deferred", installed_torch())
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False,
               compiler_configs=None):
