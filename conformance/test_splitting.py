@@ -51,19 +51,20 @@ def split(impl, built, cap, first, backend=None, **options):
 
 
 def reproducer(impl, spec, cap, first, check, device="cpu", reference=False, form="dynamo", before=(), catch=None,
-               lazy=False, after=()):
+               lazy=False, after=(), backend="lambda gm, ex: calls.append((gm, ex)) or gm", split_kwargs=""):
     """The script a failure prints: builds the graph, splits it, and asserts
     ``check`` (an expression over the names set here). ``before`` runs
     ahead of the split (what the check compares against), ``after`` after
     it; ``catch`` names an exception class the split may raise: it is kept
     in ``error`` and the check judges it. With reference=True a second copy
     of the graph is built for the reference implementation (the
-    differential check); with lazy=True the split is asked to compile lazily."""
+    differential check); with lazy=True the split is asked to compile lazily;
+    ``backend`` is the backend's source (it may use the names set here)."""
     ref_lines = [f"ref = build_graph(spec, {form!r})"] if reference else []
     ref_imports = ["from pytest_fsdpcheck.reference.splitting import ReferenceSplitting"] if reference else []
     call = [
         f"result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap={cap}, first_bucket_cap={first},",
-        "                               backend=lambda gm, ex: calls.append((gm, ex)) or gm"
+        f"                               backend={backend}{split_kwargs}"
         + (", lazy_compile=True)" if lazy else ")"),
     ]
     if catch is not None:
@@ -151,6 +152,12 @@ SPLIT_CASES = {
     # is a module's output reads none of that module's parameters, so l1's bytes count at l1's own call (SPL-3)
     "module-output-as-method-argument": (GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0,
                                                    (OpSpec("module", 0), OpSpec("module", 1), OpSpec("skip", 0, method=True))), 80, 80),
+    # [l0 t] [l1 b] [l2 s] [l3]: each later bucket takes an activation that is not contiguous, a (3, 4)
+    # tensor column-major (strides (1, 3)), broadcast along the width (stride 0) and a strided slice
+    # (strides (8, 2)): each backend call gets example inputs laid out as the run's (SPL-17)
+    "non-contiguous-activations": (GraphSpec(4, 3, _CHAIN4.modules, (), 0,
+                                             (OpSpec("module", 0), OpSpec("layout", 0), OpSpec("module", 1), OpSpec("layout", 1),
+                                              OpSpec("module", 2), OpSpec("layout", 2), OpSpec("module", 3))), 80, 80),
 }
 
 
@@ -160,34 +167,41 @@ def _case_inputs(spec, form):
     built = build_graph(spec, form)
     wrt = _grad_targets(built)
     return (built, chk.graph_facts(built.gm, built.example_inputs), chk.value_meta(built.gm, built.example_inputs),
-            wrt, chk.evaluate(built.gm, built.example_inputs, wrt))
+            wrt, chk.evaluate(built.gm, built.example_inputs, wrt), chk.run_time_layouts(built.gm, built.example_inputs))
 
 
-@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-13")
+@pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-13",
+                       "SPL-17")
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     spec, cap, first = SPLIT_CASES[case]
     form = fsdpcheck_graph_form
 
     def body(impl):
-        built, facts, meta, wrt, expected = _case_inputs(spec, form)
+        built, facts, meta, wrt, expected, layouts = _case_inputs(spec, form)
         result, backend = split(impl, built, cap, first)
         return (chk.check_plan(facts, result.buckets, cap, first) or chk.check_table(result.table, result.buckets, cap, facts, first)
                 or chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+                or chk.check_example_inputs(result.buckets, backend.calls, built.gm, layouts)
                 or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
                 or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),
                                "the original graph module after the split", "SPL-12", exact=True))
 
     check = (f"chk.check_plan(facts, result.buckets, {cap}, {first}) or chk.check_table(result.table, result.buckets, {cap}, facts, {first})"
              " or chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+             " or chk.check_example_inputs(result.buckets, calls, built.gm, layouts)"
              " or chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), 'the split module', 'SPL-11')"
              " or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),"
              " 'the original graph module after the split', 'SPL-12', exact=True)")
-    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE]
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE, LAYOUTS]
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before), form=form)
 
 
-@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12")
+#: the reproducers' line computing what ``_case_inputs`` gives the tests as ``layouts``
+LAYOUTS = "layouts = chk.run_time_layouts(built.gm, built.example_inputs)"
+
+
+@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-17")
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_lazy_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     """The fixed cases split with lazy compile on (torch: DDPOptimizer's
@@ -201,7 +215,7 @@ def test_lazy_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     form = fsdpcheck_graph_form
 
     def body(impl):
-        built, facts, meta, wrt, expected = _case_inputs(spec, form)
+        built, facts, meta, wrt, expected, layouts = _case_inputs(spec, form)
         result, backend = split(impl, built, cap, first, lazy_compile=True)
         # the first call compiles, the second runs what was compiled: each
         # submodule is still handed to the backend once (SPL-10)
@@ -213,17 +227,19 @@ def test_lazy_split_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
                 return [Violation("SPL-11", f"the split module raised {type(exc).__name__} on its {nth} call (a lazy "
                                             "split compiles its submodules at the first)", detail=str(exc), error=error_of(exc))]
         return (chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+                or chk.check_example_inputs(result.buckets, backend.calls, built.gm, layouts)
                 or chk.compare(expected, got[0], "the split module", "SPL-11")
                 or chk.compare(expected, got[1], "the split module on its second call", "SPL-11")
                 or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),
                                "the original graph module after the split", "SPL-12", exact=True))
 
     check = ("chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+             " or chk.check_example_inputs(result.buckets, calls, built.gm, layouts)"
              " or chk.compare(expected, got, 'the split module', 'SPL-11')"
              " or chk.compare(expected, again, 'the split module on its second call', 'SPL-11')"
              " or chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt),"
              " 'the original graph module after the split', 'SPL-12', exact=True)")
-    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE]
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE, LAYOUTS]
     after = ["got = chk.evaluate(result.compiled, built.example_inputs, wrt)  # a lazy split compiles here",
              "again = chk.evaluate(result.compiled, built.example_inputs, wrt)"]
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before, lazy=True,
@@ -242,6 +258,150 @@ def _require_lazy(impl):
     skip_for_release("splitting.lazy_compile",
                      f"{name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
                      f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})")
+
+
+class ContextRecorder(Recorder):
+    """A backend recording, besides each call, the grad mode and autocast
+    state each call runs in (SPL-18)."""
+
+    def __init__(self):
+        super().__init__()
+        self.states = []
+
+    def __call__(self, gm, example_inputs):
+        self.states.append(chk.compile_context())
+        return super().__call__(gm, example_inputs)
+
+
+#: SPL-18's cases: one bucket, a chain cut in three, and activations laid out otherwise
+CONTEXT_CASES = ("one-bucket", "first-cap-below-cap", "non-contiguous-activations")
+
+
+@pytest.mark.invariant("SPL-18")
+@pytest.mark.parametrize("case", CONTEXT_CASES)
+def test_compile_context_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """Each backend call runs in the caller's grad mode and autocast state,
+    and the split leaves them as it found them."""
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        backend = ContextRecorder()
+        caller = chk.compile_context()
+        split(impl, built, cap, first, backend=backend)
+        return chk.check_compile_context(caller, backend.states, chk.compile_context(), 0)
+
+    check = "chk.check_compile_context(caller, states, chk.compile_context(), 0)"
+    example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=["caller, states = chk.compile_context(), []"],
+                         backend="lambda gm, ex: states.append(chk.compile_context()) or calls.append((gm, ex)) or gm")
+    conform(fsdpcheck_impl, body, example, form=form)
+
+
+@pytest.mark.invariant("SPL-18")
+@pytest.mark.parametrize("case", CONTEXT_CASES)
+def test_compile_hooks_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """The split compiles inside the caller's ``saved_tensors_hooks`` (as
+    Dynamo compiles at the first call of a compiled model, in whatever
+    context the user made that call): none of the caller's hooks fires
+    (nor does anything else of SPL-18 change under them)."""
+    import torch
+
+    _require_hooks_deferred(fsdpcheck_impl)
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        packed = []
+        backend = ContextRecorder()
+        caller = chk.compile_context()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(1) or t, lambda t: t):
+            split(impl, built, cap, first, backend=backend)
+        return chk.check_compile_context(caller, backend.states, chk.compile_context(), len(packed))
+
+    check = "chk.check_compile_context(caller, states, chk.compile_context(), len(packed))"
+    before = ["caller, states, packed = chk.compile_context(), [], []",
+              "hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(1) or t, lambda t: t)",
+              "hooks.__enter__()"]
+    example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=before, after=["hooks.__exit__(None, None, None)"],
+                         backend="lambda gm, ex: states.append(chk.compile_context()) or calls.append((gm, ex)) or gm")
+    conform(fsdpcheck_impl, body, example, form=form)
+
+
+class ConfigRecorder(Recorder):
+    """A backend taking keyword arguments, as Dynamo's compiler functions
+    do (``config_patches``), recording each call's (SPL-19)."""
+
+    def __init__(self):
+        super().__init__()
+        self.configs = []
+
+    def __call__(self, gm, example_inputs, **kwargs):
+        self.configs.append(kwargs)
+        return super().__call__(gm, example_inputs)
+
+
+#: SPL-19's configs: an inductor config patch, as Dynamo passes one to compile_fn
+COMPILER_CONFIGS = {"config_patches": {"max_autotune": True}}
+
+
+@pytest.mark.invariant("SPL-19")
+@pytest.mark.parametrize("case", ("one-bucket", "first-cap-below-cap"))
+def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
+    """Asked to compile with compiler configs (torch: ``compile_fn(gm,
+    example_inputs, **compiler_configs)``, as Dynamo calls it with the
+    ``config_patches`` of a per-graph inductor override), the split hands
+    them to every backend call: the one compile of an unsplit graph and
+    each bucket's."""
+    _require_configs(fsdpcheck_impl)
+    spec, cap, first = SPLIT_CASES[case]
+    form = fsdpcheck_graph_form
+
+    def body(impl):
+        built = build_graph(spec, form)
+        backend = ConfigRecorder()
+        split(impl, built, cap, first, backend=backend, compiler_configs=COMPILER_CONFIGS)
+        return chk.check_compiler_configs(COMPILER_CONFIGS, backend.configs)
+
+    check = f"chk.check_compiler_configs({COMPILER_CONFIGS!r}, configs)"
+    example = reproducer(fsdpcheck_impl, spec, cap, first, check, form=form, before=["configs = []"],
+                         backend="lambda gm, ex, **kw: configs.append(kw) or calls.append((gm, ex)) or gm",
+                         split_kwargs=f", compiler_configs={COMPILER_CONFIGS!r}")
+    conform(fsdpcheck_impl, body, example, form=form)
+
+
+def _require_hooks_deferred(impl):
+    """n/p, before anything runs, for an implementation declaring that its
+    compile does not keep the caller's saved-tensors hooks away
+    (``splitting.defers_saved_tensors_hooks`` false; the torch adapter's is
+    decided by release, ``provided``: torch defers them while it traces from
+    2.7 on, and DDPOptimizer's per-bucket pass with them)."""
+    if getattr(impl.splitting, "defers_saved_tensors_hooks", True):
+        return
+    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+
+    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
+    skip_for_release("splitting.saved_tensors_hooks_deferred",
+                     f"{name} does not keep the caller's saved-tensors hooks from its compile (torch defers them while "
+                     f"DDPOptimizer compiles its buckets, _disable_saved_tensors_hooks_during_tracing, in torch "
+                     f"{releases('splitting.saved_tensors_hooks_deferred')}; this is torch "
+                     f"{'.'.join(map(str, installed_torch()))})")
+
+
+def _require_configs(impl):
+    """n/p, before anything runs, for an implementation that takes no
+    compiler configs (``splitting.compiler_configs`` false or absent; the
+    torch adapter's is decided by release, ``provided``)."""
+    if getattr(impl.splitting, "compiler_configs", False):
+        return
+    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+
+    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
+    skip_for_release("splitting.compiler_configs",
+                     f"{name} takes no compiler configs (torch's DDPOptimizer.compile_fn hands them to each "
+                     f"bucket's compile in torch {releases('splitting.compiler_configs')}; this is torch "
+                     f"{'.'.join(map(str, installed_torch()))})")
 
 
 #: the log without ``tabulate`` (an optional package torch never installs):
@@ -480,7 +640,7 @@ def _grad_targets(built):
     return targets
 
 
-@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12")
+@pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-17")
 @examples(40)
 @given(spec=full, caps=caps())
 def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, spec, caps):
@@ -491,11 +651,13 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
         built = build_graph(spec, form, device=fsdpcheck_device)
         facts = chk.graph_facts(built.gm, built.example_inputs)
         meta = chk.value_meta(built.gm, built.example_inputs)
+        layouts = chk.run_time_layouts(built.gm, built.example_inputs)
         wrt = _grad_targets(built)
         code_before = built.gm.code
         expected = chk.evaluate(built.gm, built.example_inputs, wrt)
         result, backend = split(impl, built, cap, first)
         violations = chk.check_backend_calls(facts, result.buckets, backend.calls, built.gm, built.example_inputs, meta)
+        violations += chk.check_example_inputs(result.buckets, backend.calls, built.gm, layouts)
         violations += chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "the split module", "SPL-11")
         after = chk.evaluate(built.gm, built.example_inputs, wrt)
         violations += chk.compare(expected, after, "the original graph module after the split", "SPL-12", exact=True)
@@ -505,11 +667,12 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
 
     check = (
         "(chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)"
+        " + chk.check_example_inputs(result.buckets, calls, built.gm, layouts)"
         " + chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), 'the split module', 'SPL-11')"
         " + chk.compare(expected, chk.evaluate(built.gm, built.example_inputs, wrt), 'the original graph module after the split', 'SPL-12', exact=True)"
         " + ([] if built.gm.code == code_before else ['SPL-12: the original graph module changed its code']))"
     )
-    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", *EVALUATE, "code_before = built.gm.code"]
+    before = ["meta = chk.value_meta(built.gm, built.example_inputs)", LAYOUTS, *EVALUATE, "code_before = built.gm.code"]
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, cap, first, check, fsdpcheck_device, form=form, before=before),
             form=form)
 

@@ -39,6 +39,9 @@ INVARIANTS: dict[str, str] = {
     "SPL-14": "higher-order ops are split correctly or rejected with NotImplementedError",
     "SPL-15": "module-chain plans agree with DDP's own bucket assignment",
     "SPL-16": "end to end with real DDP: one compiled subgraph per bucket, gradients equal to a control of plain all_reduce",
+    "SPL-17": "each bucket's compile gets example inputs laid out as the run's: shape, strides, dtype, device, requires_grad",
+    "SPL-18": "compiling the buckets fires no user saved-tensors hook and keeps the caller's grad mode and autocast state",
+    "SPL-19": "the compiler configs the split is asked to compile with reach every backend call",
     # Exec order
     "EXO-1": "the tracer is restored after the context exits, also on exceptions",
     "EXO-2": "module forward order: root first, then every call in order",

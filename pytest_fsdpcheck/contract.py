@@ -101,6 +101,13 @@ class SplittingArea(Protocol):
     #: number of buckets only in its bucket table (torch 2.0, whose table
     #: needs ``tabulate``): where that table cannot be printed, the log is
     #: not asked for the count (SPL-13); it still must state the cap.
+    #: An optional ``compiler_configs = True`` says ``split`` also takes
+    #: ``compiler_configs={...}``: keyword arguments the split was asked to
+    #: compile with (torch: what Dynamo passes ``compile_fn``, such as an
+    #: inductor ``config_patches``), handed on to every backend call (SPL-19).
+    #: An optional ``defers_saved_tensors_hooks = False`` says the caller's
+    #: saved-tensors hooks may fire while ``split`` compiles (torch before
+    #: 2.7): that part of SPL-18 is then n/p, the rest still holds.
     graph_form: str
 
     def split(

@@ -45,6 +45,19 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # with tabulate ("Please `pip install tabulate`" without it), so there
     # its log without tabulate cannot state the count; 2.1.2 on log it
     "splitting.log_bucket_count": (2, 1),
+    # compile_fn's **compiler_configs (what Dynamo passes it, such as the
+    # config_patches of a per-graph inductor override), handed on to the
+    # backend call of an unsplit graph and of every bucket (SubmodCompiler):
+    # read in the source of 2.7.1, 2.9.1, 2.11.0, 2.12.0 (compile_fn takes
+    # gm and example_inputs only) and 2.13.0 (it has them)
+    "splitting.compiler_configs": (2, 13),
+    # the caller's saved-tensors hooks deferred while DDPOptimizer propagates
+    # fake values through its buckets and compiles them (compile_fn's
+    # _disable_saved_tensors_hooks_during_tracing; NOTE [Deferring tensor
+    # pack/unpack hooks until runtime]): read in the source, absent from
+    # 2.4.1, 2.5.1 and 2.6.0, present in 2.7.1, 2.9.1, 2.11.0, 2.12.0, 2.13.0;
+    # measured on 2.4.1: the pack hook fires on the fake values
+    "splitting.saved_tensors_hooks_deferred": (2, 7),
     # fully_shard's _fsdp_init (torch.distributed._composable.fsdp until 2.5)
     "fsdp2": (2, 3),
     # _get_managed_modules takes a tuple of root modules
@@ -79,6 +92,7 @@ PROVIDED_UNTIL: dict[str, tuple[int, int]] = {
 INVARIANT_FEATURE: dict[str, str] = {
     "ANN-7": "annotation.dynamo_effect",
     "SPL-14": "splitting.higher_order_ops",
+    "SPL-19": "splitting.compiler_configs",
     "FS2-3": "fsdp2.ignored_params",
     "FS2-9": "fsdp2.ignored_params",
     "FS2-10": "fsdp2.simulated_world",

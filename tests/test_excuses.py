@@ -44,6 +44,8 @@ THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", 
 SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
 MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
+SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
+SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
 
 
 @pytest.fixture
@@ -239,3 +241,19 @@ def test_torchs_shard_missing_a_row_fails_fs2_10(run_faulted):
     FAIL on the fixed uneven worlds, with ``--fsdpcheck-strict`` on."""
     result, report = run_faulted(SIMULATED, extra=("--fsdpcheck-strict",))
     demand_torch_failures(result, report, SIMULATED)
+
+
+def test_torchs_compile_letting_the_callers_hooks_fire_fails_spl18(run_faulted):
+    """n/p by release (SPL-18's hooks before 2.7): on a release that defers
+    the caller's saved-tensors hooks, DDPOptimizer without the deferral is
+    torch's FAIL."""
+    result, report = run_faulted(SPLIT_HOOKS)
+    demand_torch_failures(result, report, SPLIT_HOOKS)
+
+
+def test_torchs_buckets_losing_the_compiler_configs_fails_spl19(run_faulted):
+    """n/p by release (SPL-19 before 2.13): on a release whose compile_fn
+    takes compiler configs, a per-bucket compiler dropping them is torch's
+    FAIL."""
+    result, report = run_faulted(SPLIT_CONFIGS)
+    demand_torch_failures(result, report, SPLIT_CONFIGS)

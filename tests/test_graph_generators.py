@@ -54,6 +54,11 @@ SCRATCH = GraphSpec(4, 2, (ModuleSpec("linear"),), (ParamSpec("matrix"), ParamSp
 METHOD_SKIP = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0,
                         (OpSpec("module", 0), OpSpec("module", 1), OpSpec("skip", 0, method=True)))
 
+# each non-contiguous layout of `h` (column-major, broadcast, strided slice) between modules
+LAYOUTS = GraphSpec(4, 3, (ModuleSpec("linear"), ModuleSpec("linear"), ModuleSpec("norm")), (), 0,
+                    (OpSpec("module", 0), OpSpec("layout", 0), OpSpec("module", 1), OpSpec("layout", 1),
+                     OpSpec("module", 2), OpSpec("layout", 2)))
+
 
 def canonical(gm, example_inputs):
     """Placeholders as the identity of the tensor passed for them; every other
@@ -83,8 +88,8 @@ def dynamo_capture(built):
     return captured["gm"], captured["inputs"]
 
 
-@pytest.mark.parametrize("spec", [FEATURES, CHAIN, PREAMBLE, SCRATCH, METHOD_SKIP], ids=["features", "chain", "preamble", "scratch",
-                                                                                "method-skip"])
+@pytest.mark.parametrize("spec", [FEATURES, CHAIN, PREAMBLE, SCRATCH, METHOD_SKIP, LAYOUTS],
+                         ids=["features", "chain", "preamble", "scratch", "method-skip", "layouts"])
 def test_synthesized_dynamo_graph_matches_real_capture(spec):
     built = build_graph(spec, "dynamo")
     real_gm, real_inputs = dynamo_capture(built)

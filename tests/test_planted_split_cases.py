@@ -7,6 +7,9 @@ so such a bug stops the run within a second of its first test."""
 
 from tests.demands import demand_failures
 from tests.planted.splitting import (
+    CONFIG_CASE_TARGETS,
+    CONTEXT_CASE_TARGETS,
+    HOOK_CASE_TARGETS,
     COUNTLESS_TARGETS,
     FIXED_CASE_TARGETS,
     HOP_CASE_TARGETS,
@@ -24,6 +27,13 @@ NO_TABULATE = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without
 COUNTLESS = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without_tabulate")
              for name, inv in COUNTLESS_TARGETS.items()}
 COUNTLESS_CONTROL = "tests.planted.splitting:LogsAsTorch20"
+
+#: splitters that compile their buckets in a context the caller can see (SPL-18)
+CONTEXT = {f"tests.planted.splitting:{name}": (inv, "test_compile_context_cases") for name, inv in CONTEXT_CASE_TARGETS.items()}
+CONTEXT.update({f"tests.planted.splitting:{name}": (inv, "test_compile_hooks_cases") for name, inv in HOOK_CASE_TARGETS.items()})
+
+#: splitters that lose the compiler configs on the way to a bucket's compile (SPL-19)
+CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
 
 #: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
 LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
@@ -66,6 +76,24 @@ def test_lazy_compile_bugs_fail_the_lazy_cases(run_suite):
     demand_failures(result, report, LAZY)
     compiled_at_split = [line for line in result.outlines if line.startswith("FAILED") and "::test_split_cases[" in line]
     assert not compiled_at_split, compiled_at_split
+
+
+def test_compile_context_bugs_fail_the_context_cases(run_suite):
+    """A splitter whose per-bucket compile lets the caller's saved-tensors
+    hook fire, or runs the backend under no_grad or autocast, FAILs SPL-18
+    on the fixed cases; the reference passes them."""
+    result, report = run_suite("reference", *CONTEXT, k="test_compile_context_cases or test_compile_hooks_cases",
+                               extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, CONTEXT)
+
+
+def test_compiler_config_bugs_fail_the_config_cases(run_suite):
+    """A splitter handing the compiler configs to an unsplit graph's compile
+    but to no bucket's FAILs SPL-19; the reference passes."""
+    result, report = run_suite("reference", *CONFIGS, k="test_compiler_configs_cases", extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, CONFIGS)
 
 
 def test_split_cases_run_before_the_splitting_properties(pytester):

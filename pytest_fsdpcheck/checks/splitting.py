@@ -1,4 +1,4 @@
-"""Checkers for the splitting area (SPL-1..15).
+"""Checkers for the splitting area (SPL-1..15, 17, 18).
 
 They judge a plan (a list of ``BucketInfo``) and what happened around it from
 facts read off the input graph here, never through an implementation's own
@@ -509,6 +509,151 @@ def _op_count(module) -> int | None:
     if graph is None:
         return None
     return sum(1 for n in graph.nodes if n.op not in ("placeholder", "output"))
+
+
+# --------------------------------------------------------------------------- SPL-17, SPL-18
+
+
+def layout(tensor) -> tuple:
+    """What a compiler reads off an example input besides its values:
+    ``(shape, strides, dtype, device, requires_grad)``. A stride of a
+    dimension of size 1 (or of an empty tensor) addresses nothing and is
+    left out (None): fake propagation and eager kernels may set it either
+    way, and no kernel can tell."""
+    shape = tuple(tensor.shape)
+    empty = tensor.numel() == 0
+    strides = tuple(None if empty or size == 1 else stride for size, stride in zip(shape, tensor.stride(), strict=True))
+    return shape, strides, tensor.dtype, tensor.device, tensor.requires_grad
+
+
+def run_time_layouts(gm, example_inputs) -> dict:
+    """``op node name -> {value name: layout}``: every tensor the graph holds
+    just before that node runs, in a run of ``gm`` on the example inputs in
+    grad mode (the run whose activations a bucket's compile must be handed
+    the likes of). Taken before each node, not once per value, because a
+    later in-place op may change a value's ``requires_grad``; a bucket's
+    inputs are what they are where the bucket starts."""
+    import torch
+
+    before: dict = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op not in ("placeholder", "output"):
+                before[n.name] = {k.name: layout(v) for k, v in self.env.items() if isinstance(v, torch.Tensor)}
+            return super().run_node(n)
+
+    with torch.enable_grad():
+        Recorder(gm).run(*example_inputs)
+    return before
+
+
+def check_example_inputs(buckets, calls, gm, layouts) -> list[Violation]:
+    """SPL-17: with k > 1 buckets, each backend call's example inputs are,
+    placeholder by placeholder, what its bucket takes at run time: the same
+    shape, strides, dtype, device and ``requires_grad`` as the value the run
+    (``layouts``: :func:`run_time_layouts`) holds where the bucket starts.
+    split_module names a submodule's placeholders after the values they
+    take; one named after a ``get_attr`` takes that attribute. Calls whose
+    count or placeholders do not line up are SPL-10's to judge."""
+    import torch
+
+    if len(buckets) < 2 or len(calls) != len(buckets):
+        return []
+    out = []
+    for i, (b, (called, inputs)) in enumerate(zip(buckets, calls, strict=True)):
+        graph = getattr(called, "graph", None)
+        if graph is None or not b.nodes or b.nodes[0] not in layouts:
+            continue
+        placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):
+            continue
+        at_start = layouts[b.nodes[0]]
+        wrong = []
+        for name, given in zip(placeholders, inputs, strict=True):
+            want = at_start.get(name)
+            if want is None:
+                attr = _attr_value(gm, name)
+                want = layout(attr) if isinstance(attr, torch.Tensor) else None
+            if want is None or not isinstance(given, torch.Tensor):
+                continue
+            got = layout(given)
+            if got != want:
+                wrong.append(f"{name}: {_describe(want, got)}")
+        if wrong:
+            out.append(Violation("SPL-17", f"backend call {i} should get example inputs laid out as bucket {i}'s inputs "
+                                           f"are at run time, but {short(wrong, 4)}", evidence=tuple(wrong)))
+    return out
+
+
+def _attr_value(gm, name):
+    node = next((n for n in gm.graph.nodes if n.name == name and n.op == "get_attr"), None)
+    if node is None:
+        return None
+    obj = gm
+    for part in node.target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+_LAYOUT_FIELDS = ("shape", "strides", "dtype", "device", "requires_grad")
+
+
+def _describe(want, got) -> str:
+    return ", ".join(f"{field} {w} at run time, {g} handed to the backend"
+                     for field, w, g in zip(_LAYOUT_FIELDS, want, got, strict=True) if w != g)
+
+
+def compile_context() -> tuple:
+    """What of the autograd and autocast state a compiler could change
+    behind the user's back: ``(grad mode, CPU autocast, CPU autocast dtype)``."""
+    import torch
+
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        cpu = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+    else:
+        cpu = (torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
+    return (torch.is_grad_enabled(), *cpu)
+
+
+def check_compile_context(caller, during_calls, after, packed) -> list[Violation]:
+    """SPL-18: compiling the buckets has no effect the user can see. Each
+    backend call runs in the caller's grad mode and autocast state
+    (``during_calls``, as :func:`compile_context`), the state is the
+    caller's again after the split (``after``), and no saved-tensors hook
+    the caller has active fires while the split propagates example values
+    and compiles (``packed``: how many times the caller's pack hook ran)."""
+    out = []
+    named = ("grad mode", "CPU autocast", "CPU autocast dtype")
+    for i, state in enumerate(during_calls):
+        if state != caller:
+            diff = ", ".join(f"{n} {c} around the split, {s} in the call" for n, c, s in zip(named, caller, state, strict=True) if c != s)
+            out.append(Violation("SPL-18", f"backend call {i} should run in the caller's grad mode and autocast state, but {diff}"))
+            break
+    if after != caller:
+        diff = ", ".join(f"{n} {c} before, {a} after" for n, c, a in zip(named, caller, after, strict=True) if c != a)
+        out.append(Violation("SPL-18", f"the split should leave the caller's grad mode and autocast state as it found them, but {diff}"))
+    if packed:
+        out.append(Violation("SPL-18", f"the caller's saved-tensors pack hook should not fire while the split compiles "
+                                       f"its buckets (nothing of the user's model runs then), it fired {packed} times"))
+    return out
+
+
+def check_compiler_configs(configs: dict, got: list) -> list[Violation]:
+    """SPL-19: the keyword arguments the split was asked to compile with
+    (``configs``) reach every backend call: ``got`` holds each call's
+    keyword arguments, in order."""
+    out = []
+    for i, kwargs in enumerate(got):
+        missing = sorted(k for k in configs if k not in kwargs)
+        changed = sorted(k for k in configs if k in kwargs and not _same(kwargs[k], configs[k]))
+        foreign = sorted(k for k in kwargs if k not in configs)
+        if missing or changed or foreign:
+            what = "; ".join(f"{label} {names}" for label, names in (
+                ("it lacks", missing), ("it gets other values for", changed), ("it gets what was not asked for:", foreign)) if names)
+            out.append(Violation("SPL-19", f"backend call {i} of {len(got)} should get the compiler configs the split was "
+                                           f"asked to compile with ({sorted(configs)}), but {what}"))
+    return out
 
 
 # --------------------------------------------------------------------------- SPL-11, SPL-12

@@ -70,7 +70,12 @@ class OpSpec:
     external output and must be extended), ``scratch`` (``(h @ p.t()).mul_(2)``
     with ``h`` unchanged, ref = a matrix parameter: a parameter read no later
     node depends on, so a bucket extended over it absorbs its bytes; fixed
-    cases only, the strategies do not draw it)."""
+    cases only, the strategies do not draw it), ``layout`` (the same values
+    of ``h`` laid out otherwise, so a bucket can take an activation that is
+    not contiguous: ref 0 column-major, ``h.t().contiguous().t()``; ref 1
+    broadcast, ``h.sum(-1, keepdim=True).expand_as(h)``, a row sum with
+    stride 0 along the width; ref 2 a strided slice,
+    ``torch.cat((h, h), 1)[:, ::2]``)."""
 
     kind: str
     ref: int = 0
@@ -207,6 +212,13 @@ def make_module(spec: GraphSpec, device="cpu"):
                     h = t
                 elif op.kind == "scratch":
                     (h @ getattr(self, f"p{op.ref}").t()).mul_(2)
+                elif op.kind == "layout":
+                    if op.ref == 0:
+                        h = h.t().contiguous().t()
+                    elif op.ref == 1:
+                        h = h.sum(-1, keepdim=True).expand_as(h)
+                    else:
+                        h = torch.cat((h, h), 1)[:, ::2]
                 values.append(h)
             return tuple(values[i] for i in spec.outputs) + (h,)
 
@@ -393,6 +405,13 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
             h = t
         elif op.kind == "scratch":
             meth("mul_", (call(operator.matmul, (h, meth("t", (param(f"p{op.ref}"),)))), 2))
+        elif op.kind == "layout":
+            if op.ref == 0:
+                h = meth("t", (meth("contiguous", (meth("t", (h,)),)),))
+            elif op.ref == 1:
+                h = meth("expand_as", (graph.call_method("sum", (h, -1), {"keepdim": True}), h))
+            else:
+                h = call(operator.getitem, (call(torch.cat, ((h, h), 1)), (slice(None, None, None), slice(None, None, 2))))
         values.append(h)
     graph.output(tuple(values[i] for i in spec.outputs) + (h,))
     graph.erase_node(anchor)
@@ -513,7 +532,7 @@ def graph_specs(
             )
         )
     n_buffers = draw(st.integers(0, 2))
-    kinds = ["act", "mutate", "skip"]
+    kinds = ["act", "mutate", "skip", "layout"]
     if mods:
         kinds += ["module"] * 3
     if params:
@@ -547,6 +566,8 @@ def graph_specs(
             ref = draw(st.integers(0, n_buffers - 1))
         elif kind == "skip":
             ref = draw(st.integers(0, i))
+        elif kind == "layout":
+            ref = draw(st.integers(0, 2))
         ops.append(OpSpec(kind, ref, method))
     n_values = len(ops) + 1
     outputs = tuple(sorted(set(draw(st.lists(st.integers(1, n_values - 1), max_size=2))))) if n_values > 2 else ()

@@ -31,7 +31,7 @@ class TorchSplitting:
         # Dynamo lifts parameters to placeholders from torch 2.5 on, and that
         # is when DDPOptimizer learnt to count placeholder arguments: below
         # it, the graphs it is handed are module form.
-        from ..provided import installed_torch
+        from ..provided import expected_provided, installed_torch
 
         importlib.import_module(MODULE).DDPOptimizer  # noqa: B018 - the area needs the class
         self.graph_forms = _forms_handled(installed_torch())
@@ -42,8 +42,15 @@ class TorchSplitting:
         # whether the log states the bucket count outside its tables (which
         # need tabulate): by release too
         self.logs_bucket_count = _count_logged(installed_torch())
+        # compile_fn's **compiler_configs, handed on to each bucket's
+        # compile: by release too
+        self.compiler_configs = _configs_forwarded(installed_torch())
+        # whether the caller's saved-tensors hooks are kept from the
+        # per-bucket pass (SPL-18): by release too
+        self.defers_saved_tensors_hooks = expected_provided("splitting.saved_tensors_hooks_deferred", installed_torch())
 
-    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False):
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False,
+              compiler_configs=None):
         import torch._dynamo.config as dynamo_config
 
         mod = importlib.import_module(MODULE)
@@ -55,6 +62,8 @@ class TorchSplitting:
                 "DDPOptimizer's lazy compile path (torch._dynamo.config.optimize_ddp_lazy_compile, "
                 f"{MODULE}.SubmoduleReplacer) is recorded for this torch release but was not found"
             )
+        if compiler_configs and not self.compiler_configs:
+            raise ValueError("compiler_configs: this torch release's DDPOptimizer.compile_fn takes no compiler configs")
         optimizer = mod.DDPOptimizer(bucket_bytes_cap, backend, first_bucket_cap=first_bucket_cap)
         handler = _Collect()
         logger = getattr(mod, "log", None) or logging.getLogger(MODULE)
@@ -77,7 +86,7 @@ class TorchSplitting:
         try:
             if had_lazy:
                 dynamo_config.optimize_ddp_lazy_compile = bool(lazy_compile)
-            compiled = optimizer.compile_fn(gm, list(example_inputs))
+            compiled = optimizer.compile_fn(gm, list(example_inputs), **(compiler_configs or {}))
         finally:
             if had_lazy:
                 dynamo_config.optimize_ddp_lazy_compile = old_lazy
@@ -107,6 +116,12 @@ def _count_logged(version) -> bool:
     from ..provided import expected_provided
 
     return expected_provided("splitting.log_bucket_count", version)
+
+
+def _configs_forwarded(version) -> bool:
+    from ..provided import expected_provided
+
+    return expected_provided("splitting.compiler_configs", version)
 
 
 def _lazy_path_provided(version) -> bool:

@@ -230,6 +230,7 @@ class ReferenceSplitting:
     # spec asks of a lazy split only that, after the split module's first
     # call, the backend calls and the results be those of an eager one.
     lazy_compile = True
+    compiler_configs = True  # handed on to every backend call (SPL-19)
 
     def __init__(self, **switches):
         for name, value in switches.items():
@@ -237,7 +238,10 @@ class ReferenceSplitting:
                 raise ValueError(f"unknown splitting switch {name}={value!r}; known: {_SWITCHES}")
         self._switches = switches
 
-    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False):
+    def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False,
+              compiler_configs=None):
+        if compiler_configs:
+            backend = functools.partial(backend, **compiler_configs)
         if first_bucket_cap is None:
             first_bucket_cap = DEFAULT_FIRST_BUCKET_BYTES
         if first_bucket_cap > bucket_bytes_cap:
@@ -287,10 +291,14 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
     split_gm = split_module(gm, None, lambda node: partition[node])
 
     # Real values give the backend each submodule's example inputs; the
-    # graphs run here mutate only their own intermediates.
+    # graphs run here mutate only their own intermediates. They run in the
+    # caller's grad mode, so each activation requires grad as it will at run
+    # time (SPL-17), and the backend compiles in that mode (SPL-18); a pair
+    # of do-nothing saved-tensors hooks, innermost, keeps any the caller has
+    # active from seeing these runs (SPL-18).
     env: dict = {}
     placeholders = iter(example_inputs)
-    with torch.no_grad():
+    with torch.autograd.graph.saved_tensors_hooks(_keep, _keep):
         for node in split_gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(placeholders)
@@ -311,6 +319,10 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 env[node] = node.target(*args, **kwargs)
     split_gm.recompile()
     return split_gm
+
+
+def _keep(value):
+    return value
 
 
 def _carry_metadata(gm, submod):

@@ -531,6 +531,103 @@ class _LazyKeepsWrappedSingles(_LazySplitting):  # SPL-11: lazily, a one-output 
     bent = {"unwrap": False}
 
 
+# What each bucket's compile is handed, and the state it runs in, bent one
+# at a time (the plan, the split module's results and SPL-10's shapes and
+# dtypes right): SPL-17 sees the example inputs, SPL-18 the context.
+
+
+def _noop_hook(value):
+    return value
+
+
+def bent_split_and_compile(gm, buckets, example_inputs, backend, *, hand=None, grad=True, mask_hooks=True, compile_in=None):
+    """The reference's split and per-bucket compile: each bucket's submodule
+    is run on real values to give the next its example inputs. Bendable:
+    ``hand`` maps each value an earlier bucket computed before the backend
+    gets it; ``grad=False`` propagates without grad (activations then do
+    not require grad); ``mask_hooks=False`` lets the caller's saved-tensors
+    hooks see the propagation; ``compile_in`` is a context manager factory
+    each backend call runs in."""
+    import contextlib
+
+    from torch.fx.passes.split_module import split_module
+
+    partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
+    split_gm = split_module(gm, None, lambda node: partition[node])
+    env: dict = {}
+    computed: set = set()  # nodes whose values an earlier bucket computed
+    placeholders = iter(example_inputs)
+    hooks = torch.autograd.graph.saved_tensors_hooks(_noop_hook, _noop_hook) if mask_hooks else contextlib.nullcontext()
+    with hooks, torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+        for node in split_gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "call_module":
+                submod = split_gm.get_submodule(node.target)
+                single = ref._prepare_submodule(gm, submod)
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                handed = [hand(v) if hand and n in computed and isinstance(v, torch.Tensor) else v
+                          for n, v in zip(torch.fx.node.map_arg(node.args, lambda n: n), args, strict=True)]
+                with compile_in() if compile_in else contextlib.nullcontext():
+                    compiled = backend(submod, handed)
+                env[node] = submod(*args)[0] if single else submod(*args)
+                computed.add(node)
+                setattr(split_gm, node.target, ref._wrapper_class()(compiled, single))
+            elif node.op == "get_attr":
+                env[node] = ref._fetch_attr(split_gm, node.target)
+            elif node.op == "call_function":
+                env[node] = node.target(*torch.fx.node.map_arg(node.args, env.__getitem__),
+                                        **torch.fx.node.map_arg(node.kwargs, env.__getitem__))
+                computed.add(node)  # getitem of a bucket's outputs
+    split_gm.recompile()
+    return split_gm
+
+
+class _BentCompile(PlantedSplitting):
+    bent: dict = {}
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return bent_split_and_compile(gm, buckets, example_inputs, backend, **self.bent)
+
+
+def _contiguous_copy(value):
+    return value.detach().contiguous().requires_grad_(value.requires_grad)
+
+
+def _on_meta(value):
+    return value.detach().to("meta").requires_grad_(value.requires_grad)
+
+
+def _cpu_autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+class _ContiguousExampleInputs(_BentCompile):  # SPL-17: activations handed over as contiguous copies (strides lost)
+    bent = {"hand": _contiguous_copy}
+
+
+class _GradlessExampleInputs(_BentCompile):  # SPL-17: propagated without grad, activations not requiring grad
+    bent = {"grad": False}
+
+
+class _MetaExampleInputs(_BentCompile):  # SPL-17: activations handed over on the meta device
+    bent = {"hand": _on_meta}
+
+
+class _HooksSeeCompile(_BentCompile):  # SPL-18: the caller's saved-tensors hooks see the propagation
+    bent = {"mask_hooks": False}
+
+
+class _CompilesWithoutGrad(_BentCompile):  # SPL-18: each backend call made under no_grad
+    bent = {"compile_in": torch.no_grad}
+
+
+class _CompilesUnderAutocast(_BentCompile):  # SPL-18: each backend call made under CPU autocast
+    bent = {"compile_in": _cpu_autocast}
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -570,6 +667,26 @@ SingleOutputs = _impl(_SingleOutputs)
 DoubleWrapsTuples = _impl(_DoubleWrapsTuples)
 DropsGraphMetadata = _impl(_DropsGraphMetadata)
 DropsInputSources = _impl(_DropsInputSources)
+class _ConfigsToOneBucketOnly(PlantedSplitting):  # SPL-19: compiler configs reach an unsplit graph's compile, no bucket's
+    compiler_configs = True
+
+    def split(self, gm, example_inputs, *, compiler_configs=None, **caps):
+        self.configs = compiler_configs or {}
+        return super().split(gm, example_inputs, **caps)
+
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs), **self.configs)
+        return ref._split_and_compile(gm, buckets, example_inputs, backend)
+
+
+ConfigsToOneBucketOnly = _impl(_ConfigsToOneBucketOnly)
+ContiguousExampleInputs = _impl(_ContiguousExampleInputs)
+GradlessExampleInputs = _impl(_GradlessExampleInputs)
+MetaExampleInputs = _impl(_MetaExampleInputs)
+HooksSeeCompile = _impl(_HooksSeeCompile)
+CompilesWithoutGrad = _impl(_CompilesWithoutGrad)
+CompilesUnderAutocast = _impl(_CompilesUnderAutocast)
 LazyNeverWraps = _impl(_LazyNeverWraps)
 LazyWrapsEveryOutput = _impl(_LazyWrapsEveryOutput)
 LazyKeepsWrappedSingles = _impl(_LazyKeepsWrappedSingles)
@@ -632,6 +749,9 @@ FIXED_CASE_TARGETS = {
     "FusionDropsParams": "SPL-3",
     "ExtensionStartOnce": "SPL-7",
     "CountsArgumentProducers": "SPL-3",
+    "ContiguousExampleInputs": "SPL-17",
+    "GradlessExampleInputs": "SPL-17",
+    "MetaExampleInputs": "SPL-17",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
@@ -648,3 +768,12 @@ HOP_CASE_TARGETS = {"HopCrash": "SPL-14"}
 #: planted implementation name -> the invariant test_lazy_split_cases fails it on
 #: (each passes the cases compiled at the split)
 LAZY_CASE_TARGETS = {"LazyNeverWraps": "SPL-10", "LazyWrapsEveryOutput": "SPL-10", "LazyKeepsWrappedSingles": "SPL-11"}
+
+#: planted implementation name -> the invariant test_compile_context_cases fails it on
+CONTEXT_CASE_TARGETS = {"CompilesWithoutGrad": "SPL-18", "CompilesUnderAutocast": "SPL-18"}
+
+#: planted implementation name -> the invariant test_compile_hooks_cases fails it on
+HOOK_CASE_TARGETS = {"HooksSeeCompile": "SPL-18"}
+
+#: planted implementation name -> the invariant test_compiler_configs_cases fails it on
+CONFIG_CASE_TARGETS = {"ConfigsToOneBucketOnly": "SPL-19"}

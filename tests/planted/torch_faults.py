@@ -229,6 +229,41 @@ class LastShardRowMissing:
         _fsdp_param._chunk_with_empty = short_last
 
 
+class DDPOptimizerHooksSeeCompile:
+    """SPL-18 by release (``provided``: the caller's saved-tensors hooks
+    deferred while DDPOptimizer compiles, from 2.7): the deferral gone from
+    torch's ``compile_fn`` (``_disable_saved_tensors_hooks_during_tracing``
+    a no-op), so the caller's pack hook sees the fake propagation through
+    the buckets. On a release that provides the deferral it is torch's
+    FAIL, never n/p."""
+
+    @staticmethod
+    def plant():
+        import contextlib
+
+        import torch._dynamo.utils as dynamo_utils
+
+        dynamo_utils._disable_saved_tensors_hooks_during_tracing = contextlib.nullcontext
+
+
+class DDPOptimizerDropsCompilerConfigs:
+    """SPL-19 by release (``provided``: ``compile_fn``'s compiler configs,
+    from 2.13): torch's per-bucket compiler (``SubmodCompiler``) drops the
+    configs ``compile_fn`` hands it. On a release that provides them it is
+    torch's FAIL, never n/p."""
+
+    @staticmethod
+    def plant():
+        from torch._dynamo.backends import distributed
+
+        original = distributed.SubmodCompiler.__init__
+
+        def dropping(self, module, compiler, fake_mode, **_configs):
+            original(self, module, compiler, fake_mode)
+
+        distributed.SubmodCompiler.__init__ = dropping
+
+
 def plant_in_this_process() -> None:
     """Plant the named fault in a process the suite spawned (FS2-9's ranks),
     where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
