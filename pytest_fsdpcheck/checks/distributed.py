@@ -7,7 +7,7 @@ tensors) and returns violations. It shares no code with any splitter.
 
 from __future__ import annotations
 
-from . import Violation, by_rank
+from . import Violation, by_rank, short
 
 REASON_MARK = "DDPOptimizer"
 
@@ -238,14 +238,50 @@ def _after_step(result: dict, step: dict, world_size: int, rtol: float, atol: fl
             out.append(f"after the optimizer step, {which} is not the unsharded model's updated rows"
                        + (": it still holds its values from before the step (never updated)" if stale else
                           f", max abs difference {(have - expected).abs().max().item():.3g}"))
+    # the parameters as the forward after the step all-gathered them, one
+    # line per finding (a runtime fault repeats it for every parameter)
+    alike: dict[str, list[str]] = {}
+    for label, full in want["params"].items():
+        used = got.get("gathered", {}).get(label)
+        if used is None or used.shape != full.shape or torch.allclose(used, full, rtol=rtol, atol=atol):
+            continue
+        alike.setdefault(_stale_rows(used, full, want["before"][label], world_size, label in sharded, rtol, atol),
+                         []).append(label)
+    for finding, labels in alike.items():
+        out.append(f"the forward after the optimizer step computes with {short(labels)}, not the unsharded "
+                   f"model's updated values: {finding}")
     output = got.get("output")
-    if output is not None and (output.shape != want["output"].shape
+    if not alike and output is not None and (output.shape != want["output"].shape
                                or not torch.allclose(output, want["output"], rtol=rtol, atol=atol)):
         diff = (output - want["output"]).abs().max().item() if output.shape == want["output"].shape else "shape"
         out.append(f"the forward after the optimizer step (all-gathering the updated shards) gives other outputs "
                    f"than the unsharded model after the same step, max abs difference {diff:.3g}"
                    if diff != "shape" else "the forward after the optimizer step gives outputs of another shape")
     return out
+
+
+def _stale_rows(used, updated, before, world_size: int, sharded: bool, rtol: float, atol: float) -> str:
+    """Which rows of a parameter the forward after the step computed with
+    wrongly, by the rank whose shard holds them (``torch.chunk``
+    semantics), and whether they are the values from before the step."""
+    import torch
+
+    from .fsdp2_world import chunk_rows
+
+    parts = []
+    for rank in range(world_size if sharded and updated.dim() > 0 else 1):
+        start, count, _ = chunk_rows(updated.shape[0], world_size, rank) if sharded and updated.dim() > 0 else (
+            0, updated.shape[0] if updated.dim() else 1, 0)
+        if count == 0:
+            continue
+        have, want = used[start:start + count], updated[start:start + count]
+        if torch.allclose(have, want, rtol=rtol, atol=atol):
+            continue
+        where = f"rows {start}:{start + count} (rank {rank}'s shard)" if sharded else "its values"
+        stale = torch.equal(have, before[start:start + count])
+        parts.append(f"{where} " + ("still from before the step: never updated" if stale else
+                                    f"off by {(have - want).abs().max().item():.3g}"))
+    return "; ".join(parts or ["they differ"])
 
 
 def _fsdp2_walk(result: dict, step: dict, mode: str) -> list[str]:

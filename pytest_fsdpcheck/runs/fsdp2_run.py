@@ -144,6 +144,9 @@ class Block(nn.Module):
 
     def mix(self, x):
         y = x
+        seen = self.__dict__.get("_fsdpcheck_seen")  # set for the forward after the step only (eager)
+        if seen is not None:
+            seen.update((name, w.detach().cpu().clone()) for name, w in self._parameters.items())
         for weight in self._parameters.values():
             if weight.shape[0] == weight.shape[-1]:
                 y = torch.tanh(y @ weight)
@@ -620,8 +623,21 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
             if p is not None and label not in shards:
                 local = p.to_local() if isinstance(p, DTensor) else p
                 shards[label] = local.detach().cpu().clone()
-    with torch.no_grad():
-        output = model(x).detach().cpu().clone()  # eager: the all-gather of the updated shards
+    # eager: each module records the parameters its forward computes with
+    # (all-gathered from the updated shards), by the oracle's labels
+    seen = [{} for _ in modules]
+    for module, found in zip(modules, seen, strict=True):
+        module.__dict__["_fsdpcheck_seen"] = found
+    try:
+        with torch.no_grad():
+            output = model(x).detach().cpu().clone()
+    finally:
+        for module in modules:
+            module.__dict__.pop("_fsdpcheck_seen", None)
+    gathered = {}
+    for i, found in enumerate(seen):
+        for n, tensor in found.items():
+            gathered.setdefault(names[(i, n)], tensor)
     return {"calls": calls, "fully_shard_calls": len(record), "flagged": flagged, "dtensors": dtensors,
             "grads": grads, "loss": loss.item(), "graphs": len(graphs),
-            "after_step": {"shards": shards, "output": output}}
+            "after_step": {"shards": shards, "output": output, "gathered": gathered}}
