@@ -4,6 +4,7 @@ breaking each rule. Each plan calls ``fully_shard`` as a framework does,
 through a different import path, so the recorder must catch them all."""
 
 import contextlib
+import dataclasses
 import importlib
 
 import torch
@@ -542,3 +543,9 @@ def fp32_router_doubled_plan(model, mesh):  # wrong: the router's gradients summ
 def fp32_router_doubled():
     torch.manual_seed(0)
     return ModelCase("fp32_router_doubled", RoutedLM(), _inputs(), plan=fp32_router_doubled_plan)
+
+
+def good_on_hsdp():
+    """``good``'s plan trained on a 2 x 16 HSDP mesh (the case states it):
+    the simulated tier checks it there, 16 shards a replica."""
+    return dataclasses.replace(good(), name="good_on_hsdp", mesh_shape=(2, 16))
