@@ -84,6 +84,27 @@ def _world_size(config, device: str, scale: str) -> int:
     return world_size
 
 
+#: FS2-9's two small worlds: 3 ranks shard the model's dims otherwise than 2
+#: (the last shard padded, the gate's empty); each spawns its ranks
+SMALL_WORLDS = (2, 3)
+
+
+def _second_world(world_size: int, device: str) -> int | None:
+    """The other of FS2-9's small worlds where the runner's is one of them
+    (the ranks spawned here; under torchrun the world is torchrun's own), on
+    CPU or where every rank has a GPU; None elsewhere."""
+    import torch
+
+    from pytest_fsdpcheck.runs.ddp_run import launched_by_torchrun
+
+    if launched_by_torchrun() or world_size not in SMALL_WORLDS:
+        return None
+    other = next(n for n in SMALL_WORLDS if n != world_size)
+    if device == "cuda" and torch.cuda.device_count() < other:
+        return None
+    return other
+
+
 def _reproducer(impl, spec, world_size, device, task, check, seed=0):
     return snippet(
         impl,
@@ -152,12 +173,22 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
         pytest.skip(f"not provided: torch {torch.__version__}'s fully_shard takes no ignored_params (2.7+)")
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device, "fsdp2")
+    violations = check_fsdp2_end_to_end(results, spec)
+    worlds = [(results, world_size, "fsdp2")]
+    second = _second_world(world_size, fsdpcheck_device)
+    if second is not None:
+        # the other small world (3 ranks beside 2): other padded shards, an empty one; eager only (its cost)
+        extra = _results(request.config, second, fsdpcheck_device, "fsdp2-eager")
+        worlds.append((extra, second, "fsdp2-eager"))
+        violations += check_fsdp2_end_to_end(extra, spec, where=f"world size {second}, ")
+    failed = next((w for w in worlds if check_fsdp2_end_to_end(w[0], spec)), worlds[0])
     _judge(
         request,
         fsdpcheck_impl,
-        check_fsdp2_end_to_end(results, spec),
-        _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "fsdp2", "check_fsdp2_end_to_end", _seed(request.config)),
-        lambda: fsdp2_environment(results, spec),
+        violations,
+        _reproducer(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], "check_fsdp2_end_to_end",
+                    _seed(request.config)),
+        lambda: next(filter(None, (fsdp2_environment(w[0], spec) for w in worlds)), None),
     )
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
     if unchecked:

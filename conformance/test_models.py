@@ -132,10 +132,8 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
 def test_model_plan_simulated(fsdpcheck_impl, fsdpcheck_model_case, request):
     import functools
 
-    from pytest_fsdpcheck.session import get_session
+    from pytest_fsdpcheck.session import simulated_world_size
 
-    # the plan at the size it trains at: --fsdpcheck-world-size, simulated (FS2-10)
-    session = get_session(request.config)
-    size = getattr(session, "world_size", None) if session is not None else None
-    check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=size)
+    # the plan at the size it trains at: --fsdpcheck-world-size, simulated (FS2-10), never capped
+    check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=simulated_world_size(request.config))
     checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)

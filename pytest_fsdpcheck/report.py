@@ -443,9 +443,19 @@ def _common_header(session) -> list[str]:
     return [
         f"fsdpcheck: torch {session.torch_version}; devices: {devices}; profile: {session.profile}; seed: {seed}",
         *_plan_header(session),
+        *_world_size_header(session),
         "fsdpcheck: divergence files: " + (", ".join(session.divergence_files) or "none"),
         *(["fsdpcheck: your models: " + ", ".join(session.models)] if session.models else []),
     ]
+
+
+def _world_size_header(session) -> list[str]:
+    """One line where --fsdpcheck-world-size asks for more ranks than are
+    started on this host (the simulated tier takes the whole size)."""
+    from .options import spawned_ranks_note
+
+    note = spawned_ranks_note(getattr(session, "world_size", None))
+    return [f"fsdpcheck: {note}"] if note else []
 
 
 def _controller_header(session) -> list[str]:

@@ -333,7 +333,10 @@ def _devices(choice: str, world_size: int | None = None, deferred: bool = False)
         pytest.exit("fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device (environment ERROR: "
                     "this machine, not the implementation)", returncode=EXIT_ENVIRONMENT)
     if choice == "cuda" and world_size is not None:
-        stop = _spawned_ranks_share_a_gpu(world_size, torch.cuda.device_count())
+        from .options import spawned_ranks
+
+        gpus = torch.cuda.device_count()
+        stop = _spawned_ranks_share_a_gpu(spawned_ranks(world_size, gpus), gpus)
         if stop:
             raise pytest.UsageError(f"fsdpcheck: {stop}")
     if choice == "auto":
@@ -368,21 +371,31 @@ def xdist_controller(config) -> bool:
 
 
 def world_size_for(config, device: str) -> int:
-    """Ranks for the distributed checks on ``device``: torchrun's world when
-    launched by ``python -m pytest_fsdpcheck.distributed``, else
-    --fsdpcheck-world-size, else every visible GPU (CUDA) or 2 (CPU)."""
+    """Real ranks for the distributed checks on ``device``: torchrun's world
+    when launched by ``python -m pytest_fsdpcheck.distributed``, else
+    --fsdpcheck-world-size capped by :func:`spawned_ranks`, else every
+    visible GPU (CUDA) or 2 (CPU)."""
+    from .options import spawned_ranks
     from .runs.ddp_run import launched_by_torchrun
 
     if launched_by_torchrun():
         import torch.distributed as dist
 
         return dist.get_world_size()
-    session = get_session(config)
-    if session is not None and session.world_size is not None:
-        return session.world_size
+    gpus = 0
     if device == "cuda":
         import torch
 
-        return torch.cuda.device_count()
-    return 2
+        gpus = torch.cuda.device_count()
+    session = get_session(config)
+    if session is not None and session.world_size is not None:
+        return spawned_ranks(session.world_size, gpus)
+    return gpus if device == "cuda" else 2
+
+
+def simulated_world_size(config) -> int | None:
+    """The world users' plans are checked at in the simulated tier
+    (--fsdpcheck-world-size, uncapped); None: the check's default."""
+    session = get_session(config)
+    return getattr(session, "world_size", None) if session is not None else None
 

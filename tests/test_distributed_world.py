@@ -356,6 +356,8 @@ FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
     ("fsdp2-rs-loses-first", ("eager", "compiled")),  # rank 1's reduce-scatter input loses its first element
     ("summing-fsdp2", ("eager", "compiled")),  # fully_shard sums instead of averaging (fs2-gloo-grads-summed's shape)
     ("compiled-outputs-off", ("compiled",)),  # a fault in torch's compiled path only
+    # pytorch#176076's shape: the last rank's padded shard never reaches the all-gather after the step
+    ("fsdp2-last-shard-stale", ("eager", "compiled")),
 ])
 def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
     """torch's fully_shard runtime (or its compiled path) faulted, the world
@@ -376,6 +378,13 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
         for rank in (0, 1):
             shown = f"FS2-9: rank {rank}, {mode}: " in torch_says
             assert shown == (mode in modes), (rank, mode, torch_says[-3000:])
+    if fault == "fsdp2-last-shard-stale":
+        # right gradients, a stale padded shard: named by its rows and rank, at 2 ranks and at 3
+        for line in ("(rank 1's shard) still from before the step: never updated",
+                     "FS2-9: world size 3, rank 0, eager: the forward after the optimizer step computes with ",
+                     "(rank 2's shard) still from before the step: never updated"):
+            assert line in torch_says, (line, torch_says[-3000:])
+        assert "gradient of" not in torch_says
     if fault == "summing-fsdp2":
         assert ("every sharded gradient is 2 times the unsharded gradient of the global batch, as torch's own walk "
                 "gives in the same run (fully_shard summed over the 2 ranks instead of averaged, on gloo)") in torch_says

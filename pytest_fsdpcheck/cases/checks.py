@@ -941,6 +941,7 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     """FS2-10: the plan's recorded calls replayed through the
     implementation's ``annotate`` (torch: the real ``fully_shard``) at
     ``world_size`` simulated ranks (``--fsdpcheck-world-size``; default 8),
+    or on the case's own ``mesh_shape`` where it states one (HSDP: 2-D),
     one rank's view at a time on a fake process group (sampled ranks above
     8): each rank's groups, dim-0 rows and padding as the spec gives them,
     the Dynamo flags, every rank agreeing. Construction and assignment only:
@@ -987,7 +988,9 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
                         tuple(sorted(managed_all)), {k: sorted(v) for k, v in groups.items()})
 
     def body(impl):
-        return check_prepared_world(make, impl.fsdp2, (size,))
+        # the plan's own mesh where it states one, else a 1-D world of the size asked
+        mesh = tuple(case.mesh_shape) if getattr(case, "mesh_shape", None) else (size,)
+        return check_prepared_world(make, impl.fsdp2, mesh)
 
     _judge(impl, case, "check_plan_simulated", body)
 

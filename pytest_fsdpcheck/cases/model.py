@@ -69,6 +69,11 @@ class ModelCase:
       DDPOptimizer checks; unset, a cap giving about four buckets is chosen
       so the split is exercised (DDP's 25 MiB default is one bucket for most
       test-sized models).
+    - ``mesh_shape``: the mesh the framework trains the plan on, ``(shard,)``
+      or ``(replicate, shard)`` (HSDP); the simulated tier (FS2-10) checks
+      the plan on it, one rank's view at a time. Unset: a 1-D world of
+      ``--fsdpcheck-world-size`` ranks (default 8). The real ranks (FS2-9)
+      stay 2 on CPU whatever it says.
     """
 
     name: str
@@ -80,6 +85,7 @@ class ModelCase:
     replicate: tuple = ()
     bucket_cap_mb: float | None = None
     first_bucket_cap_mb: float | None = None
+    mesh_shape: tuple | None = None
     example_kwargs: dict = field(default_factory=dict, compare=False)
     #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
     #: (filled in by :func:`build_case`; shown in reproducers)
@@ -317,6 +323,11 @@ def unit_names(case: ModelCase) -> list[tuple[str, ...]]:
     return units
 
 
+#: the most ranks a case's ``mesh_shape`` may hold: --fsdpcheck-world-size's
+#: own limit (``options.MAX_WORLD_SIZE``, a layer above this one)
+MAX_MESH_RANKS = 4096
+
+
 def case_problems(case: ModelCase) -> list[str]:
     """One line per module name the case gives that its model does not have."""
     names = {name for name, _ in case.model.named_modules()}
@@ -330,6 +341,15 @@ def case_problems(case: ModelCase) -> list[str]:
             out.append(f"case {case.name!r}: replicate module {name!r} is not a module of the model")
     if case.plan is not None and not callable(case.plan):
         out.append(f"case {case.name!r}: plan is a {type(case.plan).__name__}, not a callable plan(model, mesh)")
+    if case.mesh_shape is not None:
+        shape = case.mesh_shape
+        ranks = 1
+        for n in shape if isinstance(shape, tuple) else ():
+            ranks *= n if isinstance(n, int) and not isinstance(n, bool) else 0
+        if not (isinstance(shape, tuple) and len(shape) in (1, 2) and ranks >= 1 and all(n >= 1 for n in shape)
+                and ranks <= MAX_MESH_RANKS):
+            out.append(f"case {case.name!r}: mesh_shape must be (shard,) or (replicate, shard), whole numbers of "
+                       f"ranks, at most {MAX_MESH_RANKS} in all, got {shape!r}")
     for what in ("bucket_cap_mb", "first_bucket_cap_mb"):
         value = getattr(case, what)
         if value is not None and not (isinstance(value, (int, float)) and value > 0):

@@ -7,7 +7,7 @@ tensors) and returns violations. It shares no code with any splitter.
 
 from __future__ import annotations
 
-from . import Violation, by_rank
+from . import Violation, by_rank, short
 
 REASON_MARK = "DDPOptimizer"
 
@@ -143,13 +143,16 @@ def _check_ranks_agree(results: list[dict], rtol: float, atol: float) -> list[Vi
 # --- FS2-9: a real fully_shard step driven by the implementation ---------------------
 
 
-def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5) -> list[Violation]:
+def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5,
+                           where: str = "") -> list[Violation]:
     """FS2-9 over every rank's record (:mod:`pytest_fsdpcheck.runs.fsdp2_run`)
     for the implementation ``spec``: per ``fully_shard`` call the walk and
     states equal the oracle's and are what ``fully_shard`` sharded; exactly
     the managed modules carry the Dynamo flags; eager and compiled gradients
     equal the unsharded model's (global batch for sharded parameters, this
-    rank's batch for ignored ones)."""
+    rank's batch for ignored ones), and so do each rank's shards after the
+    optimizer step and the forward after it. ``where`` prefixes every
+    finding (``"world size 3, "`` for the second world)."""
     violations: list[Violation] = []
     steps: list[Violation] = []
     for result in results:
@@ -165,13 +168,18 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
         elif record.get("error"):
             violations.append(Violation("FS2-9", f"rank {rank}: fully_shard driven by {spec} failed: {_first_line(record['error'])}"))
         elif not record.get("not_provided"):
-            for mode in ("eager", "compiled"):
+            for mode in result.get("modes", ("eager", "compiled")):
                 step = _fsdp2_step(result, record[mode], mode, len(results), rtol, atol)
                 steps += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in step]
     # What the ranks failed with alike is one line; the steps' findings stay
     # per rank and mode: fs2-gloo-grads-summed is that very pattern on every
     # rank in both modes, and its signature reads it.
-    return by_rank(violations) + steps
+    found = by_rank(violations) + steps
+    if where:
+        import dataclasses
+
+        found = [dataclasses.replace(v, message=where + v.message) for v in found]
+    return found
 
 
 def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: float, atol: float) -> list[str]:
@@ -186,7 +194,94 @@ def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: floa
         # something the implementation did (a gradient hook firing twice).
         grads = [f"every sharded gradient is {factor:g} times the unsharded gradient of the global batch"
                  + _torch_walk_says(result, mode, factor, world_size, rtol, atol)]
-    return out + grads
+    # the step's result is judged where the gradients were right: wrong
+    # gradients already say why the parameters are wrong
+    after = [] if grads else _after_step(result, step, world_size, rtol, atol)
+    return out + grads + after
+
+
+def _after_step(result: dict, step: dict, world_size: int, rtol: float, atol: float) -> list[str]:
+    """After the SGD step: this rank's shard of each sharded parameter is
+    the rows ``torch.chunk`` semantics give it (computed here: rank ``r``
+    of ``S`` holds rows ``r*c : min((r+1)*c, d)``, ``c = ceil(d/S)``) of the
+    control's updated parameter, an ignored one the control's update with
+    this rank's own gradient; and one more forward (all-gathering what the
+    step left) gives the updated unsharded model's outputs. A shard that
+    still holds its values from before the step was never updated (the
+    shape of pytorch#176076: the last, padded shard of a tied weight)."""
+    import torch
+
+    from .fsdp2_world import chunk_rows
+
+    want = result["reference"].get("after_step")
+    got = step.get("after_step")
+    if want is None or got is None:
+        return []
+    rank = result.get("rank", 0)
+    sharded = set(step.get("dtensors", ()))
+    out: list[str] = []
+    for label, full in want["params"].items():
+        have = got["shards"].get(label)
+        if label in sharded and full.dim() > 0:
+            start, count, _ = chunk_rows(full.shape[0], world_size, rank)
+            expected, before = full[start:start + count], want["before"][label][start:start + count]
+            which = f"rank {rank}'s shard of {label} (rows {start}:{start + count} of {full.shape[0]})"
+        else:
+            expected, before = full, want["before"][label]
+            which = f"{label} (not sharded)"
+        if have is None:
+            out.append(f"after the optimizer step, {which} is missing")
+        elif have.shape != expected.shape:
+            out.append(f"after the optimizer step, {which} has shape {tuple(have.shape)}, expected {tuple(expected.shape)}")
+        elif not torch.allclose(have, expected, rtol=rtol, atol=atol):
+            stale = expected.numel() > 0 and torch.equal(have, before)
+            out.append(f"after the optimizer step, {which} is not the unsharded model's updated rows"
+                       + (": it still holds its values from before the step (never updated)" if stale else
+                          f", max abs difference {(have - expected).abs().max().item():.3g}"))
+    # the parameters as the forward after the step all-gathered them, one
+    # line per finding (a runtime fault repeats it for every parameter)
+    alike: dict[str, list[str]] = {}
+    for label, full in want["params"].items():
+        used = got.get("gathered", {}).get(label)
+        if used is None or used.shape != full.shape or torch.allclose(used, full, rtol=rtol, atol=atol):
+            continue
+        alike.setdefault(_stale_rows(used, full, want["before"][label], world_size, label in sharded, rtol, atol),
+                         []).append(label)
+    for finding, labels in alike.items():
+        out.append(f"the forward after the optimizer step computes with {short(labels)}, not the unsharded "
+                   f"model's updated values: {finding}")
+    output = got.get("output")
+    if not alike and output is not None and (output.shape != want["output"].shape
+                               or not torch.allclose(output, want["output"], rtol=rtol, atol=atol)):
+        diff = (output - want["output"]).abs().max().item() if output.shape == want["output"].shape else "shape"
+        out.append(f"the forward after the optimizer step (all-gathering the updated shards) gives other outputs "
+                   f"than the unsharded model after the same step, max abs difference {diff:.3g}"
+                   if diff != "shape" else "the forward after the optimizer step gives outputs of another shape")
+    return out
+
+
+def _stale_rows(used, updated, before, world_size: int, sharded: bool, rtol: float, atol: float) -> str:
+    """Which rows of a parameter the forward after the step computed with
+    wrongly, by the rank whose shard holds them (``torch.chunk``
+    semantics), and whether they are the values from before the step."""
+    import torch
+
+    from .fsdp2_world import chunk_rows
+
+    parts = []
+    for rank in range(world_size if sharded and updated.dim() > 0 else 1):
+        start, count, _ = chunk_rows(updated.shape[0], world_size, rank) if sharded and updated.dim() > 0 else (
+            0, updated.shape[0] if updated.dim() else 1, 0)
+        if count == 0:
+            continue
+        have, want = used[start:start + count], updated[start:start + count]
+        if torch.allclose(have, want, rtol=rtol, atol=atol):
+            continue
+        where = f"rows {start}:{start + count} (rank {rank}'s shard)" if sharded else "its values"
+        stale = torch.equal(have, before[start:start + count])
+        parts.append(f"{where} " + ("still from before the step: never updated" if stale else
+                                    f"off by {(have - want).abs().max().item():.3g}"))
+    return "; ".join(parts or ["they differ"])
 
 
 def _fsdp2_walk(result: dict, step: dict, mode: str) -> list[str]:

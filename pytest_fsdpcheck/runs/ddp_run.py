@@ -471,5 +471,13 @@ def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: i
     return fsdp2_task(rank, world_size, device, impl_specs, seed, progress)
 
 
-#: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step
-TASKS = {"ddp": _train_and_record, "fsdp2": _fsdp2}
+def _fsdp2_eager(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
+                 progress: dict | None = None) -> dict:
+    from .fsdp2_run import fsdp2_task
+
+    return fsdp2_task(rank, world_size, device, impl_specs, seed, progress, modes=("eager",))
+
+
+#: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step (both
+#: modes; ``fsdp2-eager``: the eager step only, FS2-9's second world)
+TASKS = {"ddp": _train_and_record, "fsdp2": _fsdp2, "fsdp2-eager": _fsdp2_eager}

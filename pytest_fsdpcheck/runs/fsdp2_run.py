@@ -51,9 +51,21 @@ from ..checks.fsdp2 import expected_managed, expected_states
 from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec, ignored_parameters
 from ..generators.trees import BuiltTree, TreeSpec
 
-WIDTH = 8
+#: the square weights' widths drawn (by the seed): odd and no multiple of
+#: 3, so neither world FS2-9 runs (2 and 3 ranks) divides them and the
+#: last rank's shard is padded (7 rows: 4 + 3 on two ranks, 3 + 3 + 1 on three)
+WIDTHS = (5, 7)
+#: the root's gate: fewer rows than three ranks, so the third holds none
+GATE_ROWS = 2
 BATCH = 4
 STEP_SEED = 1000
+#: the plain SGD step taken after the backward, on both sides
+LEARNING_RATE = 0.5
+
+
+def model_width(seed: int = 0) -> int:
+    """The width of :func:`build_model`'s square weights for ``seed``."""
+    return WIDTHS[random.Random(f"width-{seed}").randrange(len(WIDTHS))]
 
 
 def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], ...]]:
@@ -132,8 +144,14 @@ class Block(nn.Module):
 
     def mix(self, x):
         y = x
+        seen = self.__dict__.get("_fsdpcheck_seen")  # set for the forward after the step only (eager)
+        if seen is not None:
+            seen.update((name, w.detach().cpu().clone()) for name, w in self._parameters.items())
         for weight in self._parameters.values():
-            y = torch.tanh(y @ weight)
+            if weight.shape[0] == weight.shape[-1]:
+                y = torch.tanh(y @ weight)
+            else:  # the root's gate: rows fewer than the width
+                y = y * (1 + weight.sum(0))
         return y
 
     def forward(self, x):
@@ -147,6 +165,7 @@ def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
     """Computing modules in the spec's shape (the oracle reads them as it
     reads :func:`~pytest_fsdpcheck.generators.fsdp2.build_fsdp2`'s)."""
     generator = torch.Generator().manual_seed(seed)
+    width = model_width(seed)
     tree = spec.tree
     modules = [Block() for _ in range(tree.size)]
     for parent, kids in enumerate(tree.children):
@@ -154,8 +173,10 @@ def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
             modules[parent].add_module(f"c{k}", modules[child])
     for i, count in enumerate(tree.params):
         for p in range(count):
-            weight = torch.randn(WIDTH, WIDTH, generator=generator) / WIDTH**0.5
+            weight = torch.randn(width, width, generator=generator) / width**0.5
             modules[i].register_parameter(f"w{p}", nn.Parameter(weight))
+    # dims 0 no world divides: the weights' (padded last shard) and the gate's (an empty one at 3 ranks)
+    modules[0].register_parameter("gate", nn.Parameter(torch.randn(GATE_ROWS, width, generator=generator) / 4))
     for a, b in tree.tied:
         modules[b].register_parameter("tied", next(iter(modules[a]._parameters.values())))
     for i, count in enumerate(spec.buffers):
@@ -323,7 +344,7 @@ def probe_internals(device) -> dict:
 
 
 def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
-               progress: dict | None = None) -> dict:
+               progress: dict | None = None, modes=("eager", "compiled")) -> dict:
     """This rank's records for every implementation (process group up);
     the model is :func:`end_to_end_model` of ``seed`` (the same on every rank).
 
@@ -337,7 +358,13 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     implementation. Where an implementation's sharded gradients are wrong in
     a mode, the same step is also taken by torch's own walk (``torch_walk``):
     a second opinion the message names (and ``fs2-gloo-grads-summed``
-    matches on), never a reason to excuse."""
+    matches on), never a reason to excuse.
+
+    Each step ends with a plain SGD step; the rank records its shard of
+    every sharded parameter after it, and the outputs of one more forward
+    (which all-gathers what the step left), beside the control's updated
+    model (:func:`_control_after_step`). ``modes``: the steps taken (FS2-9's
+    second world, at 3 ranks, takes the eager one only)."""
     from ..impls import load_implementation
     from .selftest import FSDP2_COLLECTIVES, self_test
 
@@ -349,7 +376,8 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     for i, m in enumerate(base.modules):
         for name, p in m._parameters.items():
             names[(i, name)] = base.label(p)
-    inputs = [torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
+    width = model_width(seed)
+    inputs = [torch.randn(BATCH, width, generator=torch.Generator().manual_seed(STEP_SEED + r)) for r in range(world_size)]
     ignored = set(oracle(base, calls)["ignored"])
     reference: dict = {}
 
@@ -361,12 +389,13 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
                  **{f"rank {r}'s batch": x for r, x in enumerate(inputs)}}
     progress["phase"] = "selftest"
     self_test(device, FSDP2_COLLECTIVES, agreement, real=control_on_real_gradients)
+    reference["after_step"] = _control_after_step(base, reference, inputs[rank], ignored)
     progress["phase"] = "probe"  # torch's fully_shard on a throwaway model: a failure here is the check's
     backend = compile_backend()
     unchecked = probe_internals(device)
     result = {"oracle": oracle(base, calls), "reference": reference, "backend": backend, "seed": seed,
               "spec": spec.to_source(), "impls": {}, "process_group": torch.distributed.get_backend(),
-              "unchecked": unchecked, "torch_walk": {}}
+              "unchecked": unchecked, "torch_walk": {}, "modes": list(modes), "world_size": world_size}
     if "FS2-9" in unchecked:
         return result
     progress["phase"] = "impls"
@@ -377,12 +406,12 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
                 result["impls"][spec] = {"error": None, "not_provided": True}
                 continue
             record = {"error": None, "not_provided": False}
-            for mode in ("eager", "compiled"):
+            for mode in modes:
                 record[mode] = _step(area, base, calls, names, inputs[rank].to(device), device, mode, backend)
             result["impls"][spec] = record
         except BaseException:  # noqa: BLE001 - the checker turns it into a violation
             result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
-    for mode in ("eager", "compiled"):
+    for mode in modes:
         wrong = any(_sharded_grads_wrong(record.get(mode), result) for record in result["impls"].values())
         # every rank takes the second opinion's step or none does (it runs collectives)
         flag = torch.tensor([float(wrong)], device=device)
@@ -438,6 +467,31 @@ def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored
     local = _grads(model, base)
     everyone = averaged(local, world_size, reduce_dtype=torch.float32, skip=ignored, device=device)
     return {"global": everyone, "local": local}
+
+
+def _control_after_step(base: BuiltFsdp2, reference: dict, x, ignored: set) -> dict:
+    """The control's SGD step, by hand (nothing of ``fully_shard``, nor of
+    ``torch.optim``): every parameter minus ``LEARNING_RATE`` times the
+    control's gradient (the ranks' average; an ignored parameter's this
+    rank's own), and the updated unsharded model's outputs on this rank's
+    batch. ``before``: the parameters before the step (a shard still
+    holding them was never updated)."""
+    model = copy.deepcopy(base.modules[0])
+    labels = _labels_like(model, base)
+    before, after = {}, {}
+    with torch.no_grad():
+        for module in _modules_in_order(model):
+            for name, p in module._parameters.items():
+                label = labels.get((id(module), name))
+                if p is None or label in after:
+                    continue
+                grad = reference["local" if label in ignored else "global"].get(label)
+                before[label] = p.detach().clone()
+                if grad is not None:
+                    p.sub_(LEARNING_RATE * grad)
+                after[label] = p.detach().clone()
+        output = model(x).detach().clone()
+    return {"before": before, "params": after, "output": output}
 
 
 def _local_mean_grads(base: BuiltFsdp2, inputs) -> dict:
@@ -559,5 +613,31 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
     loss = forward(x).square().mean()
     loss.backward()
     grads = _grads(model, base)
+    # the step FSDP2 is for: the optimizer updates each rank's shard in place,
+    # and the next forward all-gathers what it left
+    torch.optim.SGD(model.parameters(), lr=LEARNING_RATE).step()
+    shards = {}
+    for i, m in enumerate(modules):
+        for n, p in m._parameters.items():
+            label = names[(i, n)]
+            if p is not None and label not in shards:
+                local = p.to_local() if isinstance(p, DTensor) else p
+                shards[label] = local.detach().cpu().clone()
+    # eager: each module records the parameters its forward computes with
+    # (all-gathered from the updated shards), by the oracle's labels
+    seen = [{} for _ in modules]
+    for module, found in zip(modules, seen, strict=True):
+        module.__dict__["_fsdpcheck_seen"] = found
+    try:
+        with torch.no_grad():
+            output = model(x).detach().cpu().clone()
+    finally:
+        for module in modules:
+            module.__dict__.pop("_fsdpcheck_seen", None)
+    gathered = {}
+    for i, found in enumerate(seen):
+        for n, tensor in found.items():
+            gathered.setdefault(names[(i, n)], tensor)
     return {"calls": calls, "fully_shard_calls": len(record), "flagged": flagged, "dtensors": dtensors,
-            "grads": grads, "loss": loss.item(), "graphs": len(graphs)}
+            "grads": grads, "loss": loss.item(), "graphs": len(graphs),
+            "after_step": {"shards": shards, "output": output, "gathered": gathered}}

@@ -4,6 +4,7 @@ breaking each rule. Each plan calls ``fully_shard`` as a framework does,
 through a different import path, so the recorder must catch them all."""
 
 import contextlib
+import dataclasses
 import importlib
 
 import torch
@@ -562,3 +563,9 @@ class SlowInRanks(TinyLM):
 def slow_in_ranks():
     torch.manual_seed(0)
     return ModelCase("slow_in_ranks", SlowInRanks(), _inputs(), plan=good_plan)
+
+
+def good_on_hsdp():
+    """``good``'s plan trained on a 2 x 16 HSDP mesh (the case states it):
+    the simulated tier checks it there, 16 shards a replica."""
+    return dataclasses.replace(good(), name="good_on_hsdp", mesh_shape=(2, 16))

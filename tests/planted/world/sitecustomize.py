@@ -16,6 +16,13 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
   loses its first element on rank 1 (set to 0 after the copy-in), in eager
   and compiled steps alike (FSDP2's hooks run outside Dynamo); the gloo
   collectives themselves are fine.
+- ``fsdp2-last-shard-stale``: pytorch#176076's shape: on the last rank of
+  the shard dimension, a parameter whose shard is padded (a dim 0 the
+  world size does not divide) has its all-gather storage split from the
+  shard the optimizer updates (``FSDPParam.reset_sharded_param``, at the
+  first forward's lazy init, leaves ``_sharded_param_data`` a copy): the
+  gradients are right, the step lands in the shard, and every later
+  forward all-gathers that rank's rows from before the step.
 - ``compiled-outputs-off``: torch's compiled path is faulty: every graph the
   backend compiles returns its floating outputs 1/16 too large (eager steps
   are right).
@@ -79,6 +86,20 @@ if "fsdp2-rs-loses-first" in _FAULTS:
             reduce_scatter_input.view(-1)[0] = 0
 
     _fsdp_collectives.foreach_reduce_scatter_copy_in = _copy_in_losing_first
+
+if "fsdp2-last-shard-stale" in _FAULTS:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+    _reset = _fsdp_param.FSDPParam.reset_sharded_param
+
+    def _reset_leaving_last_shard_stale(self):
+        _reset(self)
+        info = self.mesh_info
+        if info.shard_mesh_rank == info.shard_mesh_size - 1 and tuple(self.sharded_size) != tuple(
+                self.padded_sharded_param_size):
+            self._sharded_param_data = self._sharded_param_data.clone()
+
+    _fsdp_param.FSDPParam.reset_sharded_param = _reset_leaving_last_shard_stale
 
 if "compiled-outputs-off" in _FAULTS:
     import torch
