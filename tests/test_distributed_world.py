@@ -25,6 +25,8 @@ from tests.helpers import failure_sections
 
 from .test_planted_distributed import _fs2_rank, _rank
 
+pytestmark = pytest.mark.unit
+
 # --- where the ranks run ---------------------------------------------------------------
 
 
@@ -274,6 +276,7 @@ PLANTED_WRONG = "tests.planted.distributed:ExtraBucket"
 FAULTED = "tests.planted.distributed:TorchInFaultedRuntime"
 
 
+@pytest.mark.e2e
 def test_a_backend_that_cannot_start_is_an_environment_error_in_every_column(run_suite, monkeypatch):
     # gloo on an interface that does not exist: no rank can join, whatever the implementation
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "fsdpcheck-no-such-if0")
@@ -317,6 +320,7 @@ def _reproduces(failure: str, spec: str, task: str) -> bool:
 SPL16_FAULTED = {FAULTED: ("SPL-16", "test_compiled_ddp")}
 
 
+@pytest.mark.e2e
 def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, monkeypatch):
     """A DDP whose all-reduce sums (eager DDP and the compiled run wrong
     alike: once an environment error for every implementation), with a
@@ -356,6 +360,7 @@ FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
     ("summing-fsdp2", ("eager", "compiled")),  # fully_shard sums instead of averaging (fs2-gloo-grads-summed's shape)
     ("compiled-outputs-off", ("compiled",)),  # a fault in torch's compiled path only
 ])
+@pytest.mark.e2e
 def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
     """torch's fully_shard runtime (or its compiled path) faulted, the world
     sound: torch's own walk, the old control, gives the same wrong gradients
@@ -388,6 +393,7 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
     ("ranks-disagree", "ranks disagree on their inputs: ",
      "(test_compiled_ddp and runner) or test_fully_shard_end_to_end"),
 ])
+@pytest.mark.e2e
 def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, monkeypatch, fault, reason, k):
     """The world is broken (its all_reduce, or its ranks' agreement): the
     self-test catches it before any implementation runs, and SPL-16 and

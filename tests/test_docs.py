@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -551,11 +553,13 @@ def test_a_broken_block_fails(case, example_package, tmp_path):
 
 # ------------------------------------------------------------------ the README
 
+@pytest.mark.unit
 def test_the_readme_stays_a_first_page():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) < 250, f"README.md has {len(lines)} lines: move material into docs/"
 
 
+@pytest.mark.process
 def test_ci_reads_both_quickstart_commands_from_the_readme():
     """.ci/run's own extraction, on the README as it is now."""
     extract = next(line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("quickstart="))
@@ -566,6 +570,7 @@ def test_ci_reads_both_quickstart_commands_from_the_readme():
     assert second.strip().splitlines()[-1] == "pytest -n 2 tests", quickstart
 
 
+@pytest.mark.unit
 def test_every_verdict_the_matrix_prints_is_defined_in_the_readme():
     """Issue 42 item 8: a '-' cell appeared that the verdict table did not define."""
     from pytest_fsdpcheck.report import SYMBOL, Matrix
