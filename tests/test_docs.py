@@ -561,13 +561,19 @@ def test_the_readme_stays_a_first_page():
 
 @pytest.mark.process
 def test_ci_reads_both_quickstart_commands_from_the_readme():
-    """.ci/run's own extraction, on the README as it is now."""
-    extract = next(line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("quickstart="))
-    script = f"set -eu\n{extract}\nprintf '%s' \"$quickstart\""
-    quickstart = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    """.ci/run's own extraction, on the README as it is now: command 2 runs
+    every tier of the project's tests but the end-to-end one, and CI runs
+    that one after it, with command 2's words."""
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    extract = [line for line in lines if line.startswith(("quickstart=", "command2=", "e2e="))]
+    assert len(extract) == 3, extract
+    script = "set -eu\n" + "\n".join(extract) + "\nprintf '%s\\n--\\n%s' \"$quickstart\" \"$e2e\""
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    quickstart, _, e2e = done.rpartition("\n--\n")
     first, _, second = quickstart.partition("# 2.")
     assert first.startswith("# 1.") and "pip install -e" in first and "pytest --fsdpcheck" in first, quickstart
-    assert second.strip().splitlines()[-1] == "pytest -n 2 tests", quickstart
+    assert second.strip().splitlines()[-1] == 'pytest -n 2 tests -m "not e2e"', quickstart
+    assert e2e == "pytest -n 2 tests -m e2e", e2e
 
 
 @pytest.mark.unit
