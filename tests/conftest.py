@@ -1,6 +1,45 @@
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+#: The tiers of the project's own tests, cheapest first (pyproject.toml
+#: registers them; README and DESIGN.md say what each holds).
+TIERS = ("unit", "kill", "plugin", "process", "e2e")
+_HERE = Path(__file__).resolve().parent
+
+
+def _tiers_on(node) -> list[str]:
+    return [mark.name for mark in node.own_markers if mark.name in TIERS]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test of this folder has exactly one tier: its module's
+    ``pytestmark``, or the test's own mark where it costs more than its
+    module's tier. The nearest mark wins and is the only one pytest's ``-m``
+    sees (tryfirst: before ``-m`` deselects), so ``-m unit`` never selects a
+    module's e2e test. A test without a tier, or with two of its own, is a
+    usage error: a new test cannot be left out of the tiers."""
+    wrong, parents = [], set()
+    for item in items:
+        if not Path(item.path).resolve().is_relative_to(_HERE):
+            continue  # an inner run's own tests (pytester), not the project's
+        chain = list(item.iter_parents()) if hasattr(item, "iter_parents") else item.listchain()[::-1]
+        nearest = next((tiers for node in chain if (tiers := _tiers_on(node))), [])
+        if len(set(nearest)) != 1:
+            wrong.append(f"{item.nodeid}: {' and '.join(sorted(set(nearest))) or 'no tier'}")
+            continue
+        if not _tiers_on(item):
+            item.add_marker(nearest[0])
+        parents.update(node for node in chain[1:] if _tiers_on(node))
+    if wrong:
+        raise pytest.UsageError(
+            f"tests need exactly one tier mark ({', '.join(TIERS)}; tests/conftest.py): " + "; ".join(wrong[:10])
+            + (f" (and {len(wrong) - 10} more)" if len(wrong) > 10 else ""))
+    for node in parents:  # the items carry their tier now
+        node.own_markers[:] = [mark for mark in node.own_markers if mark.name not in TIERS]
 
 
 def schema_errors(folders) -> list[str]:

@@ -126,3 +126,66 @@ class OthersWrites:
 
     def names(self) -> set[str]:
         return set(self.log.read_text().split())
+
+
+class OthersWritesHere:
+    """:class:`OthersWrites` for an inner pytest run in this process
+    (``pytester.runpytest_inprocess``): within ``with watch(folder):``,
+    ``names`` collects the top-level names in ``folder`` that code other
+    than the plugin, the suite and the folder's own modules created (the
+    same rule as tests/others_writes.py). An audit hook cannot be removed:
+    one per process serves every watch, and does nothing outside one."""
+
+    _watching: list = []  # at most one (folder, names) at a time
+    _hooked = False
+
+    def __init__(self):
+        self.names: set[str] = set()
+
+    def watch(self, folder):
+        import contextlib
+        import os
+        import sys
+
+        import pytest_fsdpcheck
+        from pytest_fsdpcheck.collection import conformance_dir
+        from tests.others_writes import _created
+
+        folder = os.path.realpath(folder)
+        ours = (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
+                os.path.realpath(conformance_dir()) + os.sep, folder + os.sep)
+        if not OthersWritesHere._hooked:
+            sys.addaudithook(OthersWritesHere._hook)
+            OthersWritesHere._hooked = True
+
+        @contextlib.contextmanager
+        def watching():
+            watch = (folder, ours, self.names, _created)
+            OthersWritesHere._watching.append(watch)
+            try:
+                yield self
+            finally:
+                OthersWritesHere._watching.remove(watch)
+
+        return watching()
+
+    @staticmethod
+    def _hook(event, args):
+        if not OthersWritesHere._watching or not event.startswith(("open", "os.", "shutil.")):
+            return
+        import os
+        import sys
+
+        folder, ours, names, _created = OthersWritesHere._watching[-1]
+        path = _created(event, args)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return
+        path = os.path.realpath(os.fsdecode(path))
+        if not path.startswith(folder + os.sep):
+            return
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(ours):
+                return
+            frame = frame.f_back
+        names.add(os.path.relpath(path, folder).split(os.sep)[0])

@@ -75,4 +75,5 @@ def _ours_prefixes() -> tuple[str, ...]:
     return _prefixes[0]
 
 
-sys.addaudithook(_hook)
+if _LOG is not None:  # imported for _created alone (tests/helpers.py) it watches nothing
+    sys.addaudithook(_hook)

@@ -8,6 +8,8 @@ by PLN only: FS2-9 is n/p with that reason."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
@@ -97,6 +99,7 @@ def test_a_plan_breaking_a_grouping_rule_is_judged_by_pln_only(factory, rule, mo
         checks.check_plan_end_to_end(case, "torch", world_size=2)
 
 
+@pytest.mark.plugin
 def test_a_run_reports_each_mistake_once_and_fails_no_cell(run_suite):
     models = ["plan_raises", "on_meta", "inputs_misfit", "int_output"]
     extra = [arg for name in models for arg in ("--fsdpcheck-model", f"{REF}:{name}")]

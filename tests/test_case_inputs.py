@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from pytest_fsdpcheck.cases import CaseError, build_case, model_factory
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_required_argument_is_one_line_pointing_to_model_factory():
     def make(depth):  # the suite calls a factory with keyword arguments it draws, or none
@@ -87,6 +89,7 @@ def test_a_drawn_factory_none_of_whose_configurations_has_a_plan_is_np_with_the_
     assert is_case_skip(info.value)
 
 
+@pytest.mark.plugin
 def test_strict_on_a_run_narrowed_to_a_planless_models_checks_judges_only_what_ran(tmp_path):
     # -k test_model on a model without a plan: its FSDP2 checks are n/p for
     # the model's reason, and nothing that ran could tell whether torch
@@ -185,6 +188,7 @@ def test_keyword_inputs_that_are_not_a_dict_by_name_are_one_line():
         build_case(bad)
 
 
+@pytest.mark.e2e
 def test_keyword_inputs_reach_the_plans_ranks(monkeypatch):
     # FS2-9: the ranks rebuild the case from its factory and step it with the
     # mask by keyword, sharded and unsharded

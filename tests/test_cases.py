@@ -16,6 +16,8 @@ from pytest_fsdpcheck.cases import (
 )
 from pytest_fsdpcheck.checks import ConformanceFailure
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("no_such_pkg_xyz:make", "cannot import 'no_such_pkg_xyz'"),

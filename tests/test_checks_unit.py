@@ -10,6 +10,8 @@ from pytest_fsdpcheck.checks import traversal as trv
 from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree
 from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
 
+pytestmark = pytest.mark.unit
+
 # root m0 -> m1 -> m3, root m0 -> m2; m1 owns s0, m3 and m2 share s1.
 # DFS pre-order visits m0 m1 m3 m2: states [s0, s1], first owners [m1, m3].
 SPEC = TreeSpec(

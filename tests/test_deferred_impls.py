@@ -9,6 +9,8 @@ from pytest_fsdpcheck.impls import ImplementationError
 from pytest_fsdpcheck.known import active_bugs, known_bugs_of
 from pytest_fsdpcheck.session import DeferredImplementation, Session, _load
 
+pytestmark = pytest.mark.unit
+
 
 def _controller(*specs):
     return Session(impls={s: DeferredImplementation(s, 30.0) for s in specs}, devices=[], profile="ci",

@@ -2,6 +2,10 @@
 runs and between serial and pytest-xdist; dev/fuzz seeds replay and reach
 every xdist worker."""
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 K = "test_states_with_modules or test_annotate or test_idempotent"
 
 

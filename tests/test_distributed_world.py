@@ -26,6 +26,8 @@ from tests.helpers import failure_sections
 
 from .test_planted_distributed import _fs2_rank, _rank
 
+pytestmark = pytest.mark.unit
+
 # --- where the ranks run ---------------------------------------------------------------
 
 
@@ -275,6 +277,7 @@ PLANTED_WRONG = "tests.planted.distributed:ExtraBucket"
 FAULTED = "tests.planted.distributed:TorchInFaultedRuntime"
 
 
+@pytest.mark.e2e
 def test_a_backend_that_cannot_start_is_an_environment_error_in_every_column(run_suite, monkeypatch):
     # gloo on an interface that does not exist: no rank can join, whatever the implementation
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "fsdpcheck-no-such-if0")
@@ -318,6 +321,7 @@ def _reproduces(failure: str, spec: str, task: str) -> bool:
 SPL16_FAULTED = {FAULTED: ("SPL-16", "test_compiled_ddp")}
 
 
+@pytest.mark.e2e
 def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, monkeypatch):
     """A DDP whose all-reduce sums (eager DDP and the compiled run wrong
     alike: once an environment error for every implementation), with a
@@ -359,6 +363,7 @@ FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
     # pytorch#176076's shape: the last rank's padded shard never reaches the all-gather after the step
     ("fsdp2-last-shard-stale", ("eager", "compiled")),
 ])
+@pytest.mark.e2e
 def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
     """torch's fully_shard runtime (or its compiled path) faulted, the world
     sound: torch's own walk, the old control, gives the same wrong gradients
@@ -398,6 +403,7 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
     ("ranks-disagree", "ranks disagree on their inputs: ",
      "(test_compiled_ddp and runner) or test_fully_shard_end_to_end"),
 ])
+@pytest.mark.e2e
 def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, monkeypatch, fault, reason, k):
     """The world is broken (its all_reduce, or its ranks' agreement): the
     self-test catches it before any implementation runs, and SPL-16 and

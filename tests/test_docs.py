@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:
@@ -551,21 +553,30 @@ def test_a_broken_block_fails(case, example_package, tmp_path):
 
 # ------------------------------------------------------------------ the README
 
+@pytest.mark.unit
 def test_the_readme_stays_a_first_page():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) < 250, f"README.md has {len(lines)} lines: move material into docs/"
 
 
+@pytest.mark.process
 def test_ci_reads_both_quickstart_commands_from_the_readme():
-    """.ci/run's own extraction, on the README as it is now."""
-    extract = next(line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("quickstart="))
-    script = f"set -eu\n{extract}\nprintf '%s' \"$quickstart\""
-    quickstart = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    """.ci/run's own extraction, on the README as it is now: command 2 runs
+    every tier of the project's tests but the end-to-end one, and CI runs
+    that one after it, with command 2's words."""
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    extract = [line for line in lines if line.startswith(("quickstart=", "command2=", "e2e="))]
+    assert len(extract) == 3, extract
+    script = "set -eu\n" + "\n".join(extract) + "\nprintf '%s\\n--\\n%s' \"$quickstart\" \"$e2e\""
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    quickstart, _, e2e = done.rpartition("\n--\n")
     first, _, second = quickstart.partition("# 2.")
     assert first.startswith("# 1.") and "pip install -e" in first and "pytest --fsdpcheck" in first, quickstart
-    assert second.strip().splitlines()[-1] == "pytest -n 2 tests", quickstart
+    assert second.strip().splitlines()[-1] == 'pytest -n 2 tests -m "not e2e"', quickstart
+    assert e2e == "pytest -n 2 tests -m e2e", e2e
 
 
+@pytest.mark.unit
 def test_every_verdict_the_matrix_prints_is_defined_in_the_readme():
     """Issue 42 item 8: a '-' cell appeared that the verdict table did not define."""
     from pytest_fsdpcheck.report import SYMBOL, Matrix

@@ -22,6 +22,8 @@ import pytest
 from tests.demands import demand_torch_failures
 from tests.planted.torch_faults import FAULT_ENV
 
+pytestmark = pytest.mark.kill
+
 ROOT = Path(__file__).resolve().parents[1]
 
 KNOWN = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal and test_root_states")}

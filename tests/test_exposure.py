@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 torch = pytest.importorskip("torch")
 
 from pytest_fsdpcheck.cases import ModelCase, build_case  # noqa: E402
@@ -184,6 +186,7 @@ def _cli(*args):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.process
 def test_cli_reports_a_model(tmp_path):
     out = tmp_path / "exposure.json"
     done = _cli("--model", "tests.planted.plans:drawn", "--json", str(out))
@@ -198,6 +201,7 @@ def test_cli_reports_a_model(tmp_path):
     assert {e["bug"] for e in data["exposures"]} >= MODEL_INDEPENDENT
 
 
+@pytest.mark.process
 def test_cli_bad_model_is_one_line():
     done = _cli("--model", "no_such_pkg.mod:factory")
     assert done.returncode == 2

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from pytest_fsdpcheck import features
 from pytest_fsdpcheck.contract import GRAPH_FORMS
 
+pytestmark = pytest.mark.unit
+
 MODULES = ("test_traversal", "test_annotation", "test_splitting", "test_exec_order", "test_fsdp2", "test_fsdp2_plans")
 
 

@@ -10,6 +10,8 @@ import pytest
 from pytest_fsdpcheck.cases import CaseError, build_case, checks, record_plan
 from pytest_fsdpcheck.cases import frameworks as fw
 
+pytestmark = pytest.mark.unit
+
 _PLAN_CHECKS = ("check_plan_rules", "check_fsdp2_walk", "check_fsdp2_recorded", "check_fully_shard_calls")
 
 
@@ -109,6 +111,7 @@ def make():
 '''
 
 
+@pytest.mark.plugin
 def test_the_recorded_calls_are_checked_for_torch_under_the_plugin(pytester):
     pytester.makepyfile(fwplain=PLAIN_MODEL)
     pytester.syspathinsert()

@@ -3,8 +3,11 @@
 check that says why, or a warning, never a traceback wall, a hang or damage
 to the rest of the run, and nothing is left behind.
 
-Each case runs pytest in a subprocess in an empty folder holding only the
-case's files.
+Each case runs pytest in an empty folder holding only the case's files: in
+this process (``run_here``: pytester's in-process run, milliseconds) where
+the inner run ends at a usage error or at collection, before any suite test
+runs; in a subprocess (``run``) where it runs suite tests or must be a fresh
+interpreter (a crashing worker).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import pathlib
 
 import pytest
+
+pytestmark = pytest.mark.plugin
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USAGE = pytest.ExitCode.USAGE_ERROR
@@ -210,6 +215,67 @@ def run(pytester, monkeypatch, tmp_path_factory):
     return go
 
 
+#: the plugin's run state still kept in module globals (until it moves into
+#: the session's context): an in-process run puts back what it changed
+_RUN_GLOBALS = {
+    "pytest_fsdpcheck.profiles": ("_active", "_overrides", "_budgeted", "_digest"),
+    "pytest_fsdpcheck.known.judge": ("_explained", "_torch_version", "_enabled"),
+    "pytest_fsdpcheck.fuzz": ("stop_path", "_tally"),
+}
+
+
+@pytest.fixture(scope="module")
+def _builtin_implementations_imported():
+    """An in-process run forgets the modules it imported (pytester restores
+    ``sys.modules``), and torch's C extension cannot be imported twice in one
+    process: what loading the built-in implementations imports is imported
+    here first, so it stays."""
+    from pytest_fsdpcheck.impls import load_implementation
+
+    for spec in ("torch", "reference"):
+        load_implementation(spec)
+
+
+@pytest.fixture
+def run_here(pytester, monkeypatch, _builtin_implementations_imported):
+    """``run_here(args, files, ini)``: what ``run`` does, as an in-process
+    pytest run (``pytester.runpytest_inprocess``): the case's modules are
+    imported from its folder and forgotten after it; what other code than
+    the plugin writes in the folder is told apart as ``run`` does."""
+    import copy
+    import importlib
+    import sys
+
+    from tests.helpers import OthersWritesHere
+
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+    pytester.syspathinsert()
+
+    def go(args, files=(), ini=None):
+        _write(pytester.path, dict(files))
+        if ini:
+            pytester.makeini(f"[pytest]\n{ini}\n")
+        importlib.invalidate_caches()
+        before = set(os.listdir(pytester.path))
+        saved = {(module, name): copy.copy(getattr(sys.modules[module], name))
+                 for module, names in _RUN_GLOBALS.items() if module in sys.modules for name in names}
+        others = OthersWritesHere()
+        try:
+            with others.watch(pytester.path):
+                result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+        finally:
+            for (module, name), value in saved.items():
+                setattr(sys.modules[module], name, value)
+        result.folder = pytester.path
+        ours = {"__pycache__", ".hypothesis"}  # bytecode of the case's modules, Hypothesis' own cache
+        new = set(os.listdir(pytester.path)) - before - ours - others.names
+        result.left_behind = sorted(new)
+        result.survivors = _processes_in(pytester.path)
+        return result
+
+    return go
+
+
 def test_files_other_tools_write_are_not_the_plugins(run):
     """What other installed tools write as a run starts (pytest-benchmark's
     folder, CUDA's per-user cache) is not left behind by the plugin; the
@@ -255,8 +321,8 @@ NEEDS = {
 @pytest.mark.parametrize(
     "args, files, ini, says", [pytest.param(*c[1:], id=c[0], marks=NEEDS.get(c[0], ())) for c in USAGE_CASES]
 )
-def test_bad_input_is_one_line_and_exit_4(run, args, files, ini, says):
-    result = run(["--fsdpcheck", *args], files, ini)
+def test_bad_input_is_one_line_and_exit_4(run_here, args, files, ini, says):
+    result = run_here(["--fsdpcheck", *args], files, ini)
     output = _no_traceback(result)
     assert result.ret == USAGE, output
     errors = [line for line in result.outlines + result.errlines if says in line]
@@ -280,8 +346,8 @@ def test_bad_input_is_one_line_and_exit_4(run, args, files, ini, says):
     ],
     ids=["impl", "strict-and-timeout", "profile", "fuzz-options"],
 )
-def test_suite_options_without_the_suite_warn(run, args, says):
-    result = run(args)
+def test_suite_options_without_the_suite_warn(run_here, args, says):
+    result = run_here(args)
     output = _no_traceback(result)
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, output
     assert says in output, output
@@ -303,6 +369,7 @@ def test_fuzz_options_under_ci_warn_and_run(run, flag):
     assert not result.left_behind, result.left_behind
 
 
+@pytest.mark.unit
 def test_writability_is_judged_without_creating_anything(tmp_path):
     from pytest_fsdpcheck.options import unwritable_folder
 
@@ -339,7 +406,10 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize("impl, extra, says", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+# a worker's crash needs workers: processes of their own (the rest, a suite
+# test in the run, stay subprocesses until the run state is the session's)
+@pytest.mark.parametrize("impl, extra, says", [
+    pytest.param(*f[1:], id=f[0], marks=pytest.mark.process if f[0] == "crashes-a-worker" else ()) for f in FAULTS])
 def test_a_faulty_implementation_fails_its_check_with_the_reason(run, impl, extra, says):
     result = run(["--fsdpcheck", "--fsdpcheck-impl", impl, "--fsdpcheck-impl", "reference",
                   "-k", "test_handles", "--fsdpcheck-report", "report.json", *extra])
@@ -366,6 +436,8 @@ def test_a_test_id_as_printed_reruns_that_test(run):
 
 def test_selection_of_nothing_makes_no_verdicts(run):
     div = "[[divergence]]\nmatch = 'TRV-7'\nimplementation = 'reference'\nreason = 'x'\n"
+    # a subprocess: collecting the suite imports libraries (transformers' C
+    # extensions) that an in-process run would leave half-forgotten
     result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-strict",
                   "--fsdpcheck-divergences", "div.toml", "-k", "no_such_test"], {"div.toml": div})
     output = _no_traceback(result)

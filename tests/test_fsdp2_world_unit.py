@@ -3,7 +3,15 @@ checker on hand-made rank views (no fake process group needed for these)."""
 
 import pytest
 
-from pytest_fsdpcheck.checks.fsdp2_world import _coverage, _disagreements, _shard_violations, chunk_rows, ranks_to_build
+from pytest_fsdpcheck.checks.fsdp2_world import (
+    _coverage,
+    _disagreements,
+    _shard_violations,
+    chunk_rows,
+    ranks_to_build,
+)
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(("rows", "shards", "index", "want"), [

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PLANTED = "tests.planted.replay:LosesAState"
 PROPERTY = "test_states_with_modules"
@@ -126,6 +128,7 @@ def test_a_second_machine_replays_a_failure_first_through_redis(suite, redis_url
     assert calls["main"][0] == failing, (calls["main"][:3], failing)
 
 
+@pytest.mark.plugin
 def test_coverage_flags_a_feature_a_generator_stopped_producing(run_suite):
     k = "test_states_with_modules"
     _, control = run_suite("reference", k=k, extra=["--fsdpcheck-profile", "dev", "--fsdpcheck-seed", "1"])

@@ -19,6 +19,8 @@ from pytest_fsdpcheck import collection, features, fuzz
 from pytest_fsdpcheck.report import PROP_IMPL
 from tests.test_feature_reach import suite_properties
 
+pytestmark = pytest.mark.unit
+
 
 def fake_item(module: str, function: str, params: dict, is_property: bool = True):
     ids = "-".join(["torch", *(f"shard{v + 1}" if k == "fsdpcheck_shard" else v for k, v in params.items())])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import find, given, settings
 
 from pytest_fsdpcheck.generators.fsdp2 import (
@@ -14,6 +15,8 @@ from pytest_fsdpcheck.generators.fsdp2 import (
     ignored_scalars,
 )
 from pytest_fsdpcheck.generators.trees import TreeSpec
+
+pytestmark = pytest.mark.unit
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None)
 

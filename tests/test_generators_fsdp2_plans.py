@@ -21,6 +21,8 @@ from pytest_fsdpcheck.generators.trees import TreeSpec
 from pytest_fsdpcheck.reference.fsdp2 import ReferenceFsdp2
 from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
 
+pytestmark = pytest.mark.unit
+
 FIND = settings(database=None, derandomize=True, max_examples=3000, deadline=None)
 SOURCE = {"Fsdp2Plan": Fsdp2Plan, "PlanCall": PlanCall, "TreeSpec": TreeSpec}
 

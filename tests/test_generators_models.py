@@ -8,6 +8,8 @@ from hypothesis import HealthCheck, find, settings
 from pytest_fsdpcheck.generators.models import build_model, model_specs
 from pytest_fsdpcheck.strategies import model_specs as public_model_specs
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = settings(max_examples=2000, database=None, derandomize=True, suppress_health_check=list(HealthCheck), deadline=None)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from pytest_fsdpcheck.generators.trees import (
     wide_tree,
 )
 from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
+
+pytestmark = pytest.mark.unit
 
 FIND = settings(database=None, derandomize=True, max_examples=2000, deadline=None)
 

@@ -9,10 +9,13 @@ import pytest
 from pytest_fsdpcheck.checks import golden_files as golden
 from tests.demands import demand_failures
 
+pytestmark = pytest.mark.process
+
 #: takes every state for a root
 ACCEPT_PLANTED = {"tests.planted.traversal:UnfilteredRoots": ("TRV-7", "test_golden_traversal and mlp_chain")}
 
 
+@pytest.mark.kill
 def test_expecttest_accept_neither_passes_a_bug_nor_rewrites_the_golden_file(run_suite, monkeypatch):
     path = golden.golden_dir() / "mlp_chain.txt"
     original = path.read_bytes()

@@ -1,14 +1,19 @@
 """The golden corpus can fail, and says how: a changed behaviour shows up as a
 readable unified diff against fixtures/golden, charged to the right ID."""
 
+import pytest
+
 from pytest_fsdpcheck.checks import golden_files as golden
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.generators.corpus import CORPUS
 from tests.demands import demand_failures
 
+pytestmark = pytest.mark.unit
+
 GOLDEN_PLANTED = {"tests.planted.golden:ReversedParamOrder": ("EXO-3", "test_golden_exec_order and mlp_chain")}
 
 
+@pytest.mark.kill
 def test_changed_exec_order_shows_unified_diff(run_suite):
     impl = "tests.planted.golden:ReversedParamOrder"
     result, report = run_suite(impl, k="test_golden_exec_order and mlp_chain")

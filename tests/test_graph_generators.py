@@ -16,6 +16,8 @@ from pytest_fsdpcheck.generators.graphs import (
     large_spec,
 )
 
+pytestmark = pytest.mark.unit
+
 FEATURES = GraphSpec(
     width=4,
     batch=3,

@@ -16,7 +16,7 @@ import pytest
 from pytest_fsdpcheck.checks import growth
 from pytest_fsdpcheck.isolation import time_limit
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")
+pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")]
 
 
 def _spin():
@@ -130,6 +130,7 @@ def test_the_budget_leaves_the_process_clock_precise():
         assert growth.clock_step(growth.process_cpu_time) < 1e-3
 
 
+@pytest.mark.process
 def test_a_coarse_process_clock_still_times_a_short_run():
     """Under RLIMIT_CPU Linux samples the process clock at ticks (measured:
     4 ms steps, a single 0.5 ms run read as 0.0): a short run is repeated

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 torch = pytest.importorskip("torch")
 
 from pytest_fsdpcheck.known import history  # noqa: E402

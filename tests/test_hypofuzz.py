@@ -15,11 +15,11 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.process, pytest.mark.skipif(
     shutil.which("hypothesis", path=os.path.dirname(sys.executable)) is None
     or subprocess.run([sys.executable, "-c", "import hypofuzz"], capture_output=True).returncode != 0,
     reason="HypoFuzz is not installed (pip install hypofuzz)",
-)
+)]
 
 COLLECT = """
 import json, sys

@@ -7,7 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import pytest_fsdpcheck
+
+pytestmark = pytest.mark.unit
 
 PACKAGE = Path(pytest_fsdpcheck.__file__).resolve().parent
 CONFORMANCE = PACKAGE.parent / "conformance"

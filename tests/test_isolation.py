@@ -3,9 +3,12 @@ does not damage the rest of the run."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 K = "test_states_with_modules"
 
 
+@pytest.mark.plugin
 def test_raising_implementation_shows_its_own_frames(run_suite):
     result, report = run_suite("tests.planted.misbehaving:Raises", k=K)
     out = result.stdout.str()
@@ -17,6 +20,7 @@ def test_raising_implementation_shows_its_own_frames(run_suite):
     assert "pytest_fsdpcheck/plugin.py" not in out
 
 
+@pytest.mark.plugin
 def test_hanging_implementation_is_stopped(run_suite):
     result, report = run_suite(
         "tests.planted.misbehaving:Hangs", "reference", k=K, extra=["--fsdpcheck-timeout", "0.5"]
@@ -29,6 +33,7 @@ def test_hanging_implementation_is_stopped(run_suite):
     assert result.duration < 120
 
 
+@pytest.mark.plugin
 def test_thread_count_is_the_users_outside_the_suites_tests(pytester):
     pytester.makeconftest(
         "import torch\n"
@@ -50,6 +55,7 @@ def test_thread_count_is_the_users_outside_the_suites_tests(pytester):
     assert "THREADS-DURING 3" in result.stdout.str()
 
 
+@pytest.mark.plugin
 def test_implementation_without_areas_is_a_usage_error(run_suite):
     result, report = run_suite("tests.planted.misbehaving:ProvidesNothing")
     assert result.ret == 4
@@ -151,6 +157,7 @@ def _run_misbehaving(where):
     }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("planted", list(MISBEHAVING))
 def test_misbehaving_implementation_fails_alone_and_the_state_is_restored(misbehaving_run, planted):
     from tests.helpers import failure_sections
@@ -171,6 +178,7 @@ def test_misbehaving_implementation_fails_alone_and_the_state_is_restored(misbeh
     assert {**run["seen"][mine + 1], "test": None} == {**run["seen"][0], "test": None}, (order[mine + 1], run["seen"])
 
 
+@pytest.mark.process
 def test_child_process_left_running_is_stopped(misbehaving_run):
     import os
     import re
@@ -259,6 +267,7 @@ def _watched(body):
     return found
 
 
+@pytest.mark.process
 def test_an_inductor_compile_in_a_test_is_torchs_bookkeeping_whatever_the_order(first_compile):
     """Issue 38 finding 4: the first Inductor compile inside a test raises
     the recursion limit (1000 -> 2000) and starts Inductor's compile thread
@@ -277,6 +286,7 @@ def test_an_inductor_compile_in_a_test_is_torchs_bookkeeping_whatever_the_order(
     assert _watched(lambda: _compiled_step(6)) == []
 
 
+@pytest.mark.process
 def test_an_implementations_own_limit_or_thread_beside_a_compile_is_still_a_leak(first_compile):
     """The excuse is the compile's changes alone: a limit raised by other
     code (before the compile, so the compile keeps it, or after it), or a
@@ -327,6 +337,7 @@ def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkey
 # --- what a library does as it is first imported is not the implementation's
 
 
+@pytest.mark.plugin
 def test_import_time_effects_of_a_lazily_imported_library_are_not_a_leak(pytester):
     """A call that first imports a third-party library drawing from the
     global generators, setting an environment variable, extending the import
@@ -629,6 +640,7 @@ def test_verdict_state_is_put_back_whoever_changed_it(importable):
         sys.modules.pop("changes_verdict_state", None)
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("order", ["collected", "reversed"])
 def test_a_compile_in_a_users_model_test_leaves_pln_verdicts_alone(run_suite, pytester, monkeypatch, tmp_path, order):
     """Issue 38 finding 4 as a user met it: a plan that runs its compiled

@@ -11,6 +11,8 @@ import torch
 
 from pytest_fsdpcheck.isolation import Guarded, ImplementationExit, LeakedGlobalState
 
+pytestmark = pytest.mark.unit
+
 
 class _Traversal:
     def __init__(self, body):

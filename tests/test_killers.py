@@ -23,6 +23,8 @@ from tests.demands import (
     uncovered,
 )
 
+pytestmark = pytest.mark.kill
+
 
 @pytest.fixture(scope="module")
 def census():

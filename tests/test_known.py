@@ -10,6 +10,8 @@ from pytest_fsdpcheck.known.__main__ import main, reproducer_path
 from pytest_fsdpcheck.known.reference_with import reference_with
 from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
+pytestmark = pytest.mark.unit
+
 IDS = [bug.id for bug in TORCH_BUGS]
 
 
@@ -21,6 +23,7 @@ def test_ids_are_unique_and_every_bug_is_complete():
         reference_with([bug])  # its switches exist on the reference
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("bug", TORCH_BUGS, ids=IDS)
 def test_reproducer_agrees_with_the_catalog_on_this_torch(bug):
     import torch

@@ -24,6 +24,8 @@ from pytest_fsdpcheck.known.judge import _outcome
 from tests.helpers import NO_SHRINK
 from tests.planted.known import BUGS, TESTS, WIDER, class_name
 
+pytestmark = pytest.mark.unit
+
 MODULE = "tests.planted.known"
 
 
@@ -300,6 +302,7 @@ def test_spl10_lost_metadata_explains_nothing_else_of_what_the_backend_gets():
 SUITE = [b for b in WIDER if b != "fs2-group-conflict-not-rejected"]
 
 
+@pytest.mark.kill
 def test_each_counterexample_fails_next_to_its_known_bug(run_suite):
     specs = {bug: f"{MODULE}:{class_name('Wider', bug)}" for bug in SUITE}
     k = " or ".join(f"({class_name('Wider', b)} and ({TESTS[b]}))" for b in SUITE)

@@ -18,6 +18,8 @@ from pytest_fsdpcheck.known.__main__ import main
 from pytest_fsdpcheck.known.bugs import UPSTREAM_REF, KnownBug, upstream_url
 from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
+pytestmark = pytest.mark.unit
+
 CITED = [bug for bug in TORCH_BUGS if bug.upstream]
 UNCITED = [bug for bug in TORCH_BUGS if not bug.upstream]
 HOSTILE = '<script>alert("x")</script>'

@@ -6,6 +6,8 @@ the violation's evidence, so the known-bug judge compares the whole."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.checks import ConformanceFailure  # noqa: E402

@@ -15,6 +15,8 @@ from pytest_fsdpcheck.checks import ConformanceFailure
 from pytest_fsdpcheck.known import judge
 from tests.planted import model_checks as planted
 
+pytestmark = pytest.mark.unit
+
 BUG = "spl-ddp-ignored-lost-on-fake"
 
 
@@ -141,6 +143,7 @@ def test_annotation_runs_with_the_plans_ignored_modules():
         checks.check_annotation_ignored(plain, SkipsIgnoredSubtrees())
 
 
+@pytest.mark.plugin
 def test_strict_can_say_the_ignored_bug_is_not_reproduced(run_suite):
     """A run meeting no DDP-ignored parameter (the corpus's mlp_chain) does
     not claim the bug: strict reports it "not reproduced — fixed?" (SPL-3

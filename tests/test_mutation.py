@@ -25,6 +25,8 @@ from pytest_fsdpcheck.mutation.session import (
     torch_root,
 )
 
+pytestmark = pytest.mark.unit
+
 SOURCE = '''\
 import functools
 
@@ -158,6 +160,7 @@ def _processes_in(folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="reads processes' folders from /proc")
 def test_killed_run_resumes_and_torch_stays_byte_identical(tmp_path):
     pytest.importorskip("cosmic_ray")
@@ -222,6 +225,7 @@ def test_rejudging_keeps_kills_only_under_checks_that_include_the_old_ones(tmp_p
     assert wider.load_state()["fingerprint"]["checks"] == "annotate or plan"
 
 
+@pytest.mark.process
 def test_the_checks_subprocesses_import_the_mutant_too(tmp_path):
     """SPL-16 and FS2-9 run their ranks in processes of their own: those must
     import the overlay's copy as well, or the area's end-to-end checks never

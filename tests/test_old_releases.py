@@ -4,7 +4,11 @@ source, stood in for where the behaviour is the suite's own."""
 
 import pickle
 
+import pytest
+
 from pytest_fsdpcheck import isolation
+
+pytestmark = pytest.mark.unit
 
 
 class _Torch20Config:

@@ -8,6 +8,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.plugin
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -116,6 +118,7 @@ def _fake(name, model=None):
                            user_properties=[(PROP_IMPL, "impl")])
 
 
+@pytest.mark.unit
 def test_xdist_first_chunks_are_dealt():
     """-n 2: xdist starts each worker on a chunk of consecutive items, so in
     cheapest-first order one worker got every cheap check (for a one-area

@@ -8,7 +8,7 @@ import torch
 from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.plan_distributed import check_plan_end_to_end
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
+pytestmark = [pytest.mark.unit, pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")]
 
 
 @pytest.fixture
@@ -26,6 +26,7 @@ def _run(spec):
     return run_plan_ranks(case_builder(case_of(spec)), world_size=2, timeout=240)
 
 
+@pytest.mark.e2e
 def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     records = _run("tests.planted.plans:good")
     assert [r["error"] for r in records] == [None, None]
@@ -41,6 +42,7 @@ def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     assert check_plan_end_to_end(records) == []
 
 
+@pytest.mark.e2e
 def test_rank_dependent_plan_fails_naming_the_parameter(fast_compile):
     violations = check_plan_end_to_end(_run("tests.planted.plans:rank_scaled"))
     assert violations and {v.invariant for v in violations} == {"FS2-9"}
@@ -133,6 +135,7 @@ def test_plan_groups_follow_the_recorded_policies():
     assert all(g.param_dtype is None for g in plan_groups(case_of("tests.planted.plans:good")))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("spec", ["bf16", "bf16_last_block", "bf16_casts"])
 def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     """Issue 28 item 1: bf16 compute with fp32 reduction (torchtitan's
@@ -147,6 +150,7 @@ def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("spec", "params", "modes", "words"), [
     # the gradient summed over the ranks, not averaged: 2x
     ("bf16_doubled", "layers.1.", ("eager", "compiled"), "differs from the unsharded model's at the plan's precision"),
@@ -171,6 +175,7 @@ def test_wrong_bf16_plan_fails_fs2_9(fast_compile, spec, params, modes, words):
     assert _ranks_modes(violations) == {(f"rank {r}", mode) for r in (0, 1) for mode in modes}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("spec", ["dropout", "dropout_bf16", "batchnorm"])
 def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
     """Issue 28 item 2: nn.Dropout and a random mask in the forward (and
@@ -185,6 +190,7 @@ def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
     checks.check_plan_end_to_end(case, checks._torch_impl(), world_size=2)
 
 
+@pytest.mark.e2e
 def test_ranks_weigh_their_loss_and_the_fp32_control_matches_exactly(fast_compile):
     """With one batch for every rank and no loss weights, a plan whose groups
     never reduce would pass (each rank's own gradient is the mean: the planted
@@ -201,6 +207,7 @@ def test_ranks_weigh_their_loss_and_the_fp32_control_matches_exactly(fast_compil
                            record["reference"]["layers.0.mlp.0.weight"])
 
 
+@pytest.mark.e2e
 def test_an_ignored_parameter_keeps_its_ranks_own_gradient(fast_compile):
     """FSDP2 never reduces an ignored parameter: with the ranks' loss weights
     its gradient is each rank's own (twice as large on rank 1), and the control says so."""
@@ -239,6 +246,7 @@ def test_checker_tolerance_follows_the_plans_dtypes():
 # --- issue 28 item 5: FS2-9 on users' plans can fail for the reasons it claims -------
 
 
+@pytest.mark.e2e
 def test_a_model_that_compiles_nothing_is_the_cases_limit(fast_compile):
     """A forward under ``torch._dynamo.disable`` compiles no graph, sharded
     or not: the compiled mode cannot judge the implementation, so FS2-9 is
@@ -329,6 +337,7 @@ def test_the_control_runs_a_checkpointed_bf16_step_at_the_plans_precision():
     assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in reference.values())
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("spec", ["checkpointed_bf16", "fp32_router"])
 def test_frameworks_bf16_stacks_pass_fs2_9_for_torch(fast_compile, spec):
     """Items 2 and 3: activation checkpointing under a bf16 policy, and an
@@ -340,6 +349,7 @@ def test_frameworks_bf16_stacks_pass_fs2_9_for_torch(fast_compile, spec):
     checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
 
 
+@pytest.mark.e2e
 def test_a_doubled_fp32_router_fails_fs2_9_stating_the_tolerance(fast_compile):
     """Item 3's killer: the router's gradients summed over the ranks, not
     averaged, fail in both modes; the message states the tolerance (with
@@ -450,6 +460,7 @@ def test_the_ranks_limit_follows_the_timeout_option_and_the_steps_cost(monkeypat
     assert limits == [PLAN_CALLS * 10.0 + STEP_COST_FACTOR * 0.2]
 
 
+@pytest.mark.e2e
 def test_the_timeout_option_reaches_fs2_9_and_a_slow_world_is_an_error(run_suite, fast_compile):
     """Item 5: --fsdpcheck-timeout sets FS2-9's ranks' limit (it was 180 s
     whatever the option): at 1 s no world can start in time, and the cell

@@ -6,6 +6,8 @@ is seen; and the function is exactly as it was after the plan."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import build_case, checks  # noqa: E402

@@ -3,6 +3,8 @@ plan's real fully_shard calls (every import path, lists of modules)."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import build_case, checks  # noqa: E402

@@ -1,8 +1,12 @@
 """Every annotation invariant can fail: each planted bug is caught by its ID."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
 from tests.planted.annotation import PLANTED
+
+pytestmark = pytest.mark.kill
 
 
 def test_planted_annotation_bugs_are_caught(run_suite):

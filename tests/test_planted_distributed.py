@@ -8,6 +8,8 @@ import torch
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from tests.demands import demand_failures
 
+pytestmark = pytest.mark.unit
+
 PLANTED = "tests.planted.distributed:"
 #: splitters planning one bucket too many / too few
 SPL16_PLANTED = {PLANTED + name: ("SPL-16", "test_distributed") for name in ("ExtraBucket", "MissingBucket")}
@@ -16,6 +18,7 @@ FS29_PLANTED = {PLANTED + name: ("FS2-9", "test_fully_shard_end_to_end")
                 for name in ("DropsFirstLeaf", "ShardsIgnored", "ParentFirst")}
 
 
+@pytest.mark.e2e
 def test_wrong_bucket_count_is_caught_and_control_passes(run_suite):
     control = PLANTED + "Unchanged"
     result, report = run_suite(control, *SPL16_PLANTED, k="test_distributed")
@@ -128,6 +131,7 @@ from pytest_fsdpcheck.checks.distributed import check_fsdp2_end_to_end  # noqa: 
 from pytest_fsdpcheck.runs.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
 
 
+@pytest.mark.e2e
 def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
     # aot_eager: the planted walks differ before any kernel is generated
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
@@ -186,6 +190,7 @@ def test_fs2_9_checker_catches_each_part():
     assert violation.message == "rank 1: expected a training step, but the rank failed: RuntimeError: gloo timeout"
 
 
+@pytest.mark.e2e
 def test_world_size_option_reaches_the_checks(run_suite):
     # One rank cannot check FS2-9: not provided, with the reason and the option to change it.
     result, report = run_suite("reference", k="test_fully_shard_end_to_end", extra=("--fsdpcheck-world-size", "1", "-rs"))

@@ -1,8 +1,12 @@
 """Every exec-order invariant can fail: each planted bug is caught by its ID."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, invariant_tests, selection
 from tests.planted.exec_order import ALL
+
+pytestmark = pytest.mark.kill
 
 #: each planted bug on the tests of its invariant
 PLANTED = {f"tests.planted.exec_order:{name}": (inv, invariant_tests("test_exec_order", inv)) for inv, name in ALL.items()}

@@ -2,11 +2,16 @@
 form in the test id; a known bug declared for one form hides nothing in the
 other, and a form an implementation does not accept is n/p, never a pass."""
 
+import pytest
+
 from tests.helpers import NO_SHRINK
+
+pytestmark = pytest.mark.unit
 
 MODULE = "tests.planted.forms"
 
 
+@pytest.mark.kill
 def test_a_bug_declared_for_one_form_fails_in_the_other(run_suite):
     spec = f"{MODULE}:PerUseDeclaredForModuleForm"
     result, report = run_suite(spec, k="test_counted_once_cases", extra=NO_SHRINK)
@@ -18,6 +23,7 @@ def test_a_bug_declared_for_one_form_fails_in_the_other(run_suite):
     assert "SPL-4" in result.stdout.str()
 
 
+@pytest.mark.kill
 def test_a_form_not_accepted_is_not_provided(run_suite):
     spec = f"{MODULE}:DynamoFormOnly"
     result, report = run_suite(spec, k="test_counted_once_cases and tied", extra=(*NO_SHRINK, "-rs"))

@@ -1,8 +1,18 @@
 """Every FSDP2 invariant can fail: each planted bug is caught by its ID."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
-from tests.planted.fsdp2 import CORPUS_PLANTED, EQUAL_PLANTED, NESTED_PLANTED, PLANTED, WORLD_PLANTED
+from tests.planted.fsdp2 import (
+    CORPUS_PLANTED,
+    EQUAL_PLANTED,
+    NESTED_PLANTED,
+    PLANTED,
+    WORLD_PLANTED,
+)
+
+pytestmark = pytest.mark.kill
 
 
 def test_planted_fsdp2_bugs_are_caught(run_suite):

@@ -6,8 +6,12 @@ the recursion limit, which torch's known bug fs2-walk-recursive explains
 there; the chains of test_linear_growth_deep_ignored stay below the limit,
 so its quadratic time fails FS2-6 on torch as on the reference."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK
+
+pytestmark = pytest.mark.kill
 
 #: a whole-subtree buffer check in the ignore rule, on the deep-chain growth case added for it
 WHOLE_SUBTREE_PLANTED = {"tests.planted.fsdp2:IgnoreRuleWholeSubtree": ("FS2-6", "test_linear_growth_deep_ignored")}

@@ -2,8 +2,12 @@
 the tests of its invariant that existed before the one added for it, and
 fails that one with its ID."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK
+
+pytestmark = pytest.mark.kill
 
 #: deciding a shared module once per path to it, on the growth case added for it
 MISSED_PLANTED = {"tests.planted.fsdp2:IgnoreRuleNoMemo": ("FS2-6", "test_linear_growth_shared_ignored")}

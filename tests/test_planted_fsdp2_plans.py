@@ -1,9 +1,13 @@
 """Mistakes only repeated fully_shard calls show are caught by the plan
 properties with their ID, and missed by the single-call ones."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
 from tests.planted.fsdp2_plans import PLANTED
+
+pytestmark = pytest.mark.kill
 
 
 def test_planted_plan_bugs_are_caught(run_suite):

@@ -4,8 +4,12 @@ the same walk does inline (a clock of the calling thread alone measured it
 0.0002 s -> 0.0002 s), and an exponential one there is cut by the CPU
 budget, its thread ended, never waited for."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, selection
+
+pytestmark = pytest.mark.kill
 
 _FS2_WIDE = "test_fsdp2 and test_linear_growth and not ignored"
 

@@ -8,6 +8,8 @@ import pytest
 from tests.helpers import NO_SHRINK, failure_sections
 from tests.planted.known import BUGS, TESTS, class_name
 
+pytestmark = pytest.mark.kill
+
 MODULE = "tests.planted.known"
 
 

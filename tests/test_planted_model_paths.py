@@ -6,6 +6,8 @@ fail, with the ID, both through ``--fsdpcheck-model`` and through a user's
 
 import pytest
 
+pytestmark = pytest.mark.kill
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from tests.demands import demand_check_failures, demand_model_failures, impl_test  # noqa: E402

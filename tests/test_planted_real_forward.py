@@ -3,9 +3,13 @@ implementation mishandling buffers, views, tied parameters, never-called
 containers or method-named parameters is caught on that feature's model,
 with the invariant ID."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK
 from tests.planted.exec_order import REAL_FORWARD_PLANTED
+
+pytestmark = pytest.mark.kill
 
 PLANTED = {f"tests.planted.exec_order:{name}": (invariant, "test_real_forward_features")
            for name, (invariant, _case) in REAL_FORWARD_PLANTED.items()}

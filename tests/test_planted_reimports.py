@@ -4,9 +4,13 @@ implementation's leak, charged to the test that made it, and the process
 state deciding other tests' verdicts is put back before the next test, so
 torch's verdicts do not depend on what ran before them in the process."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import failure_sections
 from tests.planted.reimports import LEAKS, PLANTED
+
+pytestmark = pytest.mark.kill
 
 #: the planted killers' tests, and torch's verdicts they used to change
 #: (ANN-7 pass; TRV-8 and FS2-6 known on the deep trees)

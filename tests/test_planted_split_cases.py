@@ -5,6 +5,8 @@ the reference passes the same cases. Under ``pytest --fsdpcheck -x`` these
 cases run before any splitting property (collection's cheapest-first order),
 so such a bug stops the run within a second of its first test."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.planted.splitting import (
     CONFIG_CASE_TARGETS,
@@ -16,6 +18,8 @@ from tests.planted.splitting import (
     LAZY_CASE_TARGETS,
     NO_TABULATE_TARGETS,
 )
+
+pytestmark = pytest.mark.kill
 
 #: each planted splitter on the fixed cases only
 PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
@@ -96,6 +100,7 @@ def test_compiler_config_bugs_fail_the_config_cases(run_suite):
     demand_failures(result, report, CONFIGS)
 
 
+@pytest.mark.plugin
 def test_split_cases_run_before_the_splitting_properties(pytester):
     """The order ``-x`` meets them in: every fixed plan case ahead of the
     first splitting property, for one implementation."""

@@ -3,9 +3,13 @@ implementations, each running the tests of its target invariant, which must
 fail that cell (others may fail too when a bug has knock-on effects); the
 reference, on the same tests, passes every one."""
 
+import pytest
+
 from tests.demands import demand_failures
 from tests.helpers import NO_SHRINK, invariant_tests, selection
 from tests.planted.splitting import TARGETS
+
+pytestmark = pytest.mark.kill
 
 #: each planted splitter on the tests of its target invariant
 PLANTED = {f"tests.planted.splitting:{name}": (inv, invariant_tests("test_splitting", inv)) for name, inv in TARGETS.items()}

@@ -17,6 +17,8 @@ import pytest
 
 from pytest_fsdpcheck.report import EXIT_ENVIRONMENT, EXIT_STRICT
 
+pytestmark = pytest.mark.plugin
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 TRAVERSAL_ONLY = """
@@ -206,6 +208,7 @@ def pytest_sessionfinish(session):
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mode", [["--collect-only"], []], ids=["collect-only", "run"])
 def test_idle_plugin_imports_no_torch_and_writes_nothing(pytester, mode, monkeypatch, tmp_path_factory):
     from tests.helpers import OthersWrites
@@ -294,6 +297,7 @@ def test_json_report_has_header_and_matrix(pytester, suite):
     )
 
 
+@pytest.mark.process
 def test_xdist_gives_the_serial_matrix(pytester, suite, monkeypatch):
     """The same matrix and header; the controller, which runs no test, never
     imports torch or an implementation (issue 29 item 4: that import, before
@@ -330,6 +334,7 @@ def test_xdist_gives_the_serial_matrix(pytester, suite, monkeypatch):
     assert {"pass", "fail", "not provided"} <= outcomes
 
 
+@pytest.mark.process
 def test_xdist_worker_load_error_is_one_line(suite):
     """An implementation only a worker can find broken (the controller checks
     that its module exists, not what the module holds): one line, the usage
@@ -415,6 +420,7 @@ def test_declared_divergence_turns_failure_into_xfail(pytester, suite):
     assert report["unexpected_passes"] == [{"invariant": "TRV-6", "implementation": UNFILTERED}]
 
 
+@pytest.mark.process
 def test_divergence_findings_are_the_same_under_xdist(pytester, suite):
     serial = _divergence_run(pytester, suite)
     serial_report = _report(pytester)
@@ -473,6 +479,7 @@ def test_undeclared_failure_still_fails_with_divergences_loaded(pytester, suite)
     assert _outcomes(_report(pytester), UNFILTERED)["TRV-7"] == "fail"
 
 
+@pytest.mark.unit
 def test_corpus_tests_of_one_model_are_made_adjacent_and_nothing_else_moves():
     """xdist hands out consecutive items, so grouping a corpus model's tests
     keeps its build on one worker; a user's items (even in a file of the

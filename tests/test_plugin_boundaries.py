@@ -15,6 +15,8 @@ import pytest
 
 from pytest_fsdpcheck.report import EXIT_ENVIRONMENT, EXIT_STRICT
 
+pytestmark = pytest.mark.plugin
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 USER_CONFTEST = """
@@ -146,6 +148,7 @@ def test_a_complete_run_says_so_and_counts_valid_examples_only(project):
             assert test["run"]["examples"] <= test["examples"], nodeid
 
 
+@pytest.mark.unit
 def test_the_valid_share_floor_fails_a_property_that_rejects_most_examples():
     from pytest_fsdpcheck.features import Tally
     from pytest_fsdpcheck.verdicts import VALID_SHARE_FLOOR, _too_few_valid
@@ -167,6 +170,7 @@ def test_the_valid_share_floor_fails_a_property_that_rejects_most_examples():
     assert _too_few_valid(Item, tally) is None
 
 
+@pytest.mark.unit
 def test_rejected_examples_are_not_counted_as_coverage():
     from hypothesis import assume, given, settings
     from hypothesis import strategies as st

@@ -4,11 +4,14 @@ reproducer importing the user's factory."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest_plugins = ["pytester"]
 
 pytest.importorskip("torch.distributed.fsdp")
 
 
+@pytest.mark.plugin
 def test_helper_from_a_plain_test_file(pytester, monkeypatch):
     import os
     import pathlib

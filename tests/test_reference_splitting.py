@@ -1,6 +1,7 @@
 """The reference splitter on module-form graphs (seed era) and on graphs of
 20,000 nodes, judged by the same checkers as the conformance suite."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -8,6 +9,8 @@ from pytest_fsdpcheck.checks import splitting as chk
 from pytest_fsdpcheck.contract import BucketInfo
 from pytest_fsdpcheck.generators.graphs import build_graph, graph_specs, large_spec
 from pytest_fsdpcheck.reference.splitting import ReferenceSplitting, plan
+
+pytestmark = pytest.mark.unit
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))

@@ -21,6 +21,8 @@ from pytest_fsdpcheck.report import (
     write_atomically,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
@@ -99,6 +101,7 @@ def test_the_schema_rejects_what_a_dashboard_could_not_read():
             jsonschema.validate(bad, schema())
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize(("args", "ini", "says"), [
     (["--fsdpcheck-html", "no-such-folder/report.html"], "", "no-such-folder' is a file, not a folder"),
     (["--fsdpcheck-html", "."], "", "--fsdpcheck-html '.' is a directory"),

@@ -5,7 +5,11 @@ torch."""
 
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from pytest_fsdpcheck.report_junit import github_annotations, junit_xml
+
+pytestmark = pytest.mark.unit
 
 NODE = "test_traversal.py::test_root_states[torch]"
 

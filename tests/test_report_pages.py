@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pytest_fsdpcheck.report import SCHEMA_VERSION
 from pytest_fsdpcheck.report_html import grid_page, run_page
+
+pytestmark = pytest.mark.unit
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>&"\''
 IMPL = f"evil.module:Impl{HOSTILE}"

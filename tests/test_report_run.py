@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = "tests.planted.splitting:CountsFrozen"
 CASE_ERROR = "tests.planted.mistakes:plan_raises"

@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import NO_SHRINK, failure_sections, printed_reproducers
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).parent.parent
 ID = re.compile(r"\b(?:TRV|ANN|SPL|EXO|FS2|PLN)-\d+\b")
 

@@ -9,6 +9,8 @@ import pytest
 from pytest_fsdpcheck.known import __main__ as known_main
 from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
+pytestmark = pytest.mark.process
+
 SCRIPTS = {
     "present": ("import sys\nprint('BUG: still there')\nsys.exit(1)\n", 1, "present"),
     "fixed": ("print('fixed: gone')\n", 0, "fixed"),

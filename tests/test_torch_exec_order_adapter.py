@@ -11,6 +11,8 @@ from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_trac
 from pytest_fsdpcheck.impls import torch_exec_order
 from pytest_fsdpcheck.reference.exec_order import ReferenceExecOrder
 
+pytestmark = pytest.mark.unit
+
 SPEC = ModelSpec(
     kinds=("block", "block", "linear", "act"),
     children=((1, 3), (2,), (), ()),

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 420
 PLANTED = "tests.planted.distributed:WrongOnRankOne"

@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 MYPKG = '''

@@ -11,6 +11,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -8,6 +8,8 @@ wrapped block for a leaf, or flags the wrapper and not the block, fails."""
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import checks  # noqa: E402
@@ -34,6 +36,7 @@ def test_wrapped_blocks_pass_where_torch_is_right(model, check, impl):
     checks.run_check(checks.CHECKS[check][0], model, impl)
 
 
+@pytest.mark.kill
 def test_a_walker_wrong_about_wrapped_blocks_fails(run_suite):
     impls = sorted({impl for _, _, impl in WRAPPED_PLANTED.values()})
     extra = [arg for model in MODELS for arg in ("--fsdpcheck-model", model)]

@@ -14,6 +14,8 @@ from pytest_fsdpcheck import fuzz
 from pytest_fsdpcheck.plugin import XdistHooks
 from pytest_fsdpcheck.run_state import current
 
+pytestmark = pytest.mark.unit
+
 
 def _node(config):
     return SimpleNamespace(config=config, workerinput={})
@@ -23,6 +25,7 @@ def _report(failed):
     return SimpleNamespace(failed=failed)
 
 
+@pytest.mark.plugin
 @pytest.mark.parametrize("maxfail", [1, 2])
 def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxfail):
     hooks = XdistHooks(pytester.parseconfig(f"--maxfail={maxfail}"))
@@ -42,6 +45,7 @@ def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxf
     assert not os.path.exists(os.path.dirname(path))
 
 
+@pytest.mark.plugin
 def test_no_stop_file_without_maxfail(pytester):
     hooks = XdistHooks(pytester.parseconfig())
     node = _node(pytester.parseconfig())
