@@ -9,6 +9,7 @@ verdicts."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 from types import SimpleNamespace
 
@@ -66,7 +67,7 @@ def _inner(pytester, *args) -> tuple[object, str]:
         "-p", "no:randomly", "--fsdpcheck", "--fsdpcheck-impl", IMPL, "-k", "test_root_states",
         "--fsdpcheck-report", "report.json", *args)
     report = json.loads((pytester.path / "report.json").read_text())
-    return result, report["matrix"][IMPL]["TRV-7"]["outcome"]
+    return result, report["matrix"].get(IMPL, {}).get("TRV-7", {}).get("outcome")
 
 
 @pytest.mark.parametrize(("outer_judges", "inner_args", "inner_verdict"), [
@@ -107,6 +108,32 @@ def test_an_inner_session_has_its_own_state_and_leaves_the_outers(pytester, monk
 
         with pytest.raises(ConformanceFailure, match="outer example"):
             _outer_explains()
+
+
+def test_a_suite_module_another_session_imported_runs_with_this_sessions_settings(pytester, monkeypatch,
+                                                                                 outer_state):
+    """A suite module is imported once a process, and its properties carry
+    the settings of the session that imported it: the outer one imported it
+    under an override that draws no example; the inner session's run of its
+    property still draws its own, and the outer's are put back after."""
+    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
+    names = []
+
+    class ModuleNames:
+        def pytest_collection_finish(self, session):
+            names.extend(item.module.__name__ for item in session.items)
+
+    listed = pytester.runpytest_inprocess("-p", "no:randomly", "--fsdpcheck", "--fsdpcheck-impl", IMPL,
+                                          "-k", "test_root_states", "--co", plugins=[ModuleNames()])
+    assert listed.ret == pytest.ExitCode.OK and len(set(names)) == 1, names
+    profiles.override(phases=[Phase.explicit])
+    prop = importlib.import_module(names[0]).test_root_states
+    assert prop._hypothesis_internal_use_settings.phases == (Phase.explicit,)
+
+    result, verdict = _inner(pytester)
+
+    assert verdict == "known", result.stdout.str()[-3000:]
+    assert prop._hypothesis_internal_use_settings.phases == (Phase.explicit,)
 
 
 def test_an_inner_session_that_fails_to_start_leaves_the_outers(pytester, outer_state):

@@ -69,9 +69,8 @@ def _named(violations, oracle) -> list[Violation]:
 
 def recorded(case: ModelCase):
     """The case's plan recorded (once per case object)."""
-    from .recording import record_plan
-
     from ..run_state import current
+    from .recording import record_plan
 
     # the run's: a run's cases (and their models) are let go with it
     plans = current().recorded_plans
