@@ -13,7 +13,6 @@ one suite run round-trips a written file. The killer through torch's column
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import pytest
