@@ -177,6 +177,10 @@ def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pyteste
     report = json.loads((pytester.path / "report.json").read_text())
     assert [e["match"] for e in report["baseline"]["expired"]] == ["TRV-7"]
     assert [e["match"] for e in report["baseline"]["fixed"]] == ["TRV-1"]
+    jsonschema = pytest.importorskip("jsonschema")
+    from pytest_fsdpcheck.report import schema
+
+    jsonschema.Draft202012Validator(schema()).validate(report)
 
     # the same file as a plain divergence file: its findings fail the run only under strict
     baseline.write_text(f'[[divergence]]\nmatch = "TRV-1"\ntest = "{WALK}"\nimplementation = "{IMPL}"\nreason = "r"\n'
