@@ -58,6 +58,13 @@ OPTIONS = (
     Option("--fsdpcheck-seed", "seed for the dev/fuzz profiles (printed in the header)",
            kwargs=(("metavar", "N"),)),
     Option("--fsdpcheck-divergences", "declared-divergence file (TOML)", kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-baseline",
+           "baseline file (TOML, divergence entries): its failures are expected; a new FAIL, an entry "
+           "that no longer fails, or one whose `until` torch release is installed fails the run",
+           kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-write-baseline",
+           "write this run's FAIL cells (one entry per test and invariant) to PATH as a baseline file",
+           kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-no-known-bugs",
            "explain no failure by the implementations' known bugs (see every raw finding)",
            None, (("action", "store_true"),)),
@@ -174,6 +181,8 @@ class Settings:
     fuzz_time_s: float | None
     shard: tuple[int, int]  # (machine, machines), 0-based machine
     database: str | None  # a URL or an absolute folder
+    baseline: str | None = None  # a divergence file whose findings fail the run
+    write_baseline: str | None = None  # where to write this run's FAIL cells
 
 
 def read_settings(config) -> Settings:
@@ -228,6 +237,8 @@ def read_settings(config) -> Settings:
         fuzz_time_s=budget,
         shard=machine_of,
         database=database,
+        baseline=_path(config, "fsdpcheck_baseline"),
+        write_baseline=_writable_report(_path(config, "fsdpcheck_write_baseline"), "--fsdpcheck-write-baseline"),
     )
 
 

@@ -28,6 +28,8 @@ PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 PROP_ENVIRONMENT = "fsdpcheck_environment"
 #: a user's model case that is the user's mistake: {"model": spec, "error": one line}
 PROP_CASE_ERROR = "fsdpcheck_case_error"
+#: how a failure a divergence entry declares is marked (report.wasxfail)
+DECLARED_PREFIX = "declared divergence: "
 
 #: the JSON report's format (``report.schema.json`` beside this module). Raised
 #: when a field is removed, renamed or changes meaning; a field added keeps it.
@@ -118,6 +120,11 @@ class Matrix:
         #: whose fault each failed test report of the run was (FAILURE_KINDS), counted: the exit
         #: status is drawn from it (verdicts.exit_status), on the xdist controller from every worker's
         self.failures: dict[str, int] = defaultdict(int)
+        #: (node id, impl, violated invariants or None) of the tests that failed
+        #: in their call, and of those a divergence entry declared: what a
+        #: baseline records, and which entries still excuse a failure
+        self.failed_tests: list[tuple[str, str, list[str] | None]] = []
+        self.declared_tests: list[tuple[str, str, list[str] | None]] = []
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -163,6 +170,10 @@ class Matrix:
                     self.reasons[(inv, impl)][outcome].add(reason)
             if when == "call":
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
+                if report.failed:
+                    self.failed_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED)))
+                elif str(getattr(report, "wasxfail", "")).startswith(DECLARED_PREFIX):
+                    self.declared_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED)))
         elif when == "teardown" and report.failed:
             for inv in invariants:
                 self.cells[(inv, impl)].add("fail")
@@ -537,7 +548,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
     """``findings``: (stale entries, unexpected passes, known bugs not reproduced);
     ``exposures``: per user model, its known-bug exposure (or why none was
     worked out). False when the JSON or HTML report was asked for and could not be written."""
-    stale, unexpected, unreproduced, unprovided = findings
+    stale, unexpected, unreproduced, unprovided, expired, fixed = findings
     exposures = exposures or {}
     tr.section("fsdpcheck conformance matrix")
     if session.deferred and not session.awaiting_workers():
@@ -554,6 +565,13 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.write_line(f"stale divergence ({entry.source}): {entry.match} [{entry.implementation}] matched no test")
     for inv, impl in unexpected:
         tr.write_line(f"unexpected pass: {inv} is declared divergent for {impl} but all its checks passed")
+    for entry in expired:
+        tr.write_line(f"expired divergence: {entry.describe()} was expected to end in torch {entry.until}, "
+                      f"this is {session.torch_version}: fixed? drop your workaround and the entry")
+    for entry in fixed:
+        tr.write_line(f"no longer fails: {entry.describe()} excused no failure, its test passed: delete the entry")
+    if session.baseline_written:
+        tr.write_line(session.baseline_written)
     for inv, reason in unprovided:
         tr.write_line(f"not provided although expected: {inv} [torch] was n/p in every check, but {reason}"
                       " (--fsdpcheck-strict fails on this)")
@@ -597,18 +615,25 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
     return written
 
 
+def _entry_json(entry) -> dict:
+    return {"match": entry.match, "implementation": entry.implementation, "test": entry.test, "until": entry.until,
+            "source": entry.source, "baseline": entry.baseline}
+
+
 def run_payload(session, findings, exposures) -> dict:
     """The run's report as the JSON file holds it: what the HTML pages and
     pytest-html's sections are drawn from too."""
     import time
 
-    stale, unexpected, unreproduced, unprovided = findings
+    stale, unexpected, unreproduced, unprovided, expired, fixed = findings
     return payload(
         _header_json(session),
         session.matrix,
         {
             "stale_divergences": [{"match": e.match, "implementation": e.implementation} for e in stale],
             "unexpected_passes": [{"invariant": i, "implementation": m} for i, m in unexpected],
+            **({"baseline": {"expired": [_entry_json(e) for e in expired], "fixed": [_entry_json(e) for e in fixed]}}
+               if expired or fixed else {}),
             "not_provided_but_expected": [{"invariant": i, "implementation": "torch", "reason": r}
                                           for i, r in unprovided],
             "known_bugs": _known_json(session, unreproduced),

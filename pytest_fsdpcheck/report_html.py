@@ -368,7 +368,7 @@ def grid_page(results: list[dict]) -> str:
         body += ['<input type="checkbox" id="fsdpcheck-problems-only">',
                  '<label for="fsdpcheck-problems-only">only rows that are not pass or n/p on every release</label>',
                  '<table class="matrix grid"><thead><tr><th>invariant</th>',
-                 *(f"<th>{_e(r['version'])}</th>" for r in ran), "<th>statement</th></tr></thead><tbody>"]
+                 *(f"<th>{_e(r.get('column', r['version']))}</th>" for r in ran), "<th>statement</th></tr></thead><tbody>"]
         for inv in invariants:
             cells = [r["matrix"].get(inv, {}) for r in ran]
             clean = all(c.get("outcome") in CLEAN for c in cells)
@@ -392,7 +392,7 @@ def grid_page(results: list[dict]) -> str:
         for r in ran:
             for bug in r.get("known_bugs", []):
                 if bug.get("examples"):
-                    seen.setdefault(bug["id"], []).append(r["version"])
+                    seen.setdefault(bug["id"], []).append(r.get("column", r["version"]))
                 if "upstream" in bug:
                     upstream.setdefault(bug["id"], bug["upstream"])
         body.append('<h2 id="bugs">Known bugs</h2><ul>')
@@ -406,6 +406,8 @@ def grid_page(results: list[dict]) -> str:
         body.append("</ul>")
     body.append('<h2 id="releases">Releases</h2><ul>')
     for r in results:
+        if "matrix" in r and not r.get("first_of_report", True):
+            continue  # a report's other implementations: its line is under its first column
         if "matrix" in r:
             body.append(f"<li>torch {_e(r.get('torch') or r['version'])}: exit {_e(r.get('exit'))}, install "
                         f"{_e(r.get('install_s'))} s, suite {_e(r.get('suite_s'))} s &mdash; {_e(r.get('summary', ''))}</li>")

@@ -23,6 +23,10 @@ class Session:
     seed: int | None
     divergences: list = field(default_factory=list)
     divergence_files: list[str] = field(default_factory=list)
+    #: entries whose `until` torch release is installed: they mask nothing and are findings
+    expired_entries: list = field(default_factory=list)
+    write_baseline: str | None = None  # --fsdpcheck-write-baseline PATH
+    baseline_written: str | None = None  # the summary's line on it, once the run is over
     strict: bool = False
     report_path: str | None = None
     html_path: str | None = None  # --fsdpcheck-html
@@ -209,13 +213,17 @@ def _build(config, settings: Settings) -> Session:
         seed = next(s for s in (worker_seed, settings.seed, random.randrange(2**32)) if s is not None)
 
     torch_version = _installed_torch_version() if deferred else _imported_torch_version()
-    entries, files = [], []
-    if settings.divergences:
+    entries, files, expired = [], [], []
+    for path, baseline in ((settings.divergences, False), (settings.baseline, True)):
+        if not path:
+            continue
         try:
-            entries = div.for_torch(div.load(settings.divergences), torch_version)
+            loaded = div.load(path, baseline=baseline)
         except div.DivergenceFileError as exc:
             raise pytest.UsageError(f"fsdpcheck: {exc}") from None
-        files.append(settings.divergences)
+        entries += div.for_torch(loaded, torch_version)
+        expired += div.expired(loaded, torch_version)
+        files.append(path)
     models = _model_specs(settings.model_specs) if deferred else _models(settings.model_specs)
     return Session(
         models=models,
@@ -225,6 +233,8 @@ def _build(config, settings: Settings) -> Session:
         seed=seed,
         divergences=entries,
         divergence_files=files,
+        expired_entries=expired,
+        write_baseline=settings.write_baseline,
         strict=settings.strict,
         report_path=settings.report,
         html_path=settings.html,

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
 import time
 from typing import NamedTuple
 
 from .catalog import AREAS, area_of
 from .report import (
+    DECLARED_PREFIX,
     EXIT_CASE_ERROR,
     EXIT_ENVIRONMENT,
     EXIT_FAIL,
@@ -268,7 +270,7 @@ def judge_report(item, call, report, session, failure) -> None:
     reason = declared_reason(session.divergences, impl_id, item.nodeid, violated)
     if reason is not None:
         report.outcome = "skipped"
-        report.wasxfail = f"declared divergence: {reason}"
+        report.wasxfail = DECLARED_PREFIX + reason
 
 
 def count_examples(statistics: str) -> int:
@@ -295,6 +297,10 @@ class Findings(NamedTuple):
     unexpected: list  # (invariant, implementation) declared divergent, all checks passed
     unreproduced: list  # (implementation, KnownBug) not seen on a release it claims
     unprovided: list  # (invariant, reason) the installed torch provides, reported n/p for it
+    #: divergence entries whose `until` torch release is installed (they masked nothing)
+    expired: list = []
+    #: narrow entries (a baseline's, or narrowed to a test) whose test passed: no longer failing
+    fixed: list = []
 
 
 def findings(session) -> Findings:
@@ -312,13 +318,57 @@ def findings(session) -> Findings:
         ]
         declared: dict[str, set[str]] = {}
         for e in session.divergences:
-            if e.is_invariant and e in session.matched_entries:
+            # a narrow entry is judged by its own tests (fixed), not by its whole cell
+            if e.is_invariant and e in session.matched_entries and not e.narrow:
                 for impl in session.impls if e.implementation == "*" else [e.implementation]:
                     if (impl, e.match) not in session.deselected:
                         declared.setdefault(impl, set()).add(e.match)
         unexpected = session.matrix.mark_unexpected_passes(declared)
-        cached = session._findings = Findings(stale, unexpected, _unreproduced(session), _unprovided(session))
+        cached = session._findings = Findings(stale, unexpected, _unreproduced(session), _unprovided(session),
+                                              list(session.expired_entries), _fixed(session))
     return cached
+
+
+def _fixed(session) -> list:
+    """Narrow entries that excused no failure although a test they cover
+    ran and passed: the failure they recorded is gone, the entry must go."""
+    from .known.divergences import excusing, matching
+
+    narrow = [e for e in session.divergences if e.narrow]
+    if not narrow:
+        return []
+    used = set()
+    for nodeid, impl, violated in session.matrix.declared_tests:
+        used.update(excusing(session.divergences, impl, nodeid, violated))
+    passed = [(nodeid, t["implementation"], t["invariants"]) for nodeid, t in sorted(session.matrix.per_test.items())
+              if t.get("outcome") == "passed" and "implementation" in t]
+    return [e for e in narrow if e not in used
+            and any(matching([e], impl, nodeid, invariants) for nodeid, impl, invariants in passed)]
+
+
+def baseline_findings(found: Findings) -> list:
+    """The findings that fail a run without --fsdpcheck-strict: a baseline's
+    own entries that are stale, fixed or expired."""
+    return [e for e in (*found.stale, *found.fixed, *found.expired) if e.baseline]
+
+
+def write_baseline(session) -> str:
+    """Write the run's failures as a baseline file; the line the summary prints."""
+    from .known.divergences import baseline_text, excusing
+
+    if session.incomplete:
+        return f"baseline not written to {session.write_baseline}: the run was interrupted or stopped early"
+    # a rewritten baseline keeps what the old one still excuses (a divergence file's own stay there)
+    held = [(nodeid, impl, violated) for nodeid, impl, violated in session.matrix.declared_tests
+            if any(e.baseline for e in excusing(session.divergences, impl, nodeid, violated))]
+    text = baseline_text([*session.matrix.failed_tests, *held], session.torch_version)
+    folder = os.path.dirname(os.path.abspath(session.write_baseline))
+    os.makedirs(folder, exist_ok=True)
+    with open(session.write_baseline, "w", encoding="utf-8") as out:
+        out.write(text)
+    entries = text.count("[[divergence]]")
+    return (f"baseline written to {session.write_baseline}: {entries} {'entry' if entries == 1 else 'entries'}"
+            " (run with --fsdpcheck-baseline to hold it)")
 
 
 def _unprovided(session) -> list[tuple[str, str]]:
@@ -474,7 +524,10 @@ def exit_status(session, pytest_status: int, failed_reports: int) -> int:
         status = worse_status(status, EXIT_CASE_ERROR)
     if kinds.get("environment"):
         status = worse_status(status, EXIT_ENVIRONMENT)
-    if session.strict and any(findings(session)):
+    found = findings(session)
+    # a baseline's own stale, fixed or expired entries fail the run without
+    # --fsdpcheck-strict: they are the same kind of finding (a declaration the run no longer bears out)
+    if session.strict and any(found) or baseline_findings(found):
         status = worse_status(status, EXIT_STRICT)
     return status
 
@@ -494,6 +547,8 @@ def finish(session, pytest_session, exitstatus):
         or not any(session.matrix.cells)
     )
     pytest_session.exitstatus = exit_status(session, session.pytest_status, pytest_session.testsfailed)
+    if session.write_baseline:
+        session.baseline_written = write_baseline(session)
 
 
 def _areas_provided(session) -> bool:

@@ -223,8 +223,16 @@ def _check_pip(args: list[str]) -> None:
             assert path == ".", target
             unknown = set(filter(None, wanted.rstrip("]").split(","))) - set(extras)
             assert not unknown, f"pyproject.toml has no extra {unknown}"
+        elif re.fullmatch(r"(\S*/)?pytest_fsdpcheck-[^/]+\.whl", word):
+            pass  # the wheel a job built (docs/ci.md)
         elif not word.startswith("-") and word != ".":
             requirement = Requirement(word)
+            # this project publishes to no index: a bare name installs nothing of it
+            assert requirement.name != "pytest-fsdpcheck" or requirement.url, (
+                f"{word}: pytest-fsdpcheck is on no index; install it from its git repository "
+                "(pytest-fsdpcheck @ git+https://...) or a wheel (docs/ci.md)")
+            unknown = requirement.extras - set(extras) if requirement.name == "pytest-fsdpcheck" else set()
+            assert not unknown, f"pyproject.toml has no extra {unknown}"
             if requirement.name == "torch":
                 assert str(requirement.specifier).startswith("=="), f"torch must be installed pinned: {word}"
 
@@ -252,6 +260,8 @@ def _check_command(words: list[str]) -> None:
         for env in args[1].split(","):
             listed = [e.strip() for e in envs["tox"]["env_list"].split(",")]
             assert env in listed or f"testenv:{env}" in envs, f"tox.ini has no environment {env}"
+    elif head == "twine":
+        assert args[:2] == ["check", "--strict"], words
     elif head == "torchrun":
         at = args.index("-m")
         for word in args[:at]:
@@ -323,6 +333,8 @@ class _FakeNoxSession:
     def run(self, *args):
         assert self.installed, "the session runs before installing anything"
         _check_pip(["install", *self.installed[0]])  # torch first, pinned
+        for step in self.installed[1:]:
+            _check_pip(["install", *step])
         _check_command(list(args))
 
 
@@ -382,7 +394,8 @@ def _ini(source: str, namespace: dict) -> None:
         _bash(re.sub(r"\{[^}]*\}", "x", commands.replace("{posargs}", "")), namespace)
         for dep in parser["testenv"]["deps"].split("\n"):
             if dep.strip():
-                _check_pip(["install", dep.split(":", 1)[-1].strip()])
+                # a factor prefix ("torch23: ") is tox's; a URL's colon is the requirement's
+                _check_pip(["install", re.sub(r"^[\w,-]+:\s*", "", dep.strip())])
     else:
         raise AssertionError("an ini block that is neither a pytest nor a tox file")
 
@@ -518,6 +531,9 @@ BROKEN = {  # case: (language, block, what the failure says)
     "a known-bug command that fails": ("console", "$ python -m pytest_fsdpcheck.known show spl-no-such-bug", "exit 2"),
     "an extra pyproject.toml lacks": ("bash", 'pip install -e ".[test,gpu]"', "pyproject.toml has no extra"),
     "torch unpinned": ("bash", "pip install torch", "torch must be installed pinned"),
+    "the package from an index": ("bash", "pip install pytest-fsdpcheck", "pytest-fsdpcheck is on no index"),
+    "the package from an index, in tox": ("ini", "[testenv]\ndeps =\n    torch==2.13.0\n    pytest-fsdpcheck\n"
+                                          "commands = pytest --fsdpcheck", "pytest-fsdpcheck is on no index"),
     "an unquoted version range": ("bash", "pip install torch==2.3.1 numpy<2", "redirections or pipes"),
     "a command nobody checks": ("bash", "make docs", "no check for the command 'make'"),
     "a torchrun flag": ("bash", "torchrun --nprocs 2 -m pytest_fsdpcheck.distributed", "torchrun has no option --nprocs"),

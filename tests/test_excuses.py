@@ -99,6 +99,26 @@ def test_a_declared_test_masks_that_test_only(run_faulted, tmp_path):
         "the declared test was not masked: the run shows nothing of the declaration")
 
 
+def test_a_torch_bug_outside_the_baseline_fails(run_faulted, tmp_path):
+    """baselined (--fsdpcheck-baseline): an entry holds one invariant in one
+    test of one implementation. The same torch bug seen by another test of
+    TRV-7, an entry for that test in another implementation's cell, and an
+    entry of another invariant on that test all leave torch's TRV-7 a FAIL."""
+    baseline = tmp_path / "baseline.toml"
+    baseline.write_text(
+        '[[divergence]]\nmatch = "TRV-7"\ntest = "test_traversal.py::test_root_states[torch]"\n'
+        'implementation = "torch"\nreason = "held"\n\n'
+        '[[divergence]]\nmatch = "TRV-7"\ntest = "test_traversal.py::test_matches_reference[reference]"\n'
+        'implementation = "reference"\nreason = "another cell"\n\n'
+        '[[divergence]]\nmatch = "TRV-1"\ntest = "test_traversal.py::test_matches_reference[torch]"\n'
+        'implementation = "torch"\nreason = "another invariant"\n'
+    )
+    result, report = run_faulted(DECLARED, extra=("--fsdpcheck-baseline", str(baseline), "-rx"))
+    demand_torch_failures(result, report, DECLARED)
+    assert any("test_root_states[torch]" in line and "declared divergence: TRV-7: held" in line
+               for line in result.outlines), "the baselined test was not held: the run shows nothing of the baseline"
+
+
 def test_torchs_dynamo_failing_the_probe_fails_ann7(run_faulted):
     """n/p by a probe: ANN-7 asks torch's Dynamo first. On a release that has
     the effect (provided.py), Dynamo capturing nothing is torch's ANN-7

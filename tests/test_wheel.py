@@ -22,21 +22,60 @@ def _run(cmd, **kwargs):
     return proc
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> pathlib.Path:
-    tmp = tmp_path_factory.mktemp("wheel")
+def _tracked_copy(dest: pathlib.Path) -> pathlib.Path:
     # Build from a copy of the tracked files: an in-place build leaves build/
     # and *.egg-info behind in the checkout.
-    src = tmp / "src"
     files = _run(["git", "ls-files", "-z"], cwd=REPO).stdout.split("\0")
     for name in filter(None, files):
         if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            (src / name).write_bytes((REPO / name).read_bytes())
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes((REPO / name).read_bytes())
+    return dest
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """The sdist and wheel as published: ``python -m build`` builds the sdist
+    from the tree, then the wheel from the sdist alone (so the wheel has
+    only what the sdist carries), without build isolation (no download)."""
+    tmp = tmp_path_factory.mktemp("dists")
+    src = _tracked_copy(tmp / "src")
     dist = tmp / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)])
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(src)])
+    (sdist,) = dist.glob("pytest_fsdpcheck-*.tar.gz")
     (built,) = dist.glob("pytest_fsdpcheck-*.whl")
-    return built
+    return {"sdist": sdist, "wheel": built, "src": src}
+
+
+@pytest.fixture(scope="module")
+def wheel(dists) -> pathlib.Path:
+    return dists["wheel"]
+
+
+def test_sdist_and_wheel_pass_twine_check(dists):
+    proc = _run([sys.executable, "-m", "twine", "check", "--strict", str(dists["sdist"]), str(dists["wheel"])])
+    assert proc.stdout.count("PASSED") == 2, proc.stdout
+
+
+def test_the_wheel_built_from_the_sdist_is_the_wheel_built_from_the_tree(dists, tmp_path):
+    """Nothing the wheel needs (the suite's conformance/ and fixtures/, the
+    report's schema, the reproducers) is left out of the sdist: a wheel made
+    from the sdist alone holds exactly the files of one made from the tree."""
+    import tarfile
+
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+          str(dists["src"])])
+    (from_tree,) = tmp_path.glob("pytest_fsdpcheck-*.whl")
+    from_sdist = set(zipfile.ZipFile(dists["wheel"]).namelist())
+    assert from_sdist == set(zipfile.ZipFile(from_tree).namelist()), sorted(
+        from_sdist ^ set(zipfile.ZipFile(from_tree).namelist()))
+    with tarfile.open(dists["sdist"]) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    tracked = set(filter(None, _run(["git", "ls-files", "-z"], cwd=REPO).stdout.split("\0")))
+    shipped = {n for n in tracked if n.startswith(("conformance/", "fixtures/", "pytest_fsdpcheck/"))
+               and (REPO / n).is_file() and not n.endswith((".pyc", ".md"))}
+    assert shipped - names == set(), sorted(shipped - names)
+    assert {"pyproject.toml", "README.md"} <= names
 
 
 def test_wheel_ships_one_top_level_package(wheel):
@@ -86,6 +125,15 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path, monkeypatch):
     assert "1 passed" in proc.stdout, proc.stdout
     assert "test_traversal.py ." in proc.stdout, proc.stdout
     assert [p.name for p in empty.iterdir() if p.name not in others.names()] == []
+
+    # the whole suite collects from the wheel as from the checkout, test for test
+    collect = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--fsdpcheck", "--collect-only", "-q",
+               "--fsdpcheck-impl", "reference"]
+    installed = subprocess.run([str(python), *collect], cwd=empty, env=env, capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    checkout = _run([sys.executable, *collect], cwd=empty, env=env)
+    ids = [line for line in installed.stdout.splitlines() if "::" in line]
+    assert len(ids) > 100 and ids == [line for line in checkout.stdout.splitlines() if "::" in line], installed.stdout[-2000:]
 
 
 def _history_releases() -> list[str]:

@@ -6,6 +6,8 @@ A divergence file is TOML with one ``[[divergence]]`` table per entry::
     match = "TRV-7"                 # an invariant ID, or a test id (suffix of the node id)
     implementation = "mine"         # optional: defaults to every implementation
     torch = ">=2.4,<2.6"            # optional: the torch versions it holds for (PEP 440)
+    test = "test_x.py::test_y[mine]"  # optional, with an invariant match: that test only
+    until = "2.16"                  # optional: the torch release it is expected to end in
     reason = "why this is accepted" # required
 
 A check failing only on declared invariant IDs (or a declared test failing
@@ -17,6 +19,13 @@ collected test is *stale*; a declared invariant whose tests all ran and
 passed is an *unexpected pass*. Both are reported, and fail the run under
 ``--fsdpcheck-strict``; neither is judged for tests that ``-k`` or a node id
 deselected, nor after an interrupted run.
+
+A *baseline* (``--fsdpcheck-baseline``, written by
+``--fsdpcheck-write-baseline``) is a divergence file held to the strict
+reading on its own entries: one that excuses no failure (the test it names
+passed) or whose ``until`` release is installed fails the run even without
+``--fsdpcheck-strict``. ``until`` in a plain divergence file makes an
+*expired* entry a strict finding. An expired entry masks nothing.
 """
 
 from __future__ import annotations
@@ -47,6 +56,14 @@ class Divergence:
     implementation: str  # "*" for every implementation
     source: str  # "file:line-ish" for messages
     torch: str = ""  # PEP 440 specifier over torch's version; "" for every version
+    test: str = ""  # with an invariant match: the one test (a suffix of its node id) it covers
+    until: str = ""  # the torch release it is expected to end in; "" for none
+    baseline: bool = False  # read from --fsdpcheck-baseline: its findings fail the run
+
+    @property
+    def narrow(self) -> bool:
+        """Judged entry by entry: it must excuse a failure, or it is fixed."""
+        return self.baseline or bool(self.test)
 
     @property
     def is_invariant(self) -> bool:
@@ -56,10 +73,22 @@ class Divergence:
         return self.implementation in ("*", impl)
 
     def matches_test(self, nodeid: str) -> bool:
-        return not self.is_invariant and (nodeid == self.match or nodeid.endswith("/" + self.match) or nodeid.endswith(self.match))
+        return not self.is_invariant and _is_test(nodeid, self.match)
+
+    def in_scope(self, nodeid: str) -> bool:
+        """An invariant entry's test narrowing admits this test."""
+        return not self.test or _is_test(nodeid, self.test)
+
+    def describe(self) -> str:
+        test = f" in {self.test}" if self.test else ""
+        return f"{self.match} [{self.implementation}]{test} ({self.source})"
 
 
-def load(path: str | Path, default_implementation: str = "*") -> list[Divergence]:
+def _is_test(nodeid: str, test: str) -> bool:
+    return nodeid == test or nodeid.endswith("/" + test) or nodeid.endswith(test)
+
+
+def load(path: str | Path, default_implementation: str = "*", baseline: bool = False) -> list[Divergence]:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -84,7 +113,7 @@ def load(path: str | Path, default_implementation: str = "*") -> list[Divergence
         where = f"{path.name} entry {n}"
         if not isinstance(entry, dict):
             raise DivergenceFileError(f"divergence file {str(path)!r}: entry {n} is not a table")
-        extra = set(entry) - {"match", "reason", "implementation", "torch"}
+        extra = set(entry) - {"match", "reason", "implementation", "torch", "test", "until"}
         if extra:
             raise DivergenceFileError(f"divergence file {str(path)!r}: entry {n} has unknown key(s) {sorted(extra)}")
         match, reason = entry.get("match"), entry.get("reason")
@@ -102,8 +131,27 @@ def load(path: str | Path, default_implementation: str = "*") -> list[Divergence
             raise DivergenceFileError(
                 f"divergence file {str(path)!r}: entry {n}: 'torch' must be a version range such as \">=2.4,<2.6\", got {torch_range!r}"
             )
-        out.append(Divergence(match.strip(), reason.strip(), impl, where, torch_range.strip()))
+        test = entry.get("test", "")
+        if not isinstance(test, str) or (test and not _ID.match(match)):
+            raise DivergenceFileError(
+                f"divergence file {str(path)!r}: entry {n}: 'test' narrows an invariant match to one test id (a string)")
+        until = entry.get("until", "")
+        if not isinstance(until, str) or (until and not _valid_version(until)):
+            raise DivergenceFileError(
+                f"divergence file {str(path)!r}: entry {n}: 'until' must be a torch release such as \"2.16\", got {until!r}")
+        out.append(Divergence(match.strip(), reason.strip(), impl, where, torch_range.strip(), test.strip(), until.strip(),
+                              baseline))
     return out
+
+
+def _valid_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _valid_specifier(text: str) -> bool:
@@ -117,28 +165,99 @@ def _valid_specifier(text: str) -> bool:
 
 
 def for_torch(entries: list[Divergence], torch_version: str) -> list[Divergence]:
-    """The entries whose torch range holds the installed version."""
+    """The entries whose torch range holds the installed version, and that
+    have not expired on it."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     version = Version(torch_version.split("+")[0])
-    return [e for e in entries if not e.torch or version in SpecifierSet(e.torch)]
+    expired_now = expired(entries, torch_version)
+    return [e for e in entries if (not e.torch or version in SpecifierSet(e.torch)) and e not in expired_now]
+
+
+def expired(entries: list[Divergence], torch_version: str) -> list[Divergence]:
+    """Entries whose ``until`` release is the installed one or older (a
+    local or pre-release build of that release counts as it), among those
+    whose torch range holds the installed version."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    version = Version(torch_version.split("+")[0])
+    return [e for e in entries if e.until and version.release >= Version(e.until).release
+            and (not e.torch or version in SpecifierSet(e.torch, prereleases=True))]
 
 
 def matching(entries: list[Divergence], impl: str, nodeid: str, invariants: list[str]) -> list[Divergence]:
     """Entries that could declare a test (matched at collection, for staleness)."""
-    return [e for e in entries if e.applies_to(impl) and (e.matches_test(nodeid) or e.match in invariants)]
+    return [e for e in entries if e.applies_to(impl)
+            and (e.matches_test(nodeid) or (e.match in invariants and e.in_scope(nodeid)))]
 
 
-def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> str | None:
-    """Why a failed test is declared, or None when no entry covers it: a
-    test-id entry covers any failure of its test; invariant entries cover a
-    failure only when every violated invariant is declared."""
+def covering(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> list[Divergence]:
+    """The entries that declare a failed test, or [] when none does: a
+    test-id entry covers any failure of its test; invariant entries (in
+    scope of their test narrowing) cover a failure only when every violated
+    invariant is declared."""
     declared = [e for e in entries if e.applies_to(impl)]
     by_test = [e for e in declared if e.matches_test(nodeid)]
     if by_test:
-        return by_test[0].reason
-    by_id = {e.match: e for e in declared if e.is_invariant}
+        return by_test[:1]
+    by_id = {}
+    for e in declared:
+        if e.is_invariant and e.in_scope(nodeid):
+            by_id.setdefault(e.match, e)
     if violated and all(v in by_id for v in violated):
-        return "; ".join(f"{v}: {by_id[v].reason}" for v in violated)
-    return None
+        return [by_id[v] for v in violated]
+    return []
+
+
+def excusing(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> list[Divergence]:
+    """Every entry that takes part in declaring a declared test's failure
+    (each one that would cover it, not only the one whose reason is shown):
+    these still excuse a failure, none of them is fixed."""
+    return [e for e in entries if e.applies_to(impl) and (
+        e.matches_test(nodeid) or (e.is_invariant and e.in_scope(nodeid) and e.match in (violated or ())))]
+
+
+def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> str | None:
+    """Why a failed test is declared, or None when no entry covers it."""
+    found = covering(entries, impl, nodeid, violated)
+    if not found:
+        return None
+    if not found[0].is_invariant:
+        return found[0].reason
+    return "; ".join(f"{e.match}: {e.reason}" for e in found)
+
+
+def baseline_text(failures: list[tuple[str, str, list[str] | None]], torch_version: str) -> str:
+    """A baseline file recording today's failures: one entry per failed test
+    and violated invariant (a test-id entry where the failure named no
+    invariant), sorted, so the file is the same serially and under xdist."""
+    head = [
+        "# pytest-fsdpcheck baseline: today's FAIL cells, one entry per test and invariant.",
+        f"# Written on torch {torch_version}. Run with --fsdpcheck-baseline THIS_FILE: a new FAIL,",
+        "# an entry that no longer fails, and an entry whose `until` release is installed",
+        "# all fail the run. Add `until = \"X.Y\"` where a fix is expected in torch X.Y.",
+        "",
+    ]
+    rows = set()
+    for nodeid, impl, violated in failures:
+        for inv in violated or [None]:
+            rows.add((nodeid, impl, inv or ""))
+    lines = list(head)
+    for nodeid, impl, inv in sorted(rows):
+        lines.append("[[divergence]]")
+        if inv:
+            lines += [f"match = {_toml_str(inv)}", f"test = {_toml_str(nodeid)}"]
+        else:
+            lines.append(f"match = {_toml_str(nodeid)}")
+        lines += [f"implementation = {_toml_str(impl)}",
+                  f"reason = {_toml_str(f'failing on torch {torch_version} when the baseline was written')}", ""]
+    return "\n".join(lines)
+
+
+def _toml_str(text: str) -> str:
+    import json
+
+    # a JSON string of printable text is a TOML basic string
+    return json.dumps(text, ensure_ascii=True)

@@ -109,7 +109,7 @@ def cell(entry: dict, letters: dict) -> str:
 def table(results: list[dict]) -> list[str]:
     ok = [r for r in results if "matrix" in r]
     invariants = sorted({inv for r in ok for inv in r["matrix"]}, key=sort_key)
-    heads = [r["version"] for r in ok]
+    heads = [r.get("column", r["version"]) for r in ok]
     letters: dict[str, str] = {}  # known-bug id -> the letter its cells show
     rows = [[inv, *(cell(r["matrix"].get(inv, {}), letters) for r in ok)] for inv in invariants]
     widths = [max(len(x) for x in col) for col in zip(["invariant", *heads], *rows, strict=True)]
@@ -120,32 +120,99 @@ def table(results: list[dict]) -> list[str]:
     for r in ok:
         for bug in r["known_bugs"]:
             if bug["examples"]:
-                seen.setdefault(bug["id"], []).append(r["version"])
+                seen.setdefault(bug["id"], []).append(r.get("column", r["version"]))
     lines.append("")
     for bug_id, letter in letters.items():
         versions = seen.get(bug_id, [])
         lines.append(f"{letter} = {bug_id}: seen in {versions[0]} … {versions[-1]} ({len(versions)} of {len(ok)} releases run)")
     for r in results:
         if "matrix" in r:
-            lines.append(f"torch {r['torch']}: exit {r['exit']}, install {r['install_s']} s, suite {r['suite_s']} s — {r['summary']}")
+            if r.get("first_of_report", True):  # a report's other implementations share its line
+                source = f" ({r['source']})" if "source" in r else ""
+                lines.append(f"torch {r['torch']}: exit {r['exit']}, install {r['install_s']} s, suite {r['suite_s']} s — "
+                             f"{r['summary']}{source}")
         else:
             lines.append(f"torch {r['version']}: {r['error']}")
     return lines
 
 
-def from_report(path: Path) -> dict:
-    """A release's entry rebuilt from a kept JSON report (``--keep-reports``)."""
-    data = json.loads(path.read_text())
-    matrix = data.get("matrix", {}).get("torch", {})
-    failed = sum(1 for t in data.get("tests", {}).values() if t.get("outcome") == "failed")
-    strict = [e for e in data.get("known_bugs", []) if e.get("not_reproduced")]
+class ReportError(Exception):
+    """A report file the table cannot read; the message is one line."""
+
+
+def report_paths(given: list[str]) -> list[Path]:
+    """The JSON reports named: a folder (every ``*.json`` in it), a glob
+    pattern, or a file; in the order given, each once."""
+    import glob
+
+    found: list[Path] = []
+    for name in given:
+        path = Path(name)
+        if path.is_dir():
+            matched = sorted(path.glob("*.json"))
+            if not matched:
+                raise ReportError(f"{name}: a folder with no *.json report in it")
+        elif glob.has_magic(name):
+            matched = sorted(Path(p) for p in glob.glob(name) if Path(p).is_file())
+            if not matched:
+                raise ReportError(f"{name}: matches no file")
+        elif path.is_file():
+            matched = [path]
+        else:
+            raise ReportError(f"{name}: no such file or folder")
+        found += [p for p in matched if p not in found]
+    return found
+
+
+def from_report(path: Path) -> list[dict]:
+    """A report's columns, one per implementation it ran (a kept
+    ``--keep-reports`` file or any ``--fsdpcheck-report``), keyed by the
+    report's own header: torch release, implementation, devices."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    header = data.get("header") if isinstance(data, dict) else None
+    if not isinstance(header, dict) or not isinstance(header.get("torch"), str) or not isinstance(data.get("matrix"), dict):
+        raise ReportError(f"{path}: not a pytest-fsdpcheck JSON report (no header.torch or matrix)")
+    torch = header["torch"]
+    version = torch.split("+")[0]
+    devices = [d for d in header.get("devices", []) if isinstance(d, str)]
+    tests = data.get("tests", {}) if isinstance(data.get("tests"), dict) else {}
+    known = [b for b in data.get("known_bugs", []) if isinstance(b, dict)]
+    failed = sum(1 for t in tests.values() if isinstance(t, dict) and t.get("outcome") == "failed")
+    strict = [e for e in known if e.get("not_reproduced")]
     strict += data.get("stale_divergences", []) + data.get("unexpected_passes", [])
-    torch = data.get("header", {}).get("torch", path.stem)
-    return {
-        "version": torch.split("+")[0], "torch": torch, "matrix": matrix, "known_bugs": data.get("known_bugs", []),
-        "exit": 1 if failed or strict else 0, "summary": f"{len(data.get('tests', {}))} tests, {failed} failed",
-        "install_s": "-", "suite_s": "-",
-    }
+    impls = list(data["matrix"]) or ["torch"]
+    columns = []
+    for n, impl in enumerate(sorted(impls, key=lambda i: (i != "torch", i))):
+        label = version if impl == "torch" else f"{version} {impl}"
+        if devices and devices != ["cpu"]:
+            label += f" ({'+'.join(devices)})"
+        matrix = data["matrix"].get(impl, {})
+        if not isinstance(matrix, dict):
+            raise ReportError(f"{path}: matrix of {impl!r} is not an object")
+        columns.append({
+            "version": version, "column": label, "implementation": impl, "devices": devices, "torch": torch,
+            "matrix": matrix, "known_bugs": [b for b in known if b.get("implementation", impl) == impl],
+            "exit": 1 if failed or strict else 0, "summary": f"{len(tests)} tests, {failed} failed",
+            "install_s": "-", "suite_s": "-", "source": str(path),
+            # the report's line under the table is printed once, under its first column
+            "first_of_report": n == 0,
+        })
+    return columns
+
+
+def _release_key(result: dict):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        version = Version(result["version"])
+    except InvalidVersion:
+        version = Version("0")
+    return (version, result["implementation"] != "torch", result["implementation"], result["devices"])
 
 
 # --- one model over the releases (--model) -------------------------------------------
@@ -272,7 +339,9 @@ def _write_grid(path: str | None, results: list[dict]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
-    parser.add_argument("--table-from", metavar="DIR", help="only print the table of the torch-*.json reports kept in DIR")
+    parser.add_argument("--table-from", metavar="REPORT", nargs="+",
+                        help="only print the table of these JSON reports: files, glob patterns, or folders "
+                             "(every *.json in them); a column per torch release x implementation x devices")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
@@ -293,8 +362,11 @@ def main(argv=None) -> int:
             parser.error("give torch versions")
         return _model_main(args.model, args.versions, args.model_path, args.json)
     if args.table_from:
-        reports = sorted(Path(args.table_from).glob("torch-*.json"), key=lambda p: [int(x) for x in p.stem[6:].split(".")])
-        results = [from_report(p) for p in reports]
+        try:
+            results = sorted((c for p in report_paths(args.table_from) for c in from_report(p)), key=_release_key)
+        except ReportError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
         print("\n".join(table(results)))
         _write_grid(args.html, results)
         return 0 if all(r["exit"] == 0 for r in results) else 1

@@ -1,0 +1,77 @@
+"""The history grid reads the reports a CI writes (``--table-from``): any
+file names, folders and globs, every implementation's column, and a one-line
+error for a file it cannot read. In-process, on small hand-made reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_fsdpcheck.known.history import main
+
+
+def _report(torch: str, cells: dict, devices=("cpu",)) -> dict:
+    """A report as --fsdpcheck-report writes it, reduced to what the table reads."""
+    tests = {f"test_x.py::test_{inv.lower()}[{impl}]": {"outcome": "failed" if out == "fail" else "passed"}
+             for impl, row in cells.items() for inv, out in row.items()}
+    return {"header": {"torch": torch, "devices": list(devices), "implementations": list(cells)},
+            "matrix": {impl: {inv: {"outcome": out, "tests": 1} for inv, out in row.items()} for impl, row in cells.items()},
+            "tests": tests, "known_bugs": [], "stale_divergences": [], "unexpected_passes": []}
+
+
+def _write(path, data) -> None:
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data, encoding="utf-8")
+
+
+def test_the_recipes_report_names_give_every_implementations_column(tmp_path, capsys):
+    reports = tmp_path / "artifacts"
+    reports.mkdir()
+    # the CI recipe's names, and one a user made up: the header says the release
+    _write(reports / "fsdpcheck-torch2.13.0.json", _report("2.13.0+cu126", {
+        "torch": {"TRV-7": "pass", "FS2-1": "pass"}, "mypkg.checks:MyFramework": {"TRV-7": "fail", "FS2-1": "pass"}}))
+    _write(reports / "torch-2.3.1-titanlite.json", _report("2.3.1", {
+        "torch": {"TRV-7": "pass", "FS2-1": "not provided"}, "mypkg.checks:MyFramework": {"TRV-7": "pass"}}))
+    assert main(["--table-from", str(reports)]) == 1  # MyFramework's FAIL on 2.13
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["invariant", "2.3.1", "2.3.1", "mypkg.checks:MyFramework", "2.13.0", "2.13.0",
+                              "mypkg.checks:MyFramework"], out[0]
+    trv7 = next(line for line in out if line.startswith("TRV-7"))
+    assert trv7.split() == ["TRV-7", "pass", "pass", "pass", "FAIL"], trv7
+    assert any("torch 2.13.0+cu126: exit 1" in line and "fsdpcheck-torch2.13.0.json" in line for line in out), out
+
+
+def test_files_and_globs_in_any_order_sort_by_release_and_device(tmp_path, capsys):
+    _write(tmp_path / "b.json", _report("2.13.0", {"torch": {"TRV-7": "pass"}}))
+    _write(tmp_path / "gpu.json", _report("2.13.0", {"torch": {"TRV-7": "pass"}}, devices=("cpu", "cuda")))
+    _write(tmp_path / "a-old.json", _report("2.10.0", {"torch": {"TRV-7": "pass"}}))
+    assert main(["--table-from", str(tmp_path / "b.json"), str(tmp_path / "*.json")]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.split() == ["invariant", "2.10.0", "2.13.0", "2.13.0", "(cpu+cuda)"], head
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "not a pytest-fsdpcheck JSON report"),
+    (json.dumps({"header": {"torch": "2.13.0"}}), "not a pytest-fsdpcheck JSON report"),
+    (json.dumps({"header": {"torch": "2.13.0"}, "matrix": {"torch": []}}), "matrix of 'torch' is not an object"),
+])
+def test_a_malformed_report_is_a_one_line_error(tmp_path, capsys, content, message):
+    _write(tmp_path / "torch-2.13.0-titanlite.json", content)
+    assert main(["--table-from", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert "torch-2.13.0-titanlite.json" in line and message in line, line
+
+
+@pytest.mark.parametrize("given, message", [
+    ("missing.json", "no such file or folder"),
+    ("*.nothing", "matches no file"),
+    (".", "a folder with no *.json report in it"),
+])
+def test_nothing_to_read_is_an_error_not_an_empty_table(tmp_path, monkeypatch, capsys, given, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--table-from", given]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert message in line, line
