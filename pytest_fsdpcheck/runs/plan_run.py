@@ -44,7 +44,10 @@ was slow.
 
 Nothing raises out of a rank: errors are recorded, and
 :func:`pytest_fsdpcheck.checks.plan_distributed.check_plan_end_to_end`
-judges the records.
+judges the records. Where the control itself fails (``control_error``),
+the plan's eager step still runs beside it, so the checker can tell a plan
+or model that cannot take its own precision (the step fails the same way:
+the user's mistake) from a step that fails otherwise.
 """
 
 from __future__ import annotations
