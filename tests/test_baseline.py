@@ -20,6 +20,8 @@ import pytest
 from pytest_fsdpcheck.known import divergences as div
 from pytest_fsdpcheck.known.divergences import tomllib
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 IMPL = "tests.planted.traversal:UnfilteredRoots"
 ROOTS = f"test_traversal.py::test_root_states[{IMPL}]"
@@ -150,6 +152,7 @@ def suite(pytester, monkeypatch):
     return run
 
 
+@pytest.mark.plugin
 def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pytester, suite):
     written = suite("--fsdpcheck-write-baseline", "ci/baseline.toml")
     assert written.ret == pytest.ExitCode.TESTS_FAILED, written.stdout.str()  # writing excuses nothing
@@ -183,8 +186,14 @@ def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pyteste
     jsonschema.Draft202012Validator(schema()).validate(report)
 
     # the same file as a plain divergence file: its findings fail the run only under strict
+    # (as a baseline, the entry that no longer fails is a finding about the file: exit status 12)
     baseline.write_text(f'[[divergence]]\nmatch = "TRV-1"\ntest = "{WALK}"\nimplementation = "{IMPL}"\nreason = "r"\n'
                         f'[[divergence]]\nmatch = "TRV-7"\nimplementation = "{IMPL}"\nreason = "r"\n')
     plain = suite("--fsdpcheck-divergences", "ci/baseline.toml")
     assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()
     plain.stdout.fnmatch_lines(["no longer fails: TRV-1 *"])
+    from pytest_fsdpcheck.report import EXIT_STRICT
+
+    stale = suite("--fsdpcheck-baseline", "ci/baseline.toml")
+    assert stale.ret == EXIT_STRICT, stale.stdout.str()
+    stale.stdout.fnmatch_lines(["no longer fails: TRV-1 *"])

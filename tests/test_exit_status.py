@@ -28,6 +28,8 @@ from pytest_fsdpcheck.report import (
 )
 from pytest_fsdpcheck.verdicts import Findings, exit_status
 
+pytestmark = pytest.mark.unit
+
 
 def _report(nodeid, failed=True, **props):
     user = [(PROP_INVARIANTS, ["FS2-9"]), (PROP_IMPL, "torch")]
@@ -96,6 +98,7 @@ def test_an_xfailed_failure_counts_for_nothing():
     assert sum(matrix.failures.values()) == 0
 
 
+@pytest.mark.e2e
 def test_a_world_too_slow_exits_with_the_environments_status_and_a_fail_beside_it_with_1(run_suite):
     """A rank time-out (FS2-9's ranks killed at --fsdpcheck-timeout's
     limit in the unsharded control: the planted model waits a minute in a

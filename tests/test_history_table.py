@@ -10,6 +10,8 @@ import pytest
 
 from pytest_fsdpcheck.known.history import main
 
+pytestmark = pytest.mark.unit
+
 
 def _report(torch: str, cells: dict, devices=("cpu",)) -> dict:
     """A report as --fsdpcheck-report writes it, reduced to what the table reads."""

@@ -21,6 +21,8 @@ from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.known import judge
 from pytest_fsdpcheck.known.bugs import KnownBug
 
+pytestmark = pytest.mark.plugin
+
 #: declares and has torch's TRV-7 known bug (trv-root-states-walk-modules)
 IMPL = "tests.planted.known:Only_trv_root_states_walk_modules"
 

@@ -11,6 +11,8 @@ import pytest
 from pytest_fsdpcheck.options import SPAWNED_RANKS_CAP, spawned_ranks, spawned_ranks_note
 from pytest_fsdpcheck.session import simulated_world_size, world_size_for
 
+pytestmark = pytest.mark.unit
+
 
 def _config_asking(monkeypatch, world_size):
     from pytest_fsdpcheck import session

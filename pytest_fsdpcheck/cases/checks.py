@@ -947,7 +947,6 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     collectives and numerics are FS2-9's."""
     from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
     from ..checks.fsdp2_world import Prepared, check_prepared_world
-
     from ..provided import expected_provided, first_release, installed_torch, skip_for_release
 
     case, impl = _resolve(case, impl)
