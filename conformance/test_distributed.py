@@ -3,8 +3,10 @@ real ``DistributedDataParallel`` module) and FS2-9 (a real ``fully_shard``
 step driven by the implementation's walk).
 
 Ranks are real processes in a real process group (gloo on CPU, NCCL on
-CUDA), as many as ``--fsdpcheck-world-size`` (default: every visible GPU on
-CUDA, 2 on CPU); SPL-16 also runs at world size 1. Under
+CUDA): every visible GPU on CUDA, 2 on CPU, or ``--fsdpcheck-world-size``
+capped at 3 on CPU or the visible GPUs on CUDA (the option is the simulated
+tier's size first: ``options.spawned_ranks``); SPL-16 also runs at world
+size 1, FS2-9 also at 3 (eagerly: other padded shards, an empty one). Under
 ``torchrun -m pytest_fsdpcheck.distributed`` the ranks are torchrun's own and
 every rank sees every rank's results. One run per world size, device and
 check serves every implementation of the session: each rank runs every

@@ -12,6 +12,7 @@ import threading
 import pytest
 import torch
 
+from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.distributed import (
     check_ddp_end_to_end,
     check_fsdp2_end_to_end,
@@ -422,3 +423,29 @@ def test_a_world_failing_its_self_test_is_an_error_in_every_column(run_suite, mo
         assert "WorldSelfTestFailed: rank " in test["environment"] and reason in test["environment"], test
     assert "SPL-16: rank" not in result.stdout.str() and "FS2-9: rank" not in result.stdout.str()
     assert result.ret == EXIT_ENVIRONMENT, "\n".join(result.outlines[-20:])
+
+
+def _summed(prefix: str, rank: int, mode: str, world: int) -> Violation:
+    return Violation("FS2-9", f"{prefix}rank {rank}, {mode}: every sharded gradient is {world} times the unsharded "
+                              "gradient of the global batch, as torch's own walk gives in the same run (fully_shard "
+                              f"summed over the {world} ranks instead of averaged, on gloo)")
+
+
+def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
+    """fs2-gloo-grads-summed explains the runner's world (every rank, both
+    modes) and FS2-9's second world (``world size 3, ``: every rank, the
+    eager step it takes), nothing less and nothing beside it: a rank
+    missing, a compiled finding the second world cannot make, or a stale
+    shard after the step is not that bug."""
+    from pytest_fsdpcheck.known.torch_bugs import _sharded_gradients_summed_on_gloo as explains
+
+    runner = [_summed("", r, m, 2) for r in (0, 1) for m in ("eager", "compiled")]
+    second = [_summed("world size 3, ", r, "eager", 3) for r in (0, 1, 2)]
+    assert explains(runner) and explains(runner + second)
+    assert not explains(runner + second[:2])  # rank 2 of the second world is right: not the reduction
+    assert not explains(runner + second + [_summed("world size 3, ", 0, "compiled", 3)])
+    assert not explains(second)  # the runner's world must show it too
+    stale = Violation("FS2-9", "world size 3, rank 0, eager: the forward after the optimizer step computes with "
+                               "[m0.w0], not the unsharded model's updated values: rows 6:7 (rank 2's shard) still "
+                               "from before the step: never updated")
+    assert not explains(runner + second + [stale])

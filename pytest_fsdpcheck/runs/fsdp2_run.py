@@ -75,8 +75,9 @@ def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], .
     ``[a, b]`` where ``b`` ties ``a``'s weight; a module with one of two
     weights ignored, above a module whose only weight is ignored and which
     has no buffer (the ignore rule drops it); a module whose only weight is
-    ignored but which holds a buffer (managed, with no parameter); and the
-    root's group last. The root's children come in a drawn order, and the
+    ignored but which holds a buffer (managed, with no parameter), sharing
+    a child with the root (one module under two parents in the root's
+    group); and the root's group last. The root's children come in a drawn order, and the
     two-module group is given in a drawn order."""
     rng = random.Random(seed)
     children: list[list[int]] = [[]]
@@ -125,6 +126,10 @@ def end_to_end_model(seed: int = 0) -> tuple[Fsdp2Spec, tuple[tuple[int, ...], .
         made[kind] = index
         if kind == "pair_a":
             made["pair_b"] = add(0)  # b right after a's subtree: a sibling below the root
+    # a module registered twice in the root's group (below the root and
+    # below the buffer holder): its weight shared by two parents, walked once
+    shared = add(0)
+    children[made["buffer"]].append(shared)
     a, b = made["pair_a"], made["pair_b"]
     pair_call = (a, b) if rng.random() < 0.5 else (b, a)
     tree = TreeSpec(children=tuple(tuple(c) for c in children), params=tuple(params), tied=((a, b),))
