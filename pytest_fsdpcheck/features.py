@@ -117,6 +117,7 @@ feature("GraphSpec", "in-place tails", lambda s, _: any(op.kind in ("mutate", "a
 feature("GraphSpec", "method calls on parameters", lambda s, _: any(op.kind == "param" and op.method for op in s.ops))
 feature("GraphSpec", "a parameter used twice", lambda s, _: max(_param_uses(s).values(), default=0) > 1)
 feature("GraphSpec", "extra outputs", lambda s, _: bool(s.outputs))
+feature("GraphSpec", "non-contiguous activations", lambda s, _: any(op.kind == "layout" for op in s.ops))
 for _kind in ("linear", "norm", "conv", "embedding"):
     feature("GraphSpec", f"module {_kind}", lambda s, _, k=_kind: any(m.kind == k for m in s.modules))
 

@@ -532,7 +532,9 @@ def graph_specs(
             )
         )
     n_buffers = draw(st.integers(0, 2))
-    kinds = ["act", "mutate", "skip", "layout"]
+    # layout twice: a non-contiguous activation reaches a later bucket only
+    # where the cut falls right after it (SPL-17)
+    kinds = ["act", "mutate", "skip", "layout", "layout"]
     if mods:
         kinds += ["module"] * 3
     if params:

@@ -1,4 +1,4 @@
-"""Reference DDPOptimizer (seed ``003_*``, DESIGN.md SPL-1..14).
+"""Reference DDPOptimizer (seed ``003_*``, DESIGN.md SPL-1..14, 17..19).
 
 Walks the graph once from the last node back. Each trainable, non-ignored
 parameter is counted once, at the latest node that reads it (the point where
