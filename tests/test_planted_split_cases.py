@@ -9,9 +9,9 @@ from tests.demands import demand_failures
 from tests.planted.splitting import (
     CONFIG_CASE_TARGETS,
     CONTEXT_CASE_TARGETS,
-    HOOK_CASE_TARGETS,
     COUNTLESS_TARGETS,
     FIXED_CASE_TARGETS,
+    HOOK_CASE_TARGETS,
     HOP_CASE_TARGETS,
     LAZY_CASE_TARGETS,
     NO_TABULATE_TARGETS,
