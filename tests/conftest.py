@@ -126,7 +126,8 @@ def run_in_process(pytester, monkeypatch, _builtin_implementations_imported):
     def run(*args):
         importlib.invalidate_caches()
         saved = {(module, name): copy.copy(getattr(sys.modules[module], name))
-                 for module, names in _RUN_GLOBALS.items() if module in sys.modules for name in names}
+                 for module, names in _RUN_GLOBALS.items() if module in sys.modules
+                 for name in names if hasattr(sys.modules[module], name)}  # gone once it is the session's
         try:
             return pytester.runpytest_inprocess("-p", "no:randomly", *args)
         finally:
