@@ -5,8 +5,9 @@ to the rest of the run, and nothing is left behind.
 
 Each case runs pytest in an empty folder holding only the case's files: in
 this process (``run_here``: pytester's in-process run, milliseconds) where
-the inner run ends at a usage error or at collection, before any suite test
-runs; in a subprocess (``run``) where it runs suite tests or must be a fresh
+the inner run ends at a usage error or at start-up, before the suite is
+collected; in a subprocess (``run``) where it collects or runs suite tests
+(until the plugin's run state is the session's) or must be a fresh
 interpreter (a crashing worker).
 """
 
@@ -215,61 +216,24 @@ def run(pytester, monkeypatch, tmp_path_factory):
     return go
 
 
-#: the plugin's run state still kept in module globals (until it moves into
-#: the session's context): an in-process run puts back what it changed
-_RUN_GLOBALS = {
-    "pytest_fsdpcheck.profiles": ("_active", "_overrides", "_budgeted", "_digest"),
-    "pytest_fsdpcheck.known.judge": ("_explained", "_torch_version", "_enabled"),
-    "pytest_fsdpcheck.fuzz": ("stop_path", "_tally"),
-}
-
-
-@pytest.fixture(scope="module")
-def _builtin_implementations_imported():
-    """An in-process run forgets the modules it imported (pytester restores
-    ``sys.modules``), and torch's C extension cannot be imported twice in one
-    process: what loading the built-in implementations imports is imported
-    here first, so it stays."""
-    from pytest_fsdpcheck.impls import load_implementation
-
-    for spec in ("torch", "reference"):
-        load_implementation(spec)
-
-
 @pytest.fixture
-def run_here(pytester, monkeypatch, _builtin_implementations_imported):
-    """``run_here(args, files, ini)``: what ``run`` does, as an in-process
-    pytest run (``pytester.runpytest_inprocess``): the case's modules are
-    imported from its folder and forgotten after it; what other code than
-    the plugin writes in the folder is told apart as ``run`` does."""
-    import copy
-    import importlib
-    import sys
-
+def run_here(pytester, run_in_process):
+    """``run_here(args, files, ini)``: what ``run`` does, in this process
+    (tests/conftest.py's ``run_in_process``); what other code than the
+    plugin writes in the folder is told apart as ``run`` does."""
     from tests.helpers import OthersWritesHere
-
-    monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
-    pytester.syspathinsert()
 
     def go(args, files=(), ini=None):
         _write(pytester.path, dict(files))
         if ini:
             pytester.makeini(f"[pytest]\n{ini}\n")
-        importlib.invalidate_caches()
         before = set(os.listdir(pytester.path))
-        saved = {(module, name): copy.copy(getattr(sys.modules[module], name))
-                 for module, names in _RUN_GLOBALS.items() if module in sys.modules for name in names}
         others = OthersWritesHere()
-        try:
-            with others.watch(pytester.path):
-                result = pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args)
-        finally:
-            for (module, name), value in saved.items():
-                setattr(sys.modules[module], name, value)
+        with others.watch(pytester.path):
+            result = run_in_process("-p", "no:cacheprovider", *args)
         result.folder = pytester.path
         ours = {"__pycache__", ".hypothesis"}  # bytecode of the case's modules, Hypothesis' own cache
-        new = set(os.listdir(pytester.path)) - before - ours - others.names
-        result.left_behind = sorted(new)
+        result.left_behind = sorted(set(os.listdir(pytester.path)) - before - ours - others.names)
         result.survivors = _processes_in(pytester.path)
         return result
 

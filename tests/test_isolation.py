@@ -56,11 +56,14 @@ def test_thread_count_is_the_users_outside_the_suites_tests(pytester):
 
 
 @pytest.mark.plugin
-def test_implementation_without_areas_is_a_usage_error(run_suite):
-    result, report = run_suite("tests.planted.misbehaving:ProvidesNothing")
+def test_implementation_without_areas_is_a_usage_error(run_in_process, pytester):
+    # a usage error at start-up: in this process (tests/conftest.py)
+    report = pytester.path / "report.json"
+    result = run_in_process("--fsdpcheck", "-rf", "--fsdpcheck-report", str(report),
+                            "--fsdpcheck-impl", "tests.planted.misbehaving:ProvidesNothing")
     assert result.ret == 4
     assert "provides none of the areas" in result.stderr.str()
-    assert report is None
+    assert not report.exists()
 
 
 # --- leaks, exits, threads, processes, environment, import path, directory, seeds

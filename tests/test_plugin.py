@@ -1,8 +1,9 @@
 """Self-tests of the pytest plugin: options, usage errors, the idle plugin,
 reporting, pytest-xdist parity and declared divergences.
 
-Every run that enables the plugin goes through a subprocess: enabling it
-imports torch and loads hypothesis profiles process-wide.
+A run that ends at a usage error, or prints the help, runs in this process
+(``run_in_process``, tests/conftest.py); one that collects or runs the suite
+goes through a subprocess: the plugin's run state is still module-global.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def _outcomes(report: dict, impl: str) -> dict:
 # --- options ----------------------------------------------------------------------
 
 
-def test_help_lists_every_option_and_ini_name(suite):
-    result = suite("--help")
+def test_help_lists_every_option_and_ini_name(run_in_process):
+    result = run_in_process("--help")
     out = result.stdout.str()
     for flag in (
         "--fsdpcheck",
@@ -165,12 +166,12 @@ NO_AREA = "class Nothing:\n    pass\n"
         "div-not-toml", "div-unknown-id", "div-missing-file", "div-bad-torch-range", "seed", "ini-profile", "ini-device", "ini-impl",
     ],
 )
-def test_bad_setting_is_a_one_line_usage_error(pytester, suite, args, ini, files, says):
+def test_bad_setting_is_a_one_line_usage_error(pytester, run_in_process, args, ini, files, says):
     for name, text in files.items():
         (pytester.path / (name if "." in name else name + ".py")).write_text(text)
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    result = suite("--fsdpcheck", *args)
+    result = run_in_process("--fsdpcheck", *args)
     output = result.outlines + result.errlines
     assert result.ret == pytest.ExitCode.USAGE_ERROR, "\n".join(output)
     assert not any("Traceback" in line for line in output), "\n".join(output)
@@ -179,18 +180,20 @@ def test_bad_setting_is_a_one_line_usage_error(pytester, suite, args, ini, files
     assert saying[0].startswith("ERROR:") or ": error: argument" in saying[0]
 
 
-def test_bad_implementation_from_environment_is_a_usage_error(suite, monkeypatch):
+def test_bad_implementation_from_environment_is_a_usage_error(run_in_process, monkeypatch):
     monkeypatch.setenv("FSDPCHECK_IMPL", "no-such-impl")
-    result = suite("--fsdpcheck")
+    result = run_in_process("--fsdpcheck")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: fsdpcheck: unknown implementation 'no-such-impl'*"])
 
 
-def test_cuda_without_cuda_is_an_environment_error(suite):
+def test_cuda_without_cuda_is_an_environment_error(run_in_process):
     """A missing device is the machine's (a CI retries it), not a usage error."""
-    if _torch_facts()[1]:
+    import torch  # imported here anyway: the run in this process loads the implementations
+
+    if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    result = suite("--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-device=cuda")
+    result = run_in_process("--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-device=cuda")
     assert result.ret == EXIT_ENVIRONMENT
     result.stderr.fnmatch_lines(["Exit: fsdpcheck: --fsdpcheck-device=cuda but torch sees no CUDA device (environment ERROR*"])
     assert "Traceback" not in result.stderr.str()

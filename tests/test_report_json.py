@@ -107,14 +107,14 @@ def test_the_schema_rejects_what_a_dashboard_could_not_read():
     (["--fsdpcheck-html", "."], "", "--fsdpcheck-html '.' is a directory"),
     ([], "fsdpcheck_html = missing/page.html", "--fsdpcheck-html"),
 ])
-def test_a_bad_html_path_is_a_one_line_usage_error(pytester, args, ini, says):
+def test_a_bad_html_path_is_a_one_line_usage_error(pytester, run_in_process, args, ini, says):
     # a folder that does not exist yet is made when the page is written (as
     # --junitxml does); one a file stands in the way of cannot be
     for blocker in ("no-such-folder", "missing"):
         (pytester.path / blocker).write_text("a file, not a folder\n")
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
-    result = pytester.runpytest_subprocess("--fsdpcheck", *args)
+    result = run_in_process("--fsdpcheck", *args)
     output = result.outlines + result.errlines
     assert result.ret == pytest.ExitCode.USAGE_ERROR, "\n".join(output)
     saying = [line for line in output if says in line]
