@@ -87,13 +87,6 @@ def _reports_match_the_schema(request):
 
 #: the plugin's run state still kept in module globals (until it moves into
 #: the session's context): an in-process run puts back what it changed
-_RUN_GLOBALS = {
-    "pytest_fsdpcheck.profiles": ("_active", "_overrides", "_budgeted", "_digest"),
-    "pytest_fsdpcheck.known.judge": ("_explained", "_torch_version", "_enabled"),
-    "pytest_fsdpcheck.fuzz": ("stop_path", "_tally"),
-}
-
-
 @pytest.fixture(scope="session")
 def _builtin_implementations_imported():
     """An in-process run forgets the modules it imported (pytester restores
@@ -115,24 +108,16 @@ def run_in_process(pytester, monkeypatch, _builtin_implementations_imported):
     (``pytester.runpytest_inprocess``, milliseconds where a subprocess costs
     a torch import), for runs that end at a usage error or at start-up before
     any suite test runs. The folder's modules are importable and forgotten
-    after the run; the plugin's module-global run state is put back."""
-    import copy
+    after the run; its run state is its own session's (``run_state``), so
+    nothing needs putting back."""
     import importlib
-    import sys
 
     monkeypatch.delenv("FSDPCHECK_IMPL", raising=False)
     pytester.syspathinsert()
 
     def run(*args):
         importlib.invalidate_caches()
-        saved = {(module, name): copy.copy(getattr(sys.modules[module], name))
-                 for module, names in _RUN_GLOBALS.items() if module in sys.modules
-                 for name in names if hasattr(sys.modules[module], name)}  # gone once it is the session's
-        try:
-            return pytester.runpytest_inprocess("-p", "no:randomly", *args)
-        finally:
-            for (module, name), value in saved.items():
-                setattr(sys.modules[module], name, value)
+        return pytester.runpytest_inprocess("-p", "no:randomly", *args)
 
     return run
 
