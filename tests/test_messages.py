@@ -85,7 +85,7 @@ def test_hypothesis_explanations_keep_the_users_and_torchs_lines_only():
 
     import torch
 
-    from pytest_fsdpcheck import isolation
+    from pytest_fsdpcheck.run import isolation
 
     own = Path(isolation.__file__).parent
     torch_file = Path(torch.__file__).parent / "distributed" / "fsdp" / "_traversal_utils.py"
