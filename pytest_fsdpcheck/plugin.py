@@ -1,9 +1,9 @@
 """The pytest plugin: ``pytest --fsdpcheck`` runs the conformance suite.
 
 Hooks only, in the order pytest calls them; each hands over to the module
-that owns its concern: :mod:`.options` (flags, ini names, validation),
-:mod:`.session` (what the run checks), :mod:`.collection` (which suite items,
-parametrized how, in which order), :mod:`.verdicts` (from an outcome to
+that owns its concern, in ``run/``: :mod:`.run.options` (flags, ini names, validation),
+:mod:`.run.session` (what the run checks), :mod:`.run.collection` (which suite items,
+parametrized how, in which order), :mod:`.run.verdicts` (from an outcome to
 pass / FAIL / known / declared / n/p) and :mod:`.report` (header, matrix,
 JSON). Without ``--fsdpcheck`` (or ``fsdpcheck = true`` in the ini file)
 every hook returns at once: no torch import, no file written, nothing

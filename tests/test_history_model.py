@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 torch = pytest.importorskip("torch")
 
 from pytest_fsdpcheck.cases.exposure import Exposure, case_of, exposure  # noqa: E402
-from pytest_fsdpcheck.known import history  # noqa: E402
+from pytest_fsdpcheck.commands import history  # noqa: E402
 
 TIED = "tests.planted.plans:good"  # TinyLM, embed and lm_head tied, with a plan
 

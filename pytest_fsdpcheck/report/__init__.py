@@ -190,7 +190,7 @@ class Matrix:
     @property
     def known_order(self) -> list[tuple[str, str]]:
         """(impl, bug id) as the matrix numbers them from 1: by column, then
-        by the catalog's order (``known.torch_bugs``; another
+        by the catalog's order (``impls.torch_bugs``; another
         implementation's own bugs after, by id), never by which test met
         them first, which differs between a serial run and ``-n N``."""
         from ..impls.torch_bugs import TORCH_BUGS
