@@ -183,3 +183,26 @@ def test_the_walk_sees_a_planted_cycle(tmp_path):
     graph = _graph()
     assert "run.collection" in graph["plugin"] or "run" in graph["plugin"]
     assert any("impls" in deps for deps in graph.values())
+
+
+def _imports_of_pytest_or_torch(path: Path) -> list[str]:
+    banned = ("pytest", "_pytest", "pluggy", "torch")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in banned]
+    return found
+
+
+def test_the_report_imports_neither_pytest_nor_torch(tmp_path):
+    """report/ draws the run's content (JSON, HTML, JUnit, the terminal's text)
+    from what it is handed: it imports no pytest and no torch, at any depth of
+    a function, so the history tool and a reader of saved reports need neither
+    (what it imports of the package is the layers' test above)."""
+    found = [hit for path in sorted((PACKAGE / "report").rglob("*.py")) for hit in _imports_of_pytest_or_torch(path)]
+    assert not found, "\n".join(found)
+    # the walk finds a lazy import inside a function
+    planted = tmp_path / "planted.py"
+    planted.write_text("import json\n\n\ndef page():\n    from torch.nn import Module\n    import _pytest.nodes\n")
+    assert _imports_of_pytest_or_torch(planted) == ["planted.py:5 imports torch.nn", "planted.py:6 imports _pytest.nodes"]
