@@ -13,11 +13,11 @@ from pytest_fsdpcheck.checks.annotation import (
     snapshot,
 )
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.profiles import examples
+from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
+from pytest_fsdpcheck.core.torch_support import compile_unsupported
 from pytest_fsdpcheck.generators.trees import build_tree, module_trees
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.provided import expected_provided, installed_torch
-from pytest_fsdpcheck.torch_support import compile_unsupported
 
 trees = module_trees(states=False, replicate=False)
 

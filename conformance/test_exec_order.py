@@ -23,6 +23,7 @@ from pytest_fsdpcheck.checks.exec_order import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth, timed
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.models import (
     ModelSpec,
     PlannedTraceError,
@@ -37,7 +38,6 @@ from pytest_fsdpcheck.generators.models import (
     without_failure,
 )
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
 
 IMPORTS = [
     "from pytest_fsdpcheck.generators.models import ModelSpec, build_model, make_tracer",

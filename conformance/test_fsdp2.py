@@ -14,6 +14,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.fsdp2 import (
     EQUAL_MODULES,
     IGNORED_SCALARS,
@@ -28,7 +29,6 @@ from pytest_fsdpcheck.generators.fsdp2 import (
     fully_shard_specs,
 )
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
 
 CALLS = {
     "managed": [

@@ -26,6 +26,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.fsdp2 import (
     Fsdp2Plan,
     PlanCall,
@@ -35,7 +36,6 @@ from pytest_fsdpcheck.generators.fsdp2 import (
 )
 from pytest_fsdpcheck.generators.trees import TreeSpec
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
 
 
 def _build(impl, plan):

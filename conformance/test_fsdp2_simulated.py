@@ -8,10 +8,19 @@ from hypothesis import given
 
 from pytest_fsdpcheck.checks.fsdp2_world import check_world, ranks_to_build
 from pytest_fsdpcheck.checks.repro import snippet
-from pytest_fsdpcheck.generators.fsdp2_world import UNEVEN_WORLDS, build_world_model, fsdp2_world_specs
+from pytest_fsdpcheck.core.profiles import examples
+from pytest_fsdpcheck.core.provided import (
+    expected_provided,
+    first_release,
+    installed_torch,
+    skip_for_release,
+)
+from pytest_fsdpcheck.generators.fsdp2_world import (
+    UNEVEN_WORLDS,
+    build_world_model,
+    fsdp2_world_specs,
+)
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
-from pytest_fsdpcheck.provided import expected_provided, first_release, installed_torch, skip_for_release
 
 
 def _require(impl):

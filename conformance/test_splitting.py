@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from pytest_fsdpcheck.checks import Violation, error_of
 from pytest_fsdpcheck.checks import splitting as chk
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.graphs import (
     GraphSpec,
     ModuleSpec,
@@ -17,7 +18,6 @@ from pytest_fsdpcheck.generators.graphs import (
     graph_specs,
 )
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
 
 # every parameter read by exactly one node: counting-once rules (SPL-4) and
 # parameters as call_method arguments are exercised by their own tests
@@ -252,7 +252,7 @@ def _require_lazy(impl):
     is decided by release, ``provided``)."""
     if getattr(impl.splitting, "lazy_compile", False):
         return
-    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
     skip_for_release("splitting.lazy_compile",
@@ -379,7 +379,7 @@ def _require_hooks_deferred(impl):
     2.7 on, and DDPOptimizer's per-bucket pass with them)."""
     if getattr(impl.splitting, "defers_saved_tensors_hooks", True):
         return
-    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
     skip_for_release("splitting.saved_tensors_hooks_deferred",
@@ -395,7 +395,7 @@ def _require_configs(impl):
     torch adapter's is decided by release, ``provided``)."""
     if getattr(impl.splitting, "compiler_configs", False):
         return
-    from pytest_fsdpcheck.provided import installed_torch, releases, skip_for_release
+    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
     skip_for_release("splitting.compiler_configs",
@@ -461,7 +461,7 @@ def test_higher_order_cases(fsdpcheck_impl, fsdpcheck_graph_form, caps):
 
 
 def _check_higher_order(impl, spec, cap, first, form):
-    from pytest_fsdpcheck.provided import PROVIDED_FROM, expected_provided, installed_torch
+    from pytest_fsdpcheck.core.provided import PROVIDED_FROM, expected_provided, installed_torch
 
     # by release, not by trying the import: a torch that should have them
     # and does not fails here

@@ -14,6 +14,7 @@ from pytest_fsdpcheck.checks.traversal import (
     expected_traversal,
     snapshot,
 )
+from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.trees import (
     build_tree,
     deep_chain,
@@ -22,7 +23,6 @@ from pytest_fsdpcheck.generators.trees import (
     wide_tree,
 )
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.profiles import examples
 
 CALLS = {
     "states_with_modules": "states, modules = impl.traversal.states_with_modules(tree.root)",

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .catalog import AREAS
+from .core.catalog import AREAS
 
 
 @runtime_checkable

@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from .collection import conformance_dir
     from .report import EXIT_ENVIRONMENT
+    from .run.collection import conformance_dir
     from .runs.ddp_run import TORCHRUN_ENV
     from .runs.world import (
         choose_device,

@@ -44,7 +44,7 @@ def pytest_collection_modifyitems(config, items):
 
 def schema_errors(folders) -> list[str]:
     """Why each JSON report (a ``.json`` file holding ``schema_version``)
-    under ``folders`` does not match ``pytest_fsdpcheck/report.schema.json``."""
+    under ``folders`` does not match ``pytest_fsdpcheck/report/report.schema.json``."""
     import json
     from pathlib import Path
 
@@ -81,7 +81,7 @@ def _reports_match_the_schema(request):
         return
     errors = schema_errors(folders)
     if errors:
-        pytest.fail("JSON report(s) not matching pytest_fsdpcheck/report.schema.json:\n" + "\n".join(errors[:20]),
+        pytest.fail("JSON report(s) not matching pytest_fsdpcheck/report/report.schema.json:\n" + "\n".join(errors[:20]),
                     pytrace=False)
 
 

@@ -148,7 +148,7 @@ class OthersWritesHere:
         import sys
 
         import pytest_fsdpcheck
-        from pytest_fsdpcheck.collection import conformance_dir
+        from pytest_fsdpcheck.run.collection import conformance_dir
         from tests.others_writes import _created
 
         folder = os.path.realpath(folder)

@@ -24,7 +24,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 def _ours() -> tuple[str, ...]:
     import pytest_fsdpcheck
-    from pytest_fsdpcheck.collection import conformance_dir
+    from pytest_fsdpcheck.run.collection import conformance_dir
 
     return (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
             os.path.realpath(conformance_dir()) + os.sep, _FOLDER + os.sep)

@@ -159,7 +159,7 @@ def masked_planned():
 
 def test_keyword_inputs_reach_every_area_that_calls_the_model():
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import graphs
+    from pytest_fsdpcheck.cases.exposure import graphs
 
     case = build_case(masked)
     assert set(case.example_kwargs) == {"mask"} and len(case.example_inputs) == 1

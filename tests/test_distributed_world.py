@@ -91,7 +91,7 @@ def test_every_rank_gets_rank_zeros_choice_through_the_store():
 
 
 def test_forced_cuda_with_more_spawned_ranks_than_gpus_stops_before_any_rank(monkeypatch):
-    from pytest_fsdpcheck import session
+    from pytest_fsdpcheck.run import session
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -437,7 +437,7 @@ def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
     eager step it takes), nothing less and nothing beside it: a rank
     missing, a compiled finding the second world cannot make, or a stale
     shard after the step is not that bug."""
-    from pytest_fsdpcheck.known.torch_bugs import _sharded_gradients_summed_on_gloo as explains
+    from pytest_fsdpcheck.impls.torch_bugs import _sharded_gradients_summed_on_gloo as explains
 
     runner = [_summed("", r, m, 2) for r in (0, 1) for m in ("eager", "compiled")]
     second = [_summed("world size 3, ", r, "eager", 3) for r in (0, 1, 2)]

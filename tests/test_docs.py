@@ -68,9 +68,9 @@ def test_the_site_builds_without_warnings(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     html = {p.stem: unescape(re.sub(r"<[^>]+>", "", p.read_text(encoding="utf-8"))) for p in (tmp_path / "html").glob("*.html")}
     # the generated pages hold what they are generated from
-    from pytest_fsdpcheck.catalog import INVARIANTS
-    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
-    from pytest_fsdpcheck.options import OPTIONS
+    from pytest_fsdpcheck.core.catalog import INVARIANTS
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.run.options import OPTIONS
 
     assert all(o.flag in html["options"] for o in OPTIONS)
     # a flag in an option's help is code, so it can be copied: smart quotes
@@ -82,7 +82,7 @@ def test_the_site_builds_without_warnings(tmp_path):
     assert "_static/fsdpcheck.css" in page and "overflow-x: auto" in css and "white-space: normal" in css
     assert all(f"python -m pytest_fsdpcheck.known show {b.id}" in html["known-bugs"] for b in TORCH_BUGS)
     # each upstream citation as a link to its GitHub page; the uncited listed as not reported upstream
-    from pytest_fsdpcheck.known.bugs import upstream_url
+    from pytest_fsdpcheck.core.bugs import upstream_url
 
     known_page = (tmp_path / "html" / "known-bugs.html").read_text(encoding="utf-8")
     assert all(f'href="{upstream_url(ref)}"' in known_page for b in TORCH_BUGS for ref in b.upstream)
@@ -139,7 +139,7 @@ def _torchrun_flags() -> frozenset[str]:
 
 
 def _fsdpcheck_options() -> dict:
-    from pytest_fsdpcheck.options import OPTIONS
+    from pytest_fsdpcheck.run.options import OPTIONS
 
     return {o.flag: o for o in OPTIONS}
 
@@ -156,7 +156,7 @@ def _check_ref(ref: str) -> None:
 
 
 def _check_option_value(option, value: str) -> None:
-    from pytest_fsdpcheck import options
+    from pytest_fsdpcheck.run import options
 
     choices = dict(option.kwargs).get("choices")
     if choices:
@@ -419,8 +419,8 @@ def _yaml(source: str, namespace: dict) -> None:
 
 def _text(source: str, namespace: dict) -> None:
     """An output: it may name only invariants and known bugs that exist."""
-    from pytest_fsdpcheck.catalog import INVARIANTS
-    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.core.catalog import INVARIANTS
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
     bugs = {b.id for b in TORCH_BUGS}
     assert not set(INVARIANT_ID.findall(source)) - set(INVARIANTS), "names invariants the catalog lacks"
@@ -527,7 +527,7 @@ BROKEN = {  # case: (language, block, what the failure says)
     "an option without --fsdpcheck": ("bash", "pytest --fsdpcheck-strict tests", "without --fsdpcheck do nothing"),
     "a test path that does not exist": ("bash", "pytest --fsdpcheck test_travesal.py", "no test path"),
     "a script flag": ("bash", "python benchmarks/run.py --fast", "benchmarks/run.py has no option --fast"),
-    "a module flag": ("bash", "python -m pytest_fsdpcheck.known.history --keep 2.13.0", "has no option --keep"),
+    "a module flag": ("bash", "python -m pytest_fsdpcheck.commands.history --keep 2.13.0", "has no option --keep"),
     "a known-bug command that fails": ("console", "$ python -m pytest_fsdpcheck.known show spl-no-such-bug", "exit 2"),
     "an extra pyproject.toml lacks": ("bash", 'pip install -e ".[test,gpu]"', "pyproject.toml has no extra"),
     "torch unpinned": ("bash", "pip install torch", "torch must be installed pinned"),

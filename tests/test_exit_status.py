@@ -26,7 +26,7 @@ from pytest_fsdpcheck.report import (
     PROP_INVARIANTS,
     Matrix,
 )
-from pytest_fsdpcheck.verdicts import Findings, exit_status
+from pytest_fsdpcheck.run.verdicts import Findings, exit_status
 
 pytestmark = pytest.mark.unit
 

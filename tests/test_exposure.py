@@ -1,4 +1,4 @@
-"""Known-bug exposure per model (pytest_fsdpcheck.known.exposure): a tied
+"""Known-bug exposure per model (pytest_fsdpcheck.cases.exposure): a tied
 model meets the tied-parameter splitting bugs, an untied one none of them;
 predicate-only bugs are listed as "run on that release to know"; the CLI."""
 
@@ -16,8 +16,7 @@ pytestmark = pytest.mark.unit
 torch = pytest.importorskip("torch")
 
 from pytest_fsdpcheck.cases import ModelCase, build_case  # noqa: E402
-from pytest_fsdpcheck.known.bugs import KnownBug  # noqa: E402
-from pytest_fsdpcheck.known.exposure import (  # noqa: E402
+from pytest_fsdpcheck.cases.exposure import (  # noqa: E402
     RUN_TO_KNOW,
     bucket_differences,
     bugs_between,
@@ -26,7 +25,8 @@ from pytest_fsdpcheck.known.exposure import (  # noqa: E402
     render,
     to_json,
 )
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS  # noqa: E402
+from pytest_fsdpcheck.core.bugs import KnownBug  # noqa: E402
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS  # noqa: E402
 from tests.planted import plans  # noqa: E402
 
 BY_ID = {b.id: b for b in TORCH_BUGS}
@@ -90,7 +90,7 @@ def test_a_drawn_factory_is_exposed_over_several_of_its_configurations():
     # the exposure of a factory with drawn arguments replayed only its simplest
     # draw (depth=1, tied=False) and missed the per-use counting every tied
     # configuration meets; now a few configurations, the most different first
-    from pytest_fsdpcheck.known.exposure import MAX_CONFIGURATIONS, configurations, model_exposure
+    from pytest_fsdpcheck.cases.exposure import MAX_CONFIGURATIONS, configurations, model_exposure
 
     configs = configurations(plans.drawn)
     assert configs[0] == {"depth": 1, "tied": False}
@@ -217,9 +217,9 @@ def test_exposure_is_worked_out_only_for_models_a_check_ran_on(monkeypatch):
     nothing for it, and a run that checked one model replays that one."""
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck import verdicts
-    from pytest_fsdpcheck.known import exposure as ex
+    from pytest_fsdpcheck.cases import exposure as ex
     from pytest_fsdpcheck.report import Matrix
+    from pytest_fsdpcheck.run import verdicts
 
     replayed = []
     monkeypatch.setattr(ex, "model_exposure", lambda spec: replayed.append(spec) or [])

@@ -16,8 +16,8 @@ import inspect
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from pytest_fsdpcheck import features
 from pytest_fsdpcheck.contract import GRAPH_FORMS
+from pytest_fsdpcheck.core import features
 
 pytestmark = pytest.mark.unit
 
@@ -99,7 +99,7 @@ def test_each_floor_draws_its_features_within_its_rounds(run_seed):
     seeds them) until each of its features has been drawn, at most
     ``FLOOR_ROUNDS``: here each gets there, per graph form, for several
     run seeds."""
-    from pytest_fsdpcheck.fuzz import FLOOR_ROUNDS, stream_seed
+    from pytest_fsdpcheck.run.fuzz import FLOOR_ROUNDS, stream_seed
 
     by_name = {name.replace(".", ".py::", 1): (strategies, count, forms)
                for name, strategies, count, forms in suite_properties()}

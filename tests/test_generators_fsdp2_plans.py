@@ -9,7 +9,7 @@ from hypothesis import find, given, settings
 
 from pytest_fsdpcheck.checks.fsdp2 import expected_managed
 from pytest_fsdpcheck.checks.plan import check_plan
-from pytest_fsdpcheck.features import FEATURES
+from pytest_fsdpcheck.core.features import FEATURES
 from pytest_fsdpcheck.generators.fsdp2 import (
     Fsdp2Plan,
     PlanCall,

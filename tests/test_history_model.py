@@ -1,4 +1,4 @@
-"""History per model (``python -m pytest_fsdpcheck.known.history --model``):
+"""History per model (``python -m pytest_fsdpcheck.commands.history --model``):
 the per-release lines from recorded release outcomes (no torch installed),
 the CLI wiring with the per-release run replaced, and ``--describe-model``
 on the installed torch against the exposure's prediction for it."""
@@ -11,8 +11,8 @@ pytestmark = pytest.mark.unit
 
 torch = pytest.importorskip("torch")
 
-from pytest_fsdpcheck.known import history  # noqa: E402
-from pytest_fsdpcheck.known.exposure import Exposure, case_of, exposure  # noqa: E402
+from pytest_fsdpcheck.cases.exposure import Exposure, case_of, exposure  # noqa: E402
+from pytest_fsdpcheck.commands import history  # noqa: E402
 
 TIED = "tests.planted.plans:good"  # TinyLM, embed and lm_head tied, with a plan
 
@@ -114,7 +114,7 @@ def test_describe_model_on_the_installed_torch_matches_the_exposure(capsys):
 
 
 def history_holds(e, version):
-    from pytest_fsdpcheck.known.exposure import _holds
-    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.cases.exposure import _holds
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
     return _holds({b.id: b for b in TORCH_BUGS}[e.bug], e.form, version)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pytest_fsdpcheck.known.history import main
+from pytest_fsdpcheck.commands.history import main
 
 pytestmark = pytest.mark.unit
 

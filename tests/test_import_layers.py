@@ -18,26 +18,39 @@ CONFORMANCE = PACKAGE.parent / "conformance"
 
 # Lowest first. A module may import its own layer's modules and any lower
 # layer's; the longest prefix that matches a module's dotted name decides its layer.
+# Each layer is a folder of the package (DESIGN.md's package map); the only
+# modules left at the top are what users import by name: the implementation
+# contract, the plugin's entry point, strategies and the distributed entry point.
 LAYERS = [
-    # what every part shares: IDs, the implementation contract, the known-bug type
-    # (run_state: the running session's state, found by code that holds no pytest config)
-    ("shared", ["catalog", "contract", "profiles", "features", "known", "known.bugs", "provided",
-                "torch_support", "run_state"]),
+    # what every part shares: IDs, the known-bug type, profiles, the run state
+    # found by code that holds no pytest config; and the implementation contract
+    ("shared", ["core", "contract"]),
     ("specification and generators", ["reference", "generators"]),
     ("checkers", ["checks"]),
-    # the torch adapter declares torch's known bugs (data over the shared type)
-    ("implementations", ["impls", "known.torch_bugs"]),
-    ("known bugs and divergences", ["known.judge", "known.reference_with", "known.divergences"]),
+    # the implementations, torch's adapter with the known bugs it declares
+    ("implementations", ["impls"]),
+    # judging failures against known bugs, and the divergences between implementations
+    ("known bugs and divergences", ["known"]),
     # what runs implementations: the distributed checks' ranks, users' cases,
     # a model's known-bug exposure
-    ("runners", ["runs", "cases", "known.exposure"]),
-    # the history tool, and the HTML pages it and the plugin's report draw
-    ("commands", ["known.history", "known.__main__", "report_html", "report_junit",
-                  # mutation testing of torch's own code: runs the suite on mutants
-                  "mutation"]),
-    ("plugin", ["options", "fuzz", "report", "isolation", "session", "collection", "verdicts", "plugin",
-                "distributed", "strategies", "conformance", "fixtures"]),
+    ("runners", ["runs", "cases"]),
+    # the report's content and formats (JSON, HTML, JUnit): no pytest, no torch
+    ("report", ["report"]),
+    # the command-line tools: known bugs, history, mutation testing of torch's code;
+    # `python -m pytest_fsdpcheck.known` forwards to commands.known
+    ("commands", ["commands", "mutation", "known.__main__"]),
+    # everything that runs only inside pytest, and its public entry points
+    ("plugin", ["run", "plugin", "distributed", "strategies", "conformance", "fixtures"]),
 ]
+
+# The folders are the layers: every subpackage of pytest_fsdpcheck sits in
+# one layer whole (known.__main__, the documented `python -m` name, excepted).
+FOLDERS = {"core": "shared", "reference": "specification and generators",
+           "generators": "specification and generators", "checks": "checkers",
+           "impls": "implementations", "known": "known bugs and divergences",
+           "runs": "runners", "cases": "runners", "report": "report",
+           "commands": "commands", "mutation": "commands", "run": "plugin"}
+TOP_LEVEL = {"contract", "plugin", "distributed", "strategies"}
 
 
 def _modules() -> dict[str, Path]:
@@ -111,6 +124,21 @@ def test_every_module_has_a_layer():
         _layer(name)
 
 
+def test_folders_are_the_layers():
+    """Every module lives in its layer's folder; the top level holds only the
+    public names users import, and no folder spans two layers."""
+    names = {name: _layer(name) for name in _graph() if not name.startswith("conformance")}
+    top = {name for name in names if "." not in name and name not in FOLDERS}
+    assert top == TOP_LEVEL, f"top-level modules outside the layer folders: {sorted(top - TOP_LEVEL)}"
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(FOLDERS), f"package folders not in FOLDERS: {sorted(folders ^ set(FOLDERS))}"
+    misplaced = [f"{name} is in layer {LAYERS[layer][0]!r}, its folder in {FOLDERS[name.split('.')[0]]!r}"
+                 for name, layer in sorted(names.items())
+                 if name.split(".")[0] in FOLDERS and name != "known.__main__"
+                 and LAYERS[layer][0] != FOLDERS[name.split(".")[0]]]
+    assert not misplaced, "\n".join(misplaced)
+
+
 def test_no_upward_imports():
     upward = [
         f"{name} ({LAYERS[_layer(name)][0]}) imports {dep} ({LAYERS[_layer(dep)][0]})"
@@ -153,5 +181,28 @@ def test_no_import_cycles():
 def test_the_walk_sees_a_planted_cycle(tmp_path):
     # the checks above are only worth something if the walk finds imports
     graph = _graph()
-    assert "catalog" in graph["plugin"] or "collection" in graph["plugin"]
+    assert "run.collection" in graph["plugin"] or "run" in graph["plugin"]
     assert any("impls" in deps for deps in graph.values())
+
+
+def _imports_of_pytest_or_torch(path: Path) -> list[str]:
+    banned = ("pytest", "_pytest", "pluggy", "torch")
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in banned]
+    return found
+
+
+def test_the_report_imports_neither_pytest_nor_torch(tmp_path):
+    """report/ draws the run's content (JSON, HTML, JUnit, the terminal's text)
+    from what it is handed: it imports no pytest and no torch, at any depth of
+    a function, so the history tool and a reader of saved reports need neither
+    (what it imports of the package is the layers' test above)."""
+    found = [hit for path in sorted((PACKAGE / "report").rglob("*.py")) for hit in _imports_of_pytest_or_torch(path)]
+    assert not found, "\n".join(found)
+    # the walk finds a lazy import inside a function
+    planted = tmp_path / "planted.py"
+    planted.write_text("import json\n\n\ndef page():\n    from torch.nn import Module\n    import _pytest.nodes\n")
+    assert _imports_of_pytest_or_torch(planted) == ["planted.py:5 imports torch.nn", "planted.py:6 imports _pytest.nodes"]

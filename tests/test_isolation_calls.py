@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from pytest_fsdpcheck.isolation import Guarded, ImplementationExit, LeakedGlobalState
+from pytest_fsdpcheck.run.isolation import Guarded, ImplementationExit, LeakedGlobalState
 
 pytestmark = pytest.mark.unit
 
@@ -119,8 +119,8 @@ def test_a_leak_fails_a_passing_known_or_skipped_test_and_is_named_on_a_failing_
     with the leak added to what it says."""
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck import verdicts
     from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
+    from pytest_fsdpcheck.run import verdicts
 
     item = SimpleNamespace(user_properties=[(PROP_INVARIANTS, ("ANN-7",)), (PROP_IMPL, "planted")])
     leak = ["dynamo.config (disable)"]

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from pytest_fsdpcheck.catalog import INVARIANTS
+from pytest_fsdpcheck.core.catalog import INVARIANTS
 from tests import demands
 from tests.demands import (
     demand_check_failures,

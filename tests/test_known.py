@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from pytest_fsdpcheck.known.__main__ import main, reproducer_path
+from pytest_fsdpcheck.commands.known import main, reproducer_path
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from pytest_fsdpcheck.known.reference_with import reference_with
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
 pytestmark = pytest.mark.unit
 

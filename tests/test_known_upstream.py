@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_fsdpcheck.known.__main__ import main
-from pytest_fsdpcheck.known.bugs import UPSTREAM_REF, KnownBug, upstream_url
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+from pytest_fsdpcheck.commands.known import main
+from pytest_fsdpcheck.core.bugs import UPSTREAM_REF, KnownBug, upstream_url
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def _met(entries: list[dict]) -> dict:
 
 
 def test_the_html_page_links_each_citation():
-    from pytest_fsdpcheck.report_html import _Anchors, _known_bugs
+    from pytest_fsdpcheck.report.html import _Anchors, _known_bugs
 
     report = _met(_json_entries())
     numbers = {("torch", b["id"]): b["number"] for b in report["known_bugs"]}
@@ -121,7 +121,7 @@ def test_the_html_page_links_each_citation():
 
 
 def test_the_html_escapes_a_citation_it_cannot_read_and_skips_an_absent_one():
-    from pytest_fsdpcheck.report_html import _Anchors, _known_bugs
+    from pytest_fsdpcheck.report.html import _Anchors, _known_bugs
 
     entry = {"id": "b", "implementation": "torch", "invariants": ["TRV-7"], "reason": "r"}
     report = _met([entry | {"upstream": [HOSTILE, "pytorch/pytorch#1"]}, entry | {"id": "old"}])
@@ -133,7 +133,7 @@ def test_the_html_escapes_a_citation_it_cannot_read_and_skips_an_absent_one():
 
 
 def test_the_history_grid_links_each_citation():
-    from pytest_fsdpcheck.report_html import grid_page
+    from pytest_fsdpcheck.report.html import grid_page
 
     cited, uncited = CITED[0], UNCITED[0]
     entries = [{"id": cited.id, "examples": 1, "upstream": list(cited.upstream)},

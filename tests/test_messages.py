@@ -85,9 +85,9 @@ def test_hypothesis_explanations_keep_the_users_and_torchs_lines_only():
 
     import torch
 
-    from pytest_fsdpcheck import isolation
+    from pytest_fsdpcheck.run import isolation
 
-    own = Path(isolation.__file__).parent
+    own = Path(isolation.__file__).parents[1]  # the package, above run/
     torch_file = Path(torch.__file__).parent / "distributed" / "fsdp" / "_traversal_utils.py"
     stub = ["Explanation:", "    These lines were always and only run by failing examples:"]
     exc = AssertionError("TRV-1: ...")

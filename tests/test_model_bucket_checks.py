@@ -82,7 +82,7 @@ def test_ddp_ignored_marks_survive_the_models_copy():
     """Parameter.__deepcopy__ drops _ddp_ignored: the bucket check's copy
     keeps it, so a splitter counting ignored parameters fails on a user's
     model, and the exposure sees the bug that model meets."""
-    from pytest_fsdpcheck.known.exposure import exposure
+    from pytest_fsdpcheck.cases.exposure import exposure
 
     case = build_case(planted.ignored_layer)
     with pytest.raises(ConformanceFailure) as info:

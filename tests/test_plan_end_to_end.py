@@ -20,7 +20,7 @@ def fast_compile(monkeypatch):
 
 def _run(spec):
     from pytest_fsdpcheck.cases.checks import case_builder
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import run_plan_ranks
 
     return run_plan_ranks(case_builder(case_of(spec)), world_size=2, timeout=240)
@@ -102,7 +102,7 @@ def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
     """FSDP2 steps on CPU ranks only from 2.7 (2.3-2.6 need CUDA streams):
     n/p from the release, decided before any rank starts."""
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     monkeypatch.setattr(torch, "__version__", "2.6.0+cu124")
     monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
@@ -116,7 +116,7 @@ def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
 def _run_as_planned(spec):
     """The ranks with the plan's groups (its recorded calls' policies), as the check runs them."""
     from pytest_fsdpcheck.cases.checks import case_builder, plan_groups
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import run_plan_ranks
 
     case = case_of(spec)
@@ -125,7 +125,7 @@ def _run_as_planned(spec):
 
 def test_plan_groups_follow_the_recorded_policies():
     from pytest_fsdpcheck.cases.checks import plan_groups
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     groups = plan_groups(case_of("tests.planted.plans:bf16_last_block"))
     assert [g.roots for g in groups] == [("layers.0",), ("layers.1",), ("",)]
@@ -145,7 +145,7 @@ def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     ``bf16_casts`` takes fp32 inputs, which the control must cast where the
     policy does (without the casts it fails in LayerNorm's mixed dtypes)."""
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
 
@@ -183,7 +183,7 @@ def test_random_draws_in_the_step_are_the_same_in_both_runs(fast_compile, spec):
     both runs seed the generator just before the forward. Dropout FAILed
     ('max abs difference 0.0584') with no hint of the cause."""
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     case = case_of(f"tests.planted.plans:{spec}")
     assert case.model.training
@@ -212,7 +212,7 @@ def test_an_ignored_parameter_keeps_its_ranks_own_gradient(fast_compile):
     """FSDP2 never reduces an ignored parameter: with the ranks' loss weights
     its gradient is each rank's own (twice as large on rank 1), and the control says so."""
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     checks.check_plan_end_to_end(case_of("tests.planted.plans:ignored"), checks._torch_impl(), world_size=2)
 
@@ -326,7 +326,7 @@ def test_the_control_runs_a_checkpointed_bf16_step_at_the_plans_precision():
     swapped bf16 parameters in for the forward only, so torch's recompute
     in the backward saw fp32 ones and raised (a false FS2-9 FAIL for torch)."""
     from pytest_fsdpcheck.cases.checks import plan_groups
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import _control, rank_batches
 
     case = case_of("tests.planted.plans:checkpointed_bf16")
@@ -344,7 +344,7 @@ def test_frameworks_bf16_stacks_pass_fs2_9_for_torch(fast_compile, spec):
     fp32 router downstream of bf16 blocks (its gradient computed through
     bf16: the ``upstream`` dtype), pass FS2-9 for torch."""
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.known.exposure import case_of
+    from pytest_fsdpcheck.cases.exposure import case_of
 
     checks.check_plan_end_to_end(case_of(f"tests.planted.plans:{spec}"), checks._torch_impl(), world_size=2)
 
@@ -439,8 +439,8 @@ def test_the_ranks_limit_follows_the_timeout_option_and_the_steps_cost(monkeypat
     the unsharded step's measured cost (it was 180 s whatever the option);
     a world killed there outside a hung step raises EnvironmentFault."""
     from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.checks import EnvironmentFault
-    from pytest_fsdpcheck.known.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import PLAN_CALLS, STEP_COST_FACTOR, rank_limit
 
     assert rank_limit(0, 5.0) is None  # 0: no limit, as the option says

@@ -216,7 +216,7 @@ def _summed(rank, factor=2.0, ignored=torch.full((2,), 2.0), group="gloo", torch
 def _gloo_bug_on(impl):
     import dataclasses
 
-    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
     bug = next(b for b in TORCH_BUGS if b.id == "fs2-gloo-grads-summed")
     impl.known_bugs = (dataclasses.replace(bug, affects=""),)

@@ -35,7 +35,7 @@ def test_a_form_not_accepted_is_not_provided(run_suite):
 
 
 # --- the torch adapters decide what a release provides by its version -------------
-# (pytest_fsdpcheck.provided): a reworded source or a renamed function fails
+# (pytest_fsdpcheck.core.provided): a reworded source or a renamed function fails
 # the checks that need it, never turns them n/p.
 
 
@@ -49,8 +49,8 @@ def test_reworded_compile_fn_keeps_module_form(monkeypatch):
 
 
 def test_fsdp2_features_follow_the_release_not_the_signature(monkeypatch):
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
     from pytest_fsdpcheck.impls import torch_fsdp2
-    from pytest_fsdpcheck.provided import expected_provided, installed_torch
 
     init = torch_fsdp2._first_module(torch_fsdp2._INIT_MODULES)
     walk = init._get_managed_modules
@@ -67,8 +67,8 @@ def test_fsdp2_features_follow_the_release_not_the_signature(monkeypatch):
 def test_fsdp2_missing_on_a_release_that_provides_it_says_so(monkeypatch):
     import pytest
 
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
     from pytest_fsdpcheck.impls import torch_fsdp2
-    from pytest_fsdpcheck.provided import expected_provided, installed_torch
 
     assert expected_provided("fsdp2", installed_torch())
     init = torch_fsdp2._first_module(torch_fsdp2._INIT_MODULES)
@@ -80,8 +80,8 @@ def test_fsdp2_missing_on_a_release_that_provides_it_says_so(monkeypatch):
 def test_provided_table():
     import pytest
 
-    from pytest_fsdpcheck.catalog import AREAS
-    from pytest_fsdpcheck.provided import expected_provided, releases
+    from pytest_fsdpcheck.core.catalog import AREAS
+    from pytest_fsdpcheck.core.provided import expected_provided, releases
 
     assert all(expected_provided(area, "2.13.0+cpu") for area in AREAS)
     assert not expected_provided("fsdp2", "2.2.2") and expected_provided("fsdp2", (2, 3))
@@ -103,9 +103,9 @@ def test_lazy_compile_follows_the_release(monkeypatch):
     split passed off as a lazy one)."""
     import pytest
 
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
     from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, build_graph
     from pytest_fsdpcheck.impls import torch_splitting
-    from pytest_fsdpcheck.provided import expected_provided, installed_torch
 
     spec = GraphSpec(4, 2, (ModuleSpec("linear"),), (), 0, (OpSpec("module", 0),))
     provided = expected_provided("splitting.lazy_compile", installed_torch())

@@ -150,8 +150,8 @@ def test_a_complete_run_says_so_and_counts_valid_examples_only(project):
 
 @pytest.mark.unit
 def test_the_valid_share_floor_fails_a_property_that_rejects_most_examples():
-    from pytest_fsdpcheck.features import Tally
-    from pytest_fsdpcheck.verdicts import VALID_SHARE_FLOOR, _too_few_valid
+    from pytest_fsdpcheck.core.features import Tally
+    from pytest_fsdpcheck.run.verdicts import VALID_SHARE_FLOOR, _too_few_valid
 
     class Item:
         class obj:
@@ -175,7 +175,7 @@ def test_rejected_examples_are_not_counted_as_coverage():
     from hypothesis import assume, given, settings
     from hypothesis import strategies as st
 
-    from pytest_fsdpcheck import fuzz
+    from pytest_fsdpcheck.run import fuzz
 
     @settings(max_examples=50, database=None, derandomize=True)
     @given(st.integers(0, 9))
@@ -209,7 +209,7 @@ def test_strict_on_a_run_narrowed_to_a_check_of_a_feature_this_release_lacks(pyt
     # its SPL-9..12 cells are n/p for the release's reason, which says
     # nothing against SPL-9..12 (their other checks run here); strict
     # exited 1 on four "not provided although expected" lines
-    from pytest_fsdpcheck.provided import expected_provided, installed_torch
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
 
     if expected_provided("splitting.lazy_compile", installed_torch()):
         pytest.skip("this torch has the lazy path: the check runs")

@@ -168,7 +168,7 @@ def _known_report(nodeid, invariants, bug_ids, impl="torch"):
 def test_known_bugs_are_numbered_by_the_catalog_not_by_which_test_met_them_first():
     """A serial run and -n 2 meet the known bugs in other orders: the [n]
     the matrix prints must not depend on it (issue 42 item 5)."""
-    from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
     first, later = TORCH_BUGS[0].id, TORCH_BUGS[3].id
     reports = [_known_report("t.py::a[torch]", ["TRV-7"], [later]), _known_report("t.py::b[torch]", ["SPL-3"], [first])]
@@ -183,7 +183,7 @@ def test_known_bugs_are_numbered_by_the_catalog_not_by_which_test_met_them_first
 
 
 def test_the_html_lists_known_bugs_in_number_order():
-    from pytest_fsdpcheck.report_html import _Anchors, _known_bugs
+    from pytest_fsdpcheck.report.html import _Anchors, _known_bugs
 
     def bug(bug_id, number):
         return {"id": bug_id, "implementation": "torch", "examples": 1, "invariants": ["TRV-7"], "number": number}
@@ -198,8 +198,8 @@ def test_the_html_lists_known_bugs_in_number_order():
 def test_a_report_in_a_folder_not_made_yet_is_written_there(tmp_path):
     """As --junitxml does (issue 42 item 8): the folder is made when the
     report is written, not refused at the start."""
-    from pytest_fsdpcheck.options import _writable_report
     from pytest_fsdpcheck.report import write_atomically
+    from pytest_fsdpcheck.run.options import _writable_report
 
     path = str(tmp_path / "reports" / "today" / "fsdpcheck.json")
     assert _writable_report(path) == path

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_fsdpcheck.report_junit import github_annotations, junit_xml
+from pytest_fsdpcheck.report.junit import github_annotations, junit_xml
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from pytest_fsdpcheck.report import SCHEMA_VERSION
-from pytest_fsdpcheck.report_html import grid_page, run_page
+from pytest_fsdpcheck.report.html import grid_page, run_page
 
 pytestmark = pytest.mark.unit
 

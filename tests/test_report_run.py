@@ -169,8 +169,8 @@ def _matrix_as_seen(page) -> list[list[str]]:
 
 
 def _expected_rows(report) -> list[list[str]]:
-    from pytest_fsdpcheck.catalog import INVARIANTS, sort_key
-    from pytest_fsdpcheck.report_html import CELL
+    from pytest_fsdpcheck.core.catalog import INVARIANTS, sort_key
+    from pytest_fsdpcheck.report.html import CELL
 
     numbers = {(b["implementation"], b["id"]): b["number"] for b in report["known_bugs"] if b["number"]}
     impls = report["header"]["implementations"]
@@ -228,8 +228,8 @@ def test_pytest_html_page_shows_the_matrix_without_script_errors(run, browser):
 
 
 def test_the_history_grid_page_shows_each_release(run, browser, tmp_path):
-    from pytest_fsdpcheck.catalog import sort_key
-    from pytest_fsdpcheck.known.history import main
+    from pytest_fsdpcheck.commands.history import main
+    from pytest_fsdpcheck.core.catalog import sort_key
 
     folder, report, _ = run
     reports = tmp_path / "reports"

@@ -6,8 +6,8 @@ printed with failures reproduce them: tests/test_reproducer_scripts.py.)"""
 
 import pytest
 
-from pytest_fsdpcheck.known import __main__ as known_main
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+from pytest_fsdpcheck.commands import known as known_main
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
 pytestmark = pytest.mark.process
 

@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import Phase
 
-from pytest_fsdpcheck import profiles
 from pytest_fsdpcheck.checks import Violation
+from pytest_fsdpcheck.core import profiles
+from pytest_fsdpcheck.core.bugs import KnownBug
 from pytest_fsdpcheck.known import judge
-from pytest_fsdpcheck.known.bugs import KnownBug
 
 pytestmark = pytest.mark.plugin
 
@@ -38,7 +38,7 @@ def _torch_imported_first():
     while it ran when it ends; torch cannot be imported twice in one process
     (the second import crashes it), and a module imported again is another
     module (two Hypothesis ``Phase`` classes)."""
-    from pytest_fsdpcheck.verdicts import warm_up
+    from pytest_fsdpcheck.run.verdicts import warm_up
 
     warm_up()
 
@@ -46,7 +46,7 @@ def _torch_imported_first():
 @pytest.fixture
 def outer_state():
     """Whatever this test does to the state it runs under is undone after it."""
-    from pytest_fsdpcheck.run_state import current
+    from pytest_fsdpcheck.core.run_state import current
 
     state = current()
     saved = {name: copy.copy(value) if isinstance(value, (dict, list, set)) else value
@@ -141,7 +141,7 @@ def test_a_suite_module_another_session_imported_runs_with_this_sessions_setting
 def test_an_inner_session_that_fails_to_start_leaves_the_outers(pytester, outer_state):
     """A usage error found after the session was built (the example
     database of a dev run is a file): the outer session's judge still judges."""
-    from pytest_fsdpcheck.run_state import current
+    from pytest_fsdpcheck.core.run_state import current
 
     judge.configure(enabled=True)
     (pytester.path / "db").write_text("")

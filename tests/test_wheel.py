@@ -87,7 +87,7 @@ def test_wheel_ships_one_top_level_package(wheel):
     # the known-bug reproducers are scripts whose names are bug ids
     assert "pytest_fsdpcheck/known/reproducers/spl-param-counted-per-use.py" in names
     # the JSON report's published schema (pytest_fsdpcheck.report.schema() reads it)
-    assert "pytest_fsdpcheck/report.schema.json" in names
+    assert "pytest_fsdpcheck/report/report.schema.json" in names
     assert not any(n.startswith(("conformance/", "fixtures/", "tests/")) for n in names)
 
 
@@ -112,7 +112,7 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path, monkeypatch):
     empty.mkdir()
     others = OthersWrites(monkeypatch, tmp_path / "outside")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FSDPCHECK_IMPL", "PYTEST_ADDOPTS")}
-    code = "import pytest_fsdpcheck.plugin as p, pytest_fsdpcheck.collection as c; print(p.__file__); print(c.conformance_dir())"
+    code = "import pytest_fsdpcheck.plugin as p, pytest_fsdpcheck.run.collection as c; print(p.__file__); print(c.conformance_dir())"
     where = _run([str(python), "-c", code], cwd=empty, env=env).stdout.split()
     assert all(pathlib.Path(w).is_relative_to(inner_site) for w in where), where
 
@@ -158,7 +158,7 @@ def test_declared_torch_range_admits_every_release_the_docs_show_green(wheel):
 
 
 def test_history_installs_the_package_as_a_user_would(tmp_path):
-    from pytest_fsdpcheck.known import history
+    from pytest_fsdpcheck.commands import history
 
     wheel = tmp_path / "pytest_fsdpcheck-0.1.0-py3-none-any.whl"
     constraints = tmp_path / "constraints.txt"
@@ -178,7 +178,7 @@ def test_history_package_step_resolves_without_replacing_torch(wheel, tmp_path):
     and nothing but the package itself would be installed."""
     import torch
 
-    from pytest_fsdpcheck.known import history
+    from pytest_fsdpcheck.commands import history
 
     version = torch.__version__.split("+")[0]
     constraints = tmp_path / "constraints.txt"

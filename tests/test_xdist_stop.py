@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_fsdpcheck import fuzz
+from pytest_fsdpcheck.core.run_state import current
 from pytest_fsdpcheck.plugin import XdistHooks
-from pytest_fsdpcheck.run_state import current
+from pytest_fsdpcheck.run import fuzz
 
 pytestmark = pytest.mark.unit
 

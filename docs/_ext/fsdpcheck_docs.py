@@ -1,9 +1,9 @@
 """Pages generated from the package, so nothing there is written twice.
 
-- ``{fsdpcheck-options}``: the option table of ``pytest_fsdpcheck/options.py``
+- ``{fsdpcheck-options}``: the option table of ``pytest_fsdpcheck/run/options.py``
   (the one ``pytest --help`` and the ini keys are made from);
 - ``{fsdpcheck-known-bugs}``: the known torch bugs of
-  ``pytest_fsdpcheck/known/torch_bugs.py`` with their releases, reasons,
+  ``pytest_fsdpcheck/impls/torch_bugs.py`` with their releases, reasons,
   signatures, upstream issues/PRs (and which are not reported upstream) and
   reproducer commands;
 - ``{fsdpcheck-invariants} PREFIX``: one family of the invariant catalog,
@@ -59,7 +59,7 @@ class _MarkdownDirective(SphinxDirective):
 
 class OptionsTable(_MarkdownDirective):
     def markdown(self) -> list[str]:
-        from pytest_fsdpcheck.options import OPTIONS
+        from pytest_fsdpcheck.run.options import OPTIONS
 
         self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "options.py"))
         lines = ["| option | ini key | meaning |", "| --- | --- | --- |"]
@@ -86,7 +86,7 @@ class OptionsTable(_MarkdownDirective):
 
 class KnownBugs(_MarkdownDirective):
     def markdown(self) -> list[str]:
-        from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+        from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
         self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "known" / "torch_bugs.py"))
         lines = ["| id | invariants | torch releases (measured) | upstream | reproducer |",
@@ -122,7 +122,7 @@ class KnownBugs(_MarkdownDirective):
 def _upstream(bug) -> str:
     """A known bug's upstream issues/PRs as links (GitHub redirects a PR's
     issues/ address to the PR), or that it is not reported upstream."""
-    from pytest_fsdpcheck.known.bugs import upstream_url
+    from pytest_fsdpcheck.core.bugs import upstream_url
 
     return ", ".join(f"[{ref}]({upstream_url(ref)})" for ref in bug.upstream) or "not reported upstream"
 
@@ -164,8 +164,8 @@ class Invariants(_MarkdownDirective):
     required_arguments = 1
 
     def markdown(self) -> list[str]:
-        from pytest_fsdpcheck.catalog import INVARIANTS
-        from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+        from pytest_fsdpcheck.core.catalog import INVARIANTS
+        from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 
         self.env.note_dependency(str(DESIGN))
         self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "catalog.py"))
@@ -190,7 +190,7 @@ class Invariants(_MarkdownDirective):
 
 
 def _every_family_shown(app, env) -> None:
-    from pytest_fsdpcheck.catalog import INVARIANTS
+    from pytest_fsdpcheck.core.catalog import INVARIANTS
 
     families = {i.split("-")[0] for i in INVARIANTS}
     missing = sorted(families - getattr(env, "fsdpcheck_families", set()))

@@ -69,7 +69,7 @@ def _named(violations, oracle) -> list[Violation]:
 
 def recorded(case: ModelCase):
     """The case's plan recorded (once per case object)."""
-    from ..run_state import current
+    from ..core.run_state import current
     from .recording import record_plan
 
     # the run's: a run's cases (and their models) are let go with it
@@ -89,7 +89,7 @@ def case_problem(case: ModelCase) -> str | None:
     ``fully_shard`` call. Every check needs what these break, so a check on
     such a case would charge the user's mistake to the implementation."""
     # each check builds its own case from the factory: probe a configuration once
-    from ..run_state import current
+    from ..core.run_state import current
 
     # the run's: the same factory name may be other code in another session
     probed = current().probed_cases
@@ -474,7 +474,7 @@ def captured(case: ModelCase):
     import torch
     import torch._dynamo
 
-    from ..torch_support import compile_unsupported
+    from ..core.torch_support import compile_unsupported
 
     reason = compile_unsupported()
     if reason:
@@ -879,9 +879,9 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     :class:`CaseError`, one line naming the factory: the user's mistake."""
     from ..checks.plan_distributed import check_plan_end_to_end as judge
     from ..checks.plan_distributed import uncompilable_model
+    from ..core.torch_support import compile_unsupported
     from ..impls.torch_fsdp2 import TorchFsdp2
     from ..runs.plan_run import run_plan_ranks
-    from ..torch_support import compile_unsupported
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
@@ -897,7 +897,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
         _skip("this torch build has no torch.distributed")
     if world_size < 2:
         _skip(f"FS2-9 needs world size >= 2, the runner gives {world_size}")
-    from ..provided import expected_provided, first_release
+    from ..core.provided import expected_provided, first_release
 
     if not expected_provided("fsdp2.cpu_runtime", torch.__version__):
         _skip("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
@@ -947,7 +947,7 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     collectives and numerics are FS2-9's."""
     from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
     from ..checks.fsdp2_world import Prepared, check_prepared_world
-    from ..provided import expected_provided, first_release, installed_torch, skip_for_release
+    from ..core.provided import expected_provided, first_release, installed_torch, skip_for_release
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
@@ -1082,7 +1082,7 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
     from hypothesis import strategies as st
     from hypothesis.errors import Unsatisfiable
 
-    from .. import profiles
+    from ..core import profiles
 
     # the suite's own settings (ci: derandomized, no database), never the
     # profile a user's conftest happens to load

@@ -250,7 +250,7 @@ def dynamo_unsupported() -> str | None:
     import torch
     from torch import nn
 
-    from ..torch_support import compile_unsupported
+    from ..core.torch_support import compile_unsupported
 
     reason = compile_unsupported()
     if reason is not None:

@@ -99,8 +99,8 @@ def not_a_source_checkout(folder: Path) -> str | None:
 def _unavailable(model: str, section: str) -> str | None:
     """Why this environment cannot render a section (its input is missing),
     in which case the file keeps the section it has."""
+    from ..core.torch_support import compile_unsupported
     from ..generators import corpus
-    from ..torch_support import compile_unsupported
 
     reason = corpus.missing(model)
     if reason is None and section == "buckets":

@@ -348,7 +348,7 @@ def capture_unavailable(name: str) -> str | None:
     """Why Dynamo cannot capture model ``name`` on this torch, decided by a
     probe before anything is captured, or None. Any other failure of the
     capture is the suite's own error, not a reason to judge nothing."""
-    from ..torch_support import compile_unsupported
+    from ..core.torch_support import compile_unsupported
 
     reason = compile_unsupported()
     if reason is None and CORPUS[name].capture_missing is not None:

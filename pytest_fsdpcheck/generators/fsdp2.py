@@ -107,7 +107,7 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
     import torch
     from torch import nn
 
-    from ..profiles import note_example
+    from ..core.profiles import note_example
 
     note_example(repr(spec))
     tree = build_tree(spec.tree)

@@ -101,7 +101,7 @@ def build_tree(spec: TreeSpec, traversal=None) -> BuiltTree:
     import torch
     from torch import nn
 
-    from ..profiles import note_example
+    from ..core.profiles import note_example
 
     note_example(repr(spec))
     with _gc_paused():

@@ -114,7 +114,7 @@ class Loaded:
     a property that changes or raises later cannot change what is checked."""
 
     def __init__(self, impl):
-        from ..catalog import AREAS
+        from ..core.catalog import AREAS
 
         self._fsdpcheck_inner = impl
         for area in AREAS:
@@ -134,7 +134,7 @@ def declared_bugs(impl) -> tuple:
     """The known bugs ``impl`` declares, ``"torch"`` read as torch's."""
     bugs = getattr(impl, "known_bugs", None) or ()
     if bugs == INHERITS_TORCH_BUGS:
-        from ..known.torch_bugs import TORCH_BUGS
+        from .torch_bugs import TORCH_BUGS
 
         return tuple(TORCH_BUGS)
     return tuple(bugs)
@@ -146,6 +146,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _has_area_attributes(obj) -> bool:
-    from ..catalog import AREAS
+    from ..core.catalog import AREAS
 
     return any(getattr(obj, area, None) is not None for area in AREAS)

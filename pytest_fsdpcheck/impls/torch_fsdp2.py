@@ -69,7 +69,7 @@ def _fully_shard():
 
 class TorchFsdp2:
     def __init__(self):
-        from ..provided import expected_provided, first_release, installed_torch
+        from ..core.provided import expected_provided, first_release, installed_torch
 
         # What this release takes is decided by its version, never by probing
         # for a function: a renamed one fails the checks that call it rather

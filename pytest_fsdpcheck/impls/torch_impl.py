@@ -10,8 +10,8 @@ import importlib
 import sys
 
 from ..contract import Implementation
-from ..known.torch_bugs import TORCH_BUGS
 from .composable import mark_composable_api
+from .torch_bugs import TORCH_BUGS
 
 
 def torch_version() -> tuple[int, int]:

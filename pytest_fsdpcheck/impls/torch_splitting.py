@@ -31,7 +31,7 @@ class TorchSplitting:
         # Dynamo lifts parameters to placeholders from torch 2.5 on, and that
         # is when DDPOptimizer learnt to count placeholder arguments: below
         # it, the graphs it is handed are module form.
-        from ..provided import expected_provided, installed_torch
+        from ..core.provided import expected_provided, installed_torch
 
         importlib.import_module(MODULE).DDPOptimizer  # noqa: B018 - the area needs the class
         self.graph_forms = _forms_handled(installed_torch())
@@ -107,25 +107,25 @@ def _forms_handled(version) -> tuple[str, ...]:
     reach them). Decided by the version, not by reading torch's source: a
     release that dropped a form's code fails that form's checks, visibly,
     rather than making them n/p."""
-    from ..provided import expected_provided
+    from ..core.provided import expected_provided
 
     return tuple(form for form in ("dynamo", "module") if expected_provided(f"splitting.{form}_form", version))
 
 
 def _count_logged(version) -> bool:
-    from ..provided import expected_provided
+    from ..core.provided import expected_provided
 
     return expected_provided("splitting.log_bucket_count", version)
 
 
 def _configs_forwarded(version) -> bool:
-    from ..provided import expected_provided
+    from ..core.provided import expected_provided
 
     return expected_provided("splitting.compiler_configs", version)
 
 
 def _lazy_path_provided(version) -> bool:
-    from ..provided import expected_provided
+    from ..core.provided import expected_provided
 
     return expected_provided("splitting.lazy_compile", version)
 

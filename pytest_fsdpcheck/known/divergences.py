@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalog import INVARIANTS
+from ..core.catalog import INVARIANTS
 
 if sys.version_info >= (3, 11):
     import tomllib

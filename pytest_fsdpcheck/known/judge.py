@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 
-from ..catalog import area_of
 from ..checks import ConformanceFailure
-from ..run_state import current
+from ..core.catalog import area_of
+from ..core.run_state import current
 
 # The switch and the record are the running session's (run_state.RunState:
 # known_bugs, explained), so an inner session in the same process judges alone.
@@ -93,7 +93,7 @@ class _DeclaringTorchBugs:
     """``impl`` as if it declared torch's known bugs (for the hint only)."""
 
     def __init__(self, impl):
-        from .torch_bugs import TORCH_BUGS
+        from ..impls.torch_bugs import TORCH_BUGS
 
         self._impl = impl
         self.known_bugs = TORCH_BUGS
@@ -106,8 +106,8 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
     """For an implementation that does not declare torch's known bugs: if
     one of them explains the failure exactly, how to say so. The failure
     stays a failure: only the implementation's own declaration excuses."""
-    from .bugs import known_bugs_of
-    from .torch_bugs import TORCH_BUGS
+    from ..core.bugs import known_bugs_of
+    from ..impls.torch_bugs import TORCH_BUGS
 
     if not current().known_bugs or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
         return None
@@ -156,7 +156,7 @@ def _outcome(body, impl):
 def explain(impl, outcome, body, form: str | None = None) -> list | None:
     """The known bugs that together explain ``outcome`` (the violations, or
     what was raised), or None."""
-    from .bugs import active_bugs
+    from ..core.bugs import active_bugs
 
     if not current().known_bugs:
         return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from pytest_fsdpcheck.known.reference_with import reference_with
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 
 _PER_USE = next(b for b in TORCH_BUGS if b.id == "spl-param-counted-per-use")
 #: the miscount declared for module form only, on every torch

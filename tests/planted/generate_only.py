@@ -13,6 +13,6 @@ import pytest
 def pytest_configure(config):
     from hypothesis import Phase
 
-    from pytest_fsdpcheck import profiles
+    from pytest_fsdpcheck.core import profiles
 
     profiles.override(phases=[Phase.explicit, Phase.generate])

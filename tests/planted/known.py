@@ -12,8 +12,8 @@ import dataclasses
 from contextlib import contextmanager
 
 from pytest_fsdpcheck.impls.reference import ReferenceImplementation
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from pytest_fsdpcheck.known.reference_with import reference_with
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
 from pytest_fsdpcheck.reference.fsdp2 import TORCH_DTENSOR_ERROR
 
 # Bugs with a predicate signature are not a switch of the reference: their
@@ -405,7 +405,7 @@ class WrapsTorch:
     failures, each naming how to declare them."""
 
     def __init__(self):
-        from pytest_fsdpcheck.catalog import AREAS
+        from pytest_fsdpcheck.core.catalog import AREAS
         from pytest_fsdpcheck.impls.torch_impl import TorchImplementation
 
         runs = TorchImplementation()

@@ -25,7 +25,7 @@ from torch.distributed.fsdp import fully_shard
 
 from pytest_fsdpcheck.cases import ModelCase
 from pytest_fsdpcheck.impls.reference import ReferenceImplementation
-from pytest_fsdpcheck.known.torch_bugs import TORCH_BUGS
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from pytest_fsdpcheck.reference import splitting as reference_splitting
 
 WIDTH = 8

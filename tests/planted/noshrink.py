@@ -11,7 +11,7 @@ import pytest
 def pytest_configure(config):
     from hypothesis import Phase
 
-    from pytest_fsdpcheck import profiles
+    from pytest_fsdpcheck.core import profiles
 
     # On top of whatever profile pytest-fsdpcheck selected (ci: derandomized).
     profiles.override(phases=[Phase.explicit, Phase.reuse, Phase.generate])

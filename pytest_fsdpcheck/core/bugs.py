@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ..catalog import INVARIANTS, area_of
+from .catalog import INVARIANTS, area_of
 
 #: an upstream reference, ``owner/repo#number``, as GitHub names an issue or pull request
 UPSTREAM_REF = re.compile(

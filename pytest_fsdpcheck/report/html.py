@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from html import escape
 
-from .catalog import INVARIANTS, sort_key
+from ..core.catalog import INVARIANTS, sort_key
 
 #: a cell's outcome (as the JSON report writes it) -> (text shown, CSS class)
 CELL = {
@@ -275,7 +275,7 @@ def _known_bugs(report: dict, anchors: _Anchors, known_numbers: dict) -> list[st
 def _upstream_links(refs: list) -> str:
     """A known bug's upstream issues/PRs as links to their GitHub pages; a
     reference not of the form owner/repo#number is shown, escaped, unlinked."""
-    from .known.bugs import UPSTREAM_REF, upstream_url
+    from ..core.bugs import UPSTREAM_REF, upstream_url
 
     if not refs:
         return "not reported upstream"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .catalog import area_of
-from .report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, model_id
+from ..core.catalog import area_of
+from ..report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, model_id
 
 _CORPUS_MODULE = "test_golden.py"
 
@@ -30,7 +30,7 @@ def conformance_dir() -> Path:
         return Path(next(iter(spec.submodule_search_locations)))
     # a source checkout on the import path (PYTHONPATH=<checkout>) rather
     # than the installed package: the suite sits beside the package there
-    beside = Path(__file__).resolve().parent.parent / "conformance"
+    beside = Path(__file__).resolve().parents[2] / "conformance"
     if beside.is_dir():
         return beside
     raise pytest.UsageError(
@@ -150,7 +150,7 @@ def parametrize(metafunc, session) -> None:
         if not forms:
             params.append(pytest.param(impl, marks=marks, id=spec))
             continue
-        from .contract import GRAPH_FORMS, accepted_forms
+        from ..contract import GRAPH_FORMS, accepted_forms
 
         accepted = accepted_forms(impl.splitting) if not missing else GRAPH_FORMS
         for form in GRAPH_FORMS:
@@ -183,7 +183,7 @@ def ignore(collection_path, session) -> bool:
 def tag(session, items) -> None:
     """Invariants and implementation on each suite item (they travel with its
     reports, across xdist), and the divergence entries its id matches."""
-    from .known import divergences as div
+    from ..known import divergences as div
     from .verdicts import trim_traceback
 
     for item in items:
@@ -415,7 +415,7 @@ def _with_saved_failures(session, items) -> set[str]:
         return set()
     from hypothesis.internal.reflection import function_digest
 
-    from . import profiles
+    from ..core import profiles
     from .fuzz import database_key
 
     database = profiles.current().database

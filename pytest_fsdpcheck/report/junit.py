@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from xml.sax.saxutils import escape, quoteattr
 
-from .catalog import area_of, sort_key
+from ..core.catalog import area_of, sort_key
 
 #: a FAIL's message attribute: its first line, cut
 _ONE_LINE = 300

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ..core.run_state import RunState
+from ..report import Matrix
 from .options import Settings
-from .report import Matrix
-from .run_state import RunState
 
 
 @dataclass
@@ -75,9 +75,9 @@ class Session:
 
     def loaded(self) -> dict:
         """What a worker loaded, for its controller (plain data: execnet)."""
-        from .contract import provided_areas
-        from .known import known_bugs_of
-        from .known.torch_bugs import TORCH_BUGS
+        from ..contract import provided_areas
+        from ..core.bugs import known_bugs_of
+        from ..impls.torch_bugs import TORCH_BUGS
 
         impls = {}
         for spec, impl in self.impls.items():
@@ -113,7 +113,7 @@ class DeferredImplementation:
     the implementation here after all."""
 
     def __init__(self, spec: str, timeout_s: float):
-        from .impls import check_importable
+        from ..impls import check_importable
 
         check_importable(spec)
         self._fsdpcheck_spec = spec
@@ -130,20 +130,20 @@ class DeferredImplementation:
         return self._seen is not None or self._impl is not None
 
     def __getattr__(self, attr):
-        from .contract import AREAS
+        from ..contract import AREAS
 
         seen = self.__dict__.get("_seen")
         if seen is not None and attr in AREAS:
             return PROVIDED_BY_WORKERS if attr in seen["areas"] else None
         if seen is not None and attr == "known_bugs" and seen["bugs"] is not None:
-            from .known.torch_bugs import TORCH_BUGS
+            from ..impls.torch_bugs import TORCH_BUGS
 
             catalogue = {bug.id: bug for bug in TORCH_BUGS}
             return tuple(catalogue[bug_id] for bug_id in seen["bugs"])
         if attr.startswith("__"):
             raise AttributeError(attr)
         if self.__dict__.get("_impl") is None:
-            from .impls import ImplementationError
+            from ..impls import ImplementationError
 
             try:
                 self._impl = _load(self._fsdpcheck_spec, self._timeout_s)
@@ -173,7 +173,7 @@ def get_session(config) -> Session | None:
 
 def start(config, settings: Settings) -> Session:
     """Build the session and select the suite's Hypothesis settings."""
-    from . import run_state
+    from ..core import run_state
 
     session = _build(config, settings)
     config.stash[SESSION_KEY] = session
@@ -182,7 +182,8 @@ def start(config, settings: Settings) -> Session:
         # the controller of a ci run: no property runs here and no database
         # is opened, so Hypothesis (0.75 s to import) stays out of its start
         return session
-    from . import fuzz, profiles
+    from ..core import profiles
+    from . import fuzz
 
     profiles.activate(session.profile)
     fuzz.configure_database(config, session, settings.database)
@@ -190,8 +191,8 @@ def start(config, settings: Settings) -> Session:
 
 
 def _build(config, settings: Settings) -> Session:
-    from .impls import BUILTIN, ImplementationError, installed_entry_points
-    from .known import divergences as div
+    from ..impls import BUILTIN, ImplementationError, installed_entry_points
+    from ..known import divergences as div
 
     # The xdist controller runs no test: it neither imports torch nor loads
     # an implementation (a second of CPU or more, spent before any worker
@@ -255,7 +256,7 @@ def _build(config, settings: Settings) -> Session:
 def leave_run(config) -> None:
     """The session's state stops being the current one (pytest_unconfigure):
     the session that started this one, if any, has its own back."""
-    from . import run_state
+    from ..core import run_state
 
     session = get_session(config)
     if session is not None and not session.under_hypofuzz:
@@ -265,7 +266,7 @@ def leave_run(config) -> None:
 
 
 def _load(spec: str, timeout_s: float):
-    from .impls import load_implementation
+    from ..impls import load_implementation
     from .isolation import Guarded
 
     return Guarded(load_implementation(spec), spec, timeout_s)
@@ -289,7 +290,7 @@ def _installed_torch_version() -> str:
 
 
 def _model_specs(specs: tuple[str, ...]) -> tuple[str, ...]:
-    from .cases import installed_models
+    from ..cases import installed_models
 
     return specs or tuple(sorted(installed_models()))
 
@@ -298,7 +299,7 @@ def _models(specs: tuple[str, ...]) -> tuple[str, ...]:
     """The model factories to run, each loaded and built once here so that a
     missing factory, a wrong return type or a module name the model lacks
     stops the run before any test, in one line."""
-    from .cases import CaseError, validate_case_spec
+    from ..cases import CaseError, validate_case_spec
 
     specs = _model_specs(specs)
     for spec in specs:
@@ -336,7 +337,7 @@ def _devices(choice: str, world_size: int | None = None, deferred: bool = False)
 
     has_cuda = torch.cuda.is_available()
     if choice == "cuda" and not has_cuda:
-        from .report import EXIT_ENVIRONMENT
+        from ..report import EXIT_ENVIRONMENT
 
         # the machine's, not the command line's: a GPU runner whose device is
         # gone (or a driver torch cannot use) is retried, not fixed in the job
@@ -362,8 +363,8 @@ def _spawned_ranks_share_a_gpu(world_size: int, gpus: int) -> str | None:
     import os
     import socket
 
-    from .runs.ddp_run import launched_by_torchrun
-    from .runs.world import Place, choose_device, shared_gpus
+    from ..runs.ddp_run import launched_by_torchrun
+    from ..runs.world import Place, choose_device, shared_gpus
 
     if launched_by_torchrun():
         return None
@@ -385,8 +386,8 @@ def world_size_for(config, device: str) -> int:
     when launched by ``python -m pytest_fsdpcheck.distributed``, else
     --fsdpcheck-world-size capped by :func:`spawned_ranks`, else every
     visible GPU (CUDA) or 2 (CPU)."""
+    from ..runs.ddp_run import launched_by_torchrun
     from .options import spawned_ranks
-    from .runs.ddp_run import launched_by_torchrun
 
     if launched_by_torchrun():
         import torch.distributed as dist

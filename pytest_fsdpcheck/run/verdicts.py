@@ -15,8 +15,8 @@ import re
 import time
 from typing import NamedTuple
 
-from .catalog import AREAS, area_of
-from .report import (
+from ..core.catalog import AREAS, area_of
+from ..report import (
     DECLARED_PREFIX,
     EXIT_CASE_ERROR,
     EXIT_ENVIRONMENT,
@@ -59,7 +59,8 @@ def _too_few_valid(item, tally) -> str | None:
 def observed_call(item, session):
     """Around a suite test's call: counts, the known-bug judge's record, and
     process-wide state an implementation must not leave changed."""
-    from . import profiles
+    from ..core import profiles
+    from ..known import judge
     from .fuzz import start_tally
     from .isolation import (
         FirstImports,
@@ -70,7 +71,6 @@ def observed_call(item, session):
         restore,
         restore_verdict_state,
     )
-    from .known import judge
 
     threads = _suite_threads()
     impl = item.callspec.params["fsdpcheck_impl"]
@@ -191,8 +191,8 @@ def _user_threads(threads: int) -> None:
 
 
 def _record(item, impl, tally) -> None:
-    from . import profiles
-    from .known import judge
+    from ..core import profiles
+    from ..known import judge
 
     item.user_properties.append((PROP_CALLS, impl.calls))
     item.user_properties.append((PROP_DIGEST, profiles.digest()))
@@ -213,7 +213,7 @@ def _record(item, impl, tally) -> None:
 def prepare_failure(item, call):
     """The conformance failure of a suite test's call, set to print its
     reproducer as a report section of its own (pasteable as is)."""
-    from .checks import ConformanceFailure
+    from ..checks import ConformanceFailure
 
     failure = call.excinfo.value if call.excinfo is not None else None
     if isinstance(failure, ConformanceFailure) and failure.example:
@@ -224,7 +224,7 @@ def prepare_failure(item, call):
 
 def judge_report(item, call, report, session, failure) -> None:
     """Turn a suite test's report into its verdict, in place."""
-    from .checks import ConformanceFailure
+    from ..checks import ConformanceFailure
 
     if failure is not None:
         report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
@@ -241,8 +241,8 @@ def judge_report(item, call, report, session, failure) -> None:
         report.user_properties = [*report.user_properties, (PROP_EXAMPLES, count_examples(item.hypothesis_statistics))]
     if call.when != "call":
         return
-    from .cases.model import is_case_skip
-    from .provided import RELEASE_LACKS_MARK
+    from ..cases.model import is_case_skip
+    from ..core.provided import RELEASE_LACKS_MARK
 
     if report.skipped and call.excinfo is not None and is_case_skip(call.excinfo.value):
         report.user_properties = [*report.user_properties, (PROP_CASE_INPUT, True)]
@@ -265,7 +265,7 @@ def judge_report(item, call, report, session, failure) -> None:
         return
     if not report.failed:
         return
-    from .known.divergences import declared_reason
+    from ..known.divergences import declared_reason
 
     reason = declared_reason(session.divergences, impl_id, item.nodeid, violated)
     if reason is not None:
@@ -332,7 +332,7 @@ def findings(session) -> Findings:
 def _fixed(session) -> list:
     """Narrow entries that excused no failure although a test they cover
     ran and passed: the failure they recorded is gone, the entry must go."""
-    from .known.divergences import excusing, matching
+    from ..known.divergences import excusing, matching
 
     narrow = [e for e in session.divergences if e.narrow]
     if not narrow:
@@ -354,7 +354,7 @@ def baseline_findings(found: Findings) -> list:
 
 def write_baseline(session) -> str:
     """Write the run's failures as a baseline file; the line the summary prints."""
-    from .known.divergences import baseline_text, excusing
+    from ..known.divergences import baseline_text, excusing
 
     if session.incomplete:
         return f"baseline not written to {session.write_baseline}: the run was interrupted or stopped early"
@@ -377,7 +377,7 @@ def _unprovided(session) -> list[tuple[str, str]]:
     gone wrong, never a reason to pass quietly."""
     if "torch" not in session.impls:
         return []
-    from .provided import INVARIANT_FEATURE, invariant_provided
+    from ..core.provided import INVARIANT_FEATURE, invariant_provided
 
     found = []
     for inv in session.matrix.invariants():
@@ -408,7 +408,7 @@ class CaseInputRecorder:
         session.case_inputs = {}
 
     def pytest_runtest_logreport(self, report):
-        from .report import PROP_NOT_PROVIDED
+        from ..report import PROP_NOT_PROVIDED
 
         props = dict(getattr(report, "user_properties", ()))
         impl = props.get(PROP_IMPL)
@@ -428,7 +428,7 @@ _NEEDS_COMPILE = {"ANN-7", "SPL-16", "FS2-9"}
 def _probed_away(inv: str) -> str | None:
     """A reason, found by probing this torch on the suite's own input before
     any implementation ran, why the check cannot run here at all."""
-    from .torch_support import compile_unsupported
+    from ..core.torch_support import compile_unsupported
 
     # Only the environment: whether this torch's Dynamo shows ANN-7 at all is
     # the release's (provided.py), and a probe failing where the release has
@@ -441,7 +441,7 @@ def _unreproduced(session) -> list[tuple[str, object]]:
     no example showed."""
     if not session.known_bugs:
         return []
-    from .known import active_bugs
+    from ..core.bugs import active_bugs
 
     found = []
     for spec, impl in session.impls.items():
@@ -466,7 +466,7 @@ def exposures(session) -> dict:
     cached = getattr(session, "_exposures", None)
     if cached is not None:  # pytest-html's summary asks before the terminal's
         return cached
-    from .known import exposure as ex
+    from ..cases import exposure as ex
 
     found = {}
     judged = _models_judged(session)
@@ -486,7 +486,7 @@ def exposures(session) -> dict:
 def _models_judged(session) -> set[str]:
     """The users' models some implementation's check ran on in this run
     (their test ids end in the model's id)."""
-    from .report import model_test_suffixes
+    from ..report import model_test_suffixes
 
     suffixes = model_test_suffixes(session.models)
     return {spec for nodeid in session.matrix.per_test for suffix, spec in suffixes.items() if nodeid.endswith(suffix)}

@@ -35,8 +35,8 @@ import copy
 import json
 from dataclasses import asdict, dataclass, replace
 
-from ..catalog import area_of
-from .torch_bugs import TORCH_BUGS
+from ..core.catalog import area_of
+from ..impls.torch_bugs import TORCH_BUGS
 
 #: the first minor release whose Dynamo inlines built-in modules by default
 #: (parameters lifted to placeholders): earlier ones capture module-form graphs
@@ -103,7 +103,7 @@ def graphs(case) -> dict[str, tuple]:
     model cannot be given in maps to the reason, a string."""
     import torch.fx
 
-    from ..cases import checks
+    from . import checks
 
     out: dict = {}
     try:
@@ -131,8 +131,8 @@ def bucket_plan(case, impl, graph) -> dict:
     """The buckets ``impl`` plans for one of the model's graphs, in graph
     order: bytes, parameter names, parameter ids (for telling a parameter
     counted twice), or what it raised."""
-    from ..cases.checks import bucket_caps
     from ..checks.splitting import graph_facts
+    from .checks import bucket_caps
 
     gm, inputs = graph
     facts = graph_facts(gm, inputs)
@@ -150,9 +150,9 @@ def traversal_outcome(case, make) -> dict:
     """FSDP1 states, root states and handles with the model's units, and the
     modules that collecting them changed. ``make()``: a fresh implementation
     (areas keep their states beside the modules)."""
-    from ..cases.checks import _fsdp1_tree
-    from ..cases.model import unit_names
     from ..checks.traversal import snapshot
+    from .checks import _fsdp1_tree
+    from .model import unit_names
 
     impl = make()
     units = ["+".join(n or "<root>" for n in unit) for unit in unit_names(case)]
@@ -176,9 +176,9 @@ def fsdp2_outcome(case, make) -> dict:
     """Per call of the model's recorded plan, as the earlier calls leave the
     model: the managed modules and parameters, and whether ``annotate``
     (fully_shard as specified) accepts the call."""
-    from ..cases.checks import _calls_on, _raise_plan_error, _replicate_on, recorded
     from ..checks.fsdp2 import effective_roots
     from ..checks.plan import OracleInput
+    from .checks import _calls_on, _raise_plan_error, _replicate_on, recorded
 
     if case.plan is None:
         raise NotChecked(f"case {case.name!r} gives no FSDP2 plan")
@@ -211,9 +211,9 @@ def _annotated(record, area) -> list[str]:
     """Each call through ``area``'s ``annotate`` (a fresh area: it keeps what
     earlier calls managed), in the plan's order, on another copy of the
     model: "accepted" or what it raised (the plan stops there)."""
-    from ..cases.checks import _calls_on, _replicate_on
     from ..checks.fsdp2 import effective_roots
     from ..checks.plan import OracleInput
+    from .checks import _calls_on, _replicate_on
 
     model = copy.deepcopy(record.pristine)
     replicate = _replicate_on(record, model)
@@ -239,7 +239,7 @@ def _annotated(record, area) -> list[str]:
 def exec_order_outcome(case, make) -> dict:
     import torch.fx
 
-    from ..cases.checks import _Labelled, untraceable
+    from .checks import _Labelled, untraceable
 
     reason = untraceable(case)
     if reason is not None:
@@ -443,7 +443,7 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
     expose it on different releases); then the predicate-only bugs of the
     areas the model is checked in, as RUN_TO_KNOW."""
     from ..impls.reference import ReferenceImplementation
-    from .reference_with import reference_with
+    from ..known.reference_with import reference_with
 
     found: list[Exposure] = []
     plain: dict = {}  # area or ("splitting", form) -> the spec's outcome, or _NOT_CHECKED
@@ -492,7 +492,7 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
         if area == "fsdp2":
             return case.plan is not None
         if area == "exec_order":
-            from ..cases.checks import untraceable
+            from .checks import untraceable
 
             return untraceable(case) is None
         return True
@@ -522,7 +522,7 @@ def not_checked(case) -> list[str]:
             out.append(f"bucket plan ({form} form) not compared: {graph}")
     if case.plan is None:
         out.append("FSDP2 groups not compared: the case gives no plan")
-    from ..cases.checks import untraceable
+    from .checks import untraceable
 
     reason = untraceable(case)
     if reason:
@@ -560,7 +560,7 @@ def to_json(exposures: list[Exposure]) -> list[dict]:
 def bugs_between(exposures: list[Exposure], before: str, after: str) -> list[str]:
     """The exposed bugs that hold on exactly one of two torch releases (the
     ones that explain a difference between them)."""
-    from .torch_bugs import TORCH_BUGS as known
+    from ..impls.torch_bugs import TORCH_BUGS as known
 
     by_id = {b.id: b for b in known}
     out = []
@@ -584,7 +584,7 @@ def _holds(bug, form, version: str) -> bool:
 def case_of(spec: str):
     """The case a ``pkg.module:factory`` name builds, with each declared
     strategy's simplest value (as the plugin validates it)."""
-    from ..cases.model import build_case, load_factory, strategies_of
+    from .model import build_case, load_factory, strategies_of
 
     factory = load_factory(spec)
     kwargs = {}
@@ -606,7 +606,7 @@ def configurations(factory, limit: int = MAX_CONFIGURATIONS) -> list[dict]:
     each declared strategy's simplest value first, then, from a derandomized
     Hypothesis draw, the configuration giving the most argument values not
     seen yet, and so on. ``[{}]`` for a factory without strategies."""
-    from ..cases.model import strategies_of
+    from .model import strategies_of
 
     strategies = strategies_of(factory)
     if not strategies:
@@ -614,7 +614,7 @@ def configurations(factory, limit: int = MAX_CONFIGURATIONS) -> list[dict]:
     from hypothesis import HealthCheck, Phase, find, given, settings
     from hypothesis import strategies as st
 
-    from .. import profiles
+    from ..core import profiles
 
     chosen = [{name: find(strategy, lambda _value: True) for name, strategy in strategies.items()}]
     drawn: list[dict] = []
@@ -648,7 +648,7 @@ def model_exposure(spec, limit: int = MAX_CONFIGURATIONS) -> list[Exposure]:
     the simplest one may not), each exposure naming the configurations that
     meet it. A configuration that is a case error is left out; all of them:
     the first one's :class:`CaseError`."""
-    from ..cases.model import CaseError, build_case, load_factory
+    from .model import CaseError, build_case, load_factory
 
     factory = load_factory(spec) if isinstance(spec, str) else spec
     configs = configurations(factory, limit)
@@ -677,7 +677,7 @@ def main(specs: list[str], json_path: str | None = None) -> int:
     the report, 2 when a model cannot be built (one line naming why)."""
     import sys
 
-    from ..cases.model import CaseError
+    from .model import CaseError
 
     report = {}
     for spec in specs:
@@ -714,7 +714,7 @@ def model_outcome(case) -> dict:
 
     out: dict = {"torch": torch.__version__}
     impl = load_implementation("torch")
-    from ..cases import checks
+    from . import checks
 
     try:
         graph = _not_provided(checks.captured, case)
@@ -736,7 +736,7 @@ def model_outcome(case) -> dict:
     if case.plan is None:
         out["groups"] = None
     else:
-        from ..cases.checks import recorded
+        from .checks import recorded
 
         try:
             record = recorded(case)
@@ -750,7 +750,7 @@ def model_outcome(case) -> dict:
 
 def holding(exposures: list[Exposure], version: str) -> list[str]:
     """The exposed bugs the model meets on ``version`` (by range and form)."""
-    from .torch_bugs import TORCH_BUGS as known
+    from ..impls.torch_bugs import TORCH_BUGS as known
 
     by_id = {b.id: b for b in known}
     return list(dict.fromkeys(e.bug for e in exposures if e.exposed and e.bug in by_id

@@ -1,7 +1,7 @@
 """Conformance history: the suite over a list of torch releases, one table.
 
-    python -m pytest_fsdpcheck.known.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json] [--html grid.html]
-    python -m pytest_fsdpcheck.known.history --model pkg.module:factory 2.3.1 2.4.1
+    python -m pytest_fsdpcheck.commands.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json] [--html grid.html]
+    python -m pytest_fsdpcheck.commands.history --model pkg.module:factory 2.3.1 2.4.1
 
 For each release: a fresh virtual environment in a temporary directory, torch
 pinned and installed first, then this package's wheel with its ``models``
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..catalog import sort_key
+from ..core.catalog import sort_key
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -235,7 +235,7 @@ def run_model_release(version: str, spec: str, wheel: Path, model_path: str) -> 
             if installed.returncode != 0:
                 return {"version": version, "error": f"{what} install failed: " + installed.stderr.strip()[-300:]}
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (model_path, os.environ.get("PYTHONPATH")) if p)}
-        described = subprocess.run([str(python), "-m", "pytest_fsdpcheck.known.history", "--describe-model", spec],
+        described = subprocess.run([str(python), "-m", "pytest_fsdpcheck.commands.history", "--describe-model", spec],
                                    cwd=work, env=env, capture_output=True, text=True)
         if described.returncode != 0:
             last = (described.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -269,7 +269,7 @@ def model_lines(results: list[dict], exposures) -> list[str]:
     differ from the previous release run, the known bugs the model's
     exposure predicts there (and those starting or ending since the previous
     release), and the bugs the suite judged on that release."""
-    from .exposure import bugs_between, holding
+    from ..cases.exposure import bugs_between, holding
 
     lines, previous = [], None
     for r in results:
@@ -306,7 +306,7 @@ def model_lines(results: list[dict], exposures) -> list[str]:
 
 
 def _model_main(spec: str, versions: list[str], model_path: str, json_out: str | None) -> int:
-    from .exposure import case_of, exposure, render
+    from ..cases.exposure import case_of, exposure, render
 
     # the factory imports here as it will in each release's run
     sys.path.insert(0, os.path.abspath(model_path))
@@ -330,14 +330,14 @@ def _model_main(spec: str, versions: list[str], model_path: str, json_out: str |
 
 def _write_grid(path: str | None, results: list[dict]) -> None:
     if path:
-        from ..report_html import grid_page
+        from ..report.html import grid_page
 
         Path(path).write_text(grid_page(results), encoding="utf-8")
         print(f"grid written to {path}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.known.history", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.commands.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
     parser.add_argument("--table-from", metavar="REPORT", nargs="+",
                         help="only print the table of these JSON reports: files, glob patterns, or folders "
@@ -353,7 +353,7 @@ def main(argv=None) -> int:
     parser.add_argument("--describe-model", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.describe_model:
-        from .exposure import case_of, model_outcome
+        from ..cases.exposure import case_of, model_outcome
 
         print(json.dumps(model_outcome(case_of(args.describe_model))))
         return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .bugs import KnownBug
+from ..core.bugs import KnownBug
 
 _SUMMED_ON_GLOO = re.compile(
     r"(world size \d+, )?rank (\d+), (eager|compiled): every sharded gradient is (\d+) times the unsharded "

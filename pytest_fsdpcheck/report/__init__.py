@@ -12,8 +12,8 @@ import json
 import os
 from collections import defaultdict
 
-from .catalog import INVARIANTS, sort_key
-from .fuzz import BUDGET_SKIP
+from ..core.budget import BUDGET_SKIP
+from ..core.catalog import INVARIANTS, sort_key
 
 PROP_INVARIANTS = "fsdpcheck_invariants"
 PROP_IMPL = "fsdpcheck_impl"
@@ -190,10 +190,10 @@ class Matrix:
     @property
     def known_order(self) -> list[tuple[str, str]]:
         """(impl, bug id) as the matrix numbers them from 1: by column, then
-        by the catalog's order (``known.torch_bugs``; another
+        by the catalog's order (``impls.torch_bugs``; another
         implementation's own bugs after, by id), never by which test met
         them first, which differs between a serial run and ``-n N``."""
-        from .known.torch_bugs import TORCH_BUGS
+        from ..impls.torch_bugs import TORCH_BUGS
 
         catalog = {bug.id: i for i, bug in enumerate(TORCH_BUGS)}
         columns = {impl: i for i, impl in enumerate(self.impls)}
@@ -310,7 +310,7 @@ def schema() -> dict:
     """The JSON report's published schema (JSON Schema 2020-12)."""
     from importlib.resources import files
 
-    return json.loads((files("pytest_fsdpcheck") / "report.schema.json").read_text(encoding="utf-8"))
+    return json.loads((files("pytest_fsdpcheck.report") / "report.schema.json").read_text(encoding="utf-8"))
 
 
 def payload(header: dict, matrix: Matrix, extra: dict) -> dict:
@@ -355,8 +355,8 @@ def write_atomically(path: str, text: str) -> None:
 def exploration(per_test: dict, wall_s: float) -> dict:
     """Examples and examples/s per area, property and worker, and generator
     feature coverage, from the tests' ``run`` records."""
-    from .features import coverage
-    from .fuzz import _SHARD_ID
+    from ..core.budget import SHARD_ID
+    from ..core.features import coverage
 
     tables: dict[str, dict] = {"areas": {}, "properties": {}, "workers": {}}
     runs = []
@@ -365,7 +365,7 @@ def exploration(per_test: dict, wall_s: float) -> dict:
         if not run:
             continue
         runs.append(run)
-        name = _SHARD_ID.sub("", nodeid.rpartition("::")[2]).replace("[]", "")
+        name = SHARD_ID.sub("", nodeid.rpartition("::")[2]).replace("[]", "")
         for table, key in (("areas", run["area"]), ("properties", name), ("workers", run["worker"])):
             row = tables[table].setdefault(key, {"examples": 0, "seconds": 0.0, "tests": 0})
             row["examples"] += run["examples"]
@@ -419,8 +419,8 @@ def render_exploration(explored: dict) -> list[str]:
 
 
 def header_lines(session) -> list[str]:
-    from .contract import provided_areas
-    from .known import active_bugs
+    from ..contract import provided_areas
+    from ..core.bugs import active_bugs
 
     if session.awaiting_workers():
         return _controller_header(session)
@@ -463,7 +463,7 @@ def _common_header(session) -> list[str]:
 def _world_size_header(session) -> list[str]:
     """One line where --fsdpcheck-world-size asks for more ranks than are
     started on this host (the simulated tier takes the whole size)."""
-    from .options import spawned_ranks_note
+    from ..core.ranks import spawned_ranks_note
 
     note = spawned_ranks_note(getattr(session, "world_size", None))
     return [f"fsdpcheck: {note}"] if note else []
@@ -504,7 +504,7 @@ class MatrixRecorder:
         if plan is not None and plan.budget_s is not None:
             if plan.deadline is None:
                 # the xdist controller runs no test: its clock is its workers' first test's
-                from .fuzz import read_start
+                from ..core.budget import read_start
 
                 started = read_start(plan.clock_path) or getattr(report, "start", None)
                 if started:
@@ -576,7 +576,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         tr.write_line(f"not provided although expected: {inv} [torch] was n/p in every check, but {reason}"
                       " (--fsdpcheck-strict fails on this)")
     if exposures:
-        from .known.exposure import render
+        from ..cases.exposure import render
 
         tr.section("fsdpcheck known-bug exposure of your models")
         for spec, found in exposures.items():
@@ -594,7 +594,7 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
         for line in render_exploration(explored):
             tr.write_line(line)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        from .report_junit import github_annotations
+        from .junit import github_annotations
 
         for line in github_annotations(content):
             tr.write_line(line)
@@ -645,27 +645,27 @@ def run_payload(session, findings, exposures) -> dict:
 
 
 def _junit(content: dict) -> str:
-    from .report_junit import junit_xml
+    from .junit import junit_xml
 
     return junit_xml(content)
 
 
 def _html_page(content: dict) -> str:
-    from .report_html import run_page
+    from .html import run_page
 
     return run_page(content)
 
 
 def html_sections(session, findings, exposures) -> list[str]:
     """The suite's sections as HTML fragments, for pytest-html's summary."""
-    from .report_html import STYLE, run_sections
+    from .html import STYLE, run_sections
 
     return [f"<style>{STYLE}</style>", '<h2 class="fsdpcheck" id="fsdpcheck">pytest-fsdpcheck</h2>',
             *run_sections(run_payload(session, findings, exposures))]
 
 
 def _exposure_json(exposures) -> dict:
-    from .known.exposure import to_json
+    from ..cases.exposure import to_json
 
     return {spec: to_json(found) if isinstance(found, list) else {"error": found} for spec, found in exposures.items()}
 
@@ -692,7 +692,7 @@ def _known_lines(session, unreproduced) -> list[str]:
 
 
 def _known_json(session, unreproduced) -> list[dict]:
-    from .known import active_bugs
+    from ..core.bugs import active_bugs
 
     missing = {(spec, bug.id) for spec, bug in unreproduced}
     return [

@@ -32,8 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-from .catalog import AREAS
-from .contract import check_return
+from ..contract import check_return
+from ..core.catalog import AREAS
 
 
 class ImplementationTimeout(Exception):
@@ -798,7 +798,7 @@ class OwnCode:
     def of(cls, impl, spec: str | None = None) -> OwnCode:
         import sys
 
-        from .catalog import AREAS
+        from ..core.catalog import AREAS
 
         modules = {type(impl).__module__}
         if isinstance(impl, type):
@@ -809,7 +809,7 @@ class OwnCode:
                 modules.add(type(obj).__module__)
         if spec is not None:
             with contextlib.suppress(Exception):
-                from .impls import resolve_target
+                from ..impls import resolve_target
 
                 modules.add(resolve_target(spec).partition(":")[0])
         packages = {m.partition(".")[0] for m in modules if m and m.partition(".")[0] not in sys.stdlib_module_names}
@@ -1099,9 +1099,12 @@ def generator_leaks(before: dict) -> list[str]:
 
 # --- tracebacks ------------------------------------------------------------------
 
-_OWN = Path(__file__).resolve().parent
+_OWN = Path(__file__).resolve().parent.parent  # the package, above run/
 # The suite's machinery; reference/ and impls/ are implementations, so theirs stay.
-_MACHINERY = tuple(str(_OWN / p) for p in ("checks", "generators", "known", "isolation.py", "plugin.py", "options.py", "session.py", "collection.py", "verdicts.py", "report.py", "profiles.py", "contract.py"))
+_MACHINERY = tuple(str(_OWN / p) for p in (
+    "checks", "generators", "known", "core/bugs.py", "cases/exposure.py", "run/isolation.py", "plugin.py",
+    "run/options.py", "run/session.py", "run/collection.py", "run/verdicts.py", "report/__init__.py",
+    "core/profiles.py", "contract.py"))
 _NOISE = ("_pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin")
 
 

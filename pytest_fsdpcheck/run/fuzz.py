@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import time
 from dataclasses import dataclass
+
+from ..core.budget import BUDGET_SKIP, SHARD_ID, read_start  # noqa: F401 (BUDGET_SKIP: the plugin's users read it here)
 
 
 class FuzzOptionError(ValueError):
@@ -64,7 +65,7 @@ def configure_database(config, session, url: str | None) -> None:
     import pytest
     from hypothesis import settings
 
-    from . import profiles
+    from ..core import profiles
     from .options import warn
 
     session.under_hypofuzz = _under_hypofuzz(config)
@@ -154,9 +155,6 @@ class Plan:
         return args
 
 
-#: The reason of a suite test a time budget left out (a skip: its cells say
-#: "skipped", and nothing is concluded from the tests it did not run).
-BUDGET_SKIP = "fsdpcheck: not run within the --fsdpcheck-fuzz-time budget"
 
 
 #: A property item's first round (its ``ci`` example count) on one free
@@ -200,12 +198,6 @@ def shared_start(path: str, now: float) -> float:
         os.unlink(temporary)
 
 
-def read_start(path: str | None) -> float | None:
-    try:
-        with open(path) as f:
-            return float(f.read())
-    except (OSError, TypeError, ValueError):
-        return None
 
 
 class Slicer:
@@ -345,7 +337,7 @@ def request_stop(path: str) -> None:
 
 
 def stop_requested() -> bool:
-    from .run_state import current
+    from ..core.run_state import current
 
     stop_path = current().stop_path
     return stop_path is not None and os.path.exists(stop_path)
@@ -371,7 +363,7 @@ def stop_watch():
     import signal
     import threading
 
-    from .run_state import current
+    from ..core.run_state import current
 
     usable = (current().stop_path is not None and hasattr(signal, "SIGUSR1")
               and threading.current_thread() is threading.main_thread())
@@ -419,15 +411,15 @@ def stop_watch():
 
 def start_tally():
     """A fresh feature tally for the running test (the session's ``RunState.tally``)."""
-    from .features import Tally
-    from .run_state import current
+    from ..core.features import Tally
+    from ..core.run_state import current
 
     tally = current().tally = Tally()
     return tally
 
 
 def _tally():
-    from .run_state import current
+    from ..core.run_state import current
 
     return current().tally
 
@@ -447,7 +439,7 @@ def instrument(test) -> None:
     def counted(*args, **kwargs):
         from hypothesis.errors import UnsatisfiedAssumption
 
-        from .features import Where, observe
+        from ..core.features import Where, observe
 
         if stop_requested():
             # a skip: Hypothesis re-raises it at once, without shrinking
@@ -483,7 +475,6 @@ def instrument(test) -> None:
     test.hypothesis.inner_test = counted
 
 
-_SHARD_ID = re.compile(r"-?shard\d+of\d+")
 
 
 def database_key(item) -> bytes:
@@ -491,7 +482,7 @@ def database_key(item) -> bytes:
     worker and machine (pytest's node id holds the shard and, for the
     installed suite, a machine-specific path)."""
     callspec = getattr(item, "callspec", None)
-    params = _SHARD_ID.sub("", callspec.id).strip("-") if callspec is not None else ""
+    params = SHARD_ID.sub("", callspec.id).strip("-") if callspec is not None else ""
     return f"{item.path.name}::{item.originalname}[{params}]".encode()
 
 
@@ -506,7 +497,7 @@ def floor_of(item) -> frozenset[str]:
     """The features a property item is the floor of: only the first stream's
     items have any, so under -n N one worker's item of each floor property
     runs first, the other shards share the time with the rest."""
-    from .features import floor_of as features_floor_of
+    from ..core.features import floor_of as features_floor_of
 
     params = getattr(getattr(item, "callspec", None), "params", {})
     if params.get("fsdpcheck_shard", 0):
