@@ -410,6 +410,26 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
     assert _reproduces(torch_says, "torch", "fsdp2")
 
 
+#: torch itself, in a world whose DDPOptimizer plans by the rank
+SPL20_FAULTED = {FAULTED: ("SPL-20", "test_ranks_agree")}
+
+
+@pytest.mark.e2e
+def test_spl_20_a_plan_that_depends_on_the_rank_in_torch_fails_in_torchs_column(run_suite, monkeypatch):
+    """torch's DDPOptimizer planning otherwise on rank 1 (the world sound,
+    the compiled split unchanged): the ranks' plans compared are a FAIL in
+    torch's column naming rank 1, never the world's error nor n/p; the
+    reference, which plans alike everywhere, passes."""
+    _planted_world(monkeypatch, "ddpoptimizer-rank-dependent")
+    impls = ["torch", FAULTED, "reference"]
+    result, report = run_suite(*impls, k="test_ranks_agree and splitting")
+    demand_failures(result, report, SPL20_FAULTED, control="reference")
+    assert report["matrix"]["torch"]["SPL-20"]["outcome"] == "fail", report["matrix"]["torch"]
+    assert all("environment" not in test for test in report["tests"].values())
+    assert ("SPL-20: expected every rank to give the same bucket plan, but rank 1 differs from rank 0 at entry 0"
+            in _torchs_failure(result, "torch-cpu-splitting")), result.stdout.str()[-3000:]
+
+
 @pytest.mark.parametrize("fault, reason, k", [
     # the world's own all_reduce sums off by one (at world size 1 too)
     ("broken-all-reduce", "all_reduce (sum) of known values", "test_compiled_ddp or test_fully_shard_end_to_end"),

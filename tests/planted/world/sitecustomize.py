@@ -42,6 +42,10 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
 - ``ddpoptimizer-fails-once`` (world size >= 2): DDPOptimizer's
   ``compile_fn`` raises on its second call in a process (SPL-16's step
   through AOTAutograd), which Dynamo reports as ``BackendCompilerFailed``.
+- ``ddpoptimizer-rank-dependent``: DDPOptimizer's plan depends on the rank:
+  on rank 1 each bucket's node list is reversed after ``compile_fn`` (the
+  compiled split is unchanged): only the ranks' plans compared (SPL-20)
+  show it.
 - ``broken-all-reduce``: the world itself is broken: ``all_reduce`` with a
   sum (``torch.distributed.all_reduce``, as plain collectives call it) adds
   1 to every element of the result.
@@ -199,6 +203,21 @@ if "ddpoptimizer-extra-subgraph" in _FAULTS or "ddpoptimizer-fails-once" in _FAU
         return compiled
 
     _ddp_backend.DDPOptimizer.compile_fn = _faulty_compile_fn
+
+if "ddpoptimizer-rank-dependent" in _FAULTS:
+    import torch.distributed as dist
+    from torch._dynamo.backends import distributed as _ddp_backend
+
+    _plan_compile_fn = _ddp_backend.DDPOptimizer.compile_fn
+
+    def _compile_fn_planning_by_rank(self, gm, example_inputs, **kwargs):
+        compiled = _plan_compile_fn(self, gm, example_inputs, **kwargs)
+        if dist.is_initialized() and dist.get_rank() == 1:
+            for bucket in self.buckets:
+                bucket.nodes.reverse()
+        return compiled
+
+    _ddp_backend.DDPOptimizer.compile_fn = _compile_fn_planning_by_rank
 
 if "broken-all-reduce" in _FAULTS:
     import torch.distributed as dist
