@@ -28,7 +28,11 @@ import pytest
 from pytest_fsdpcheck.checks import ConformanceFailure, EnvironmentFault
 from pytest_fsdpcheck.checks.distributed import (
     check_ddp_end_to_end,
+    AGREEMENT,
+    AGREEMENT_TASK,
+    agreement_not_provided,
     check_fsdp2_end_to_end,
+    check_ranks_agree,
     ddp_environment,
     fsdp2_environment,
     fsdp2_unchecked,
@@ -122,6 +126,21 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0):
     )
 
 
+def _reproducer_agree(impl, spec, world_size, device, task, area, seed=0):
+    return snippet(
+        impl,
+        [
+            'if __name__ == "__main__":  # spawned ranks re-import this file',
+            f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r}{f', seed={seed}' if seed else ''})",
+        ],
+        [f"    violations = check_ranks_agree(results, {spec!r}, {area!r})", "    assert not violations, violations"],
+        imports=[
+            "from pytest_fsdpcheck.runs.ddp_run import run_ranks",
+            "from pytest_fsdpcheck.checks.distributed import check_ranks_agree",
+        ],
+    )
+
+
 def _judge(request, impl, violations, example, environment) -> None:
     """``conform``, except that a failure in a world that failed its own
     self-test (``environment()`` says why, or None) is an environment error:
@@ -153,12 +172,12 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, s
     )
 
 
-@pytest.mark.invariant("FS2-9")
-def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
-    runner = world_size_for(request.config, fsdpcheck_device)
+def _fsdp2_world(request, device: str, invariant: str = "FS2-9") -> int:
+    """FS2-9's world size, or a skip saying why this torch or runner has none."""
+    runner = world_size_for(request.config, device)
     if runner < 2:
-        pytest.skip(f"not provided: FS2-9 needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
-    world_size = _world_size(request.config, fsdpcheck_device, "runner")
+        pytest.skip(f"not provided: {invariant} needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
+    world_size = _world_size(request.config, device, "runner")
     require_compile()
     from pytest_fsdpcheck.impls.torch_fsdp2 import fsdp2_available
 
@@ -173,6 +192,12 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
 
         # the FS2-9 model always holds ignored parameters (they take the other gradient path)
         pytest.skip(f"not provided: torch {torch.__version__}'s fully_shard takes no ignored_params (2.7+)")
+    return world_size
+
+
+@pytest.mark.invariant("FS2-9")
+def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
+    world_size = _fsdp2_world(request, fsdpcheck_device)
     spec = _spec_of(request.config, fsdpcheck_impl)
     results = _results(request.config, world_size, fsdpcheck_device, "fsdp2")
     violations = check_fsdp2_end_to_end(results, spec)
@@ -195,3 +220,42 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
     if unchecked:
         pytest.skip("not provided: " + "; ".join(unchecked))
+
+
+@pytest.mark.parametrize("area", [pytest.param(area, marks=pytest.mark.invariant(inv)) for area, (inv, _) in AGREEMENT.items()])
+def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
+    """SPL-20, FS2-11, EXO-9: the answers the ranks of SPL-16's and FS2-9's
+    worlds recorded (each rank's bucket plan and exec order in SPL-16's
+    world; each ``fully_shard`` call's managed modules and parameters in
+    FS2-9's, both of its small worlds where spawned) are the same on every
+    rank. The ranks' records are the ones those checks gathered (one run
+    serves all three), so this costs a comparison of small lists; a
+    divergence is one line naming the ranks and the first differing entry."""
+    invariant = AGREEMENT[area][0]
+    if area == "fsdp2":
+        world_size = _fsdp2_world(request, fsdpcheck_device, invariant)
+    else:
+        world_size = _world_size(request.config, fsdpcheck_device, "runner")
+        require_compile()
+    spec = _spec_of(request.config, fsdpcheck_impl)
+    if getattr(fsdpcheck_impl, area, None) is None:
+        pytest.skip(f"not provided: {spec} has no {area} area")
+    task = AGREEMENT_TASK[area]
+    worlds = [(_results(request.config, world_size, fsdpcheck_device, task), world_size, task)]
+    second = _second_world(world_size, fsdpcheck_device) if area == "fsdp2" else None
+    if second is not None:
+        worlds.append((_results(request.config, second, fsdpcheck_device, "fsdp2-eager"), second, "fsdp2-eager"))
+    violations = []
+    for results, size, _ in worlds:
+        violations += check_ranks_agree(results, spec, area, where=f"world size {size}, " if size != world_size else "")
+    failed = next((w for w in worlds if check_ranks_agree(w[0], spec, area)), worlds[0])
+    environment = fsdp2_environment if area == "fsdp2" else ddp_environment
+    _judge(
+        request,
+        fsdpcheck_impl,
+        violations,
+        _reproducer_agree(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], area, _seed(request.config)),
+        lambda: next(filter(None, (environment(w[0], spec) for w in worlds)), None),
+    )
+    if all(agreement_not_provided(w[0], spec, area) for w in worlds):
+        pytest.skip(f"not provided: no rank recorded {spec}'s {AGREEMENT[area][1]} (its fully_shard cannot be driven)")

@@ -363,6 +363,10 @@ FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
     ("compiled-outputs-off", ("compiled",)),  # a fault in torch's compiled path only
     # pytorch#176076's shape: the last rank's padded shard never reaches the all-gather after the step
     ("fsdp2-last-shard-stale", ("eager", "compiled")),
+    # pytorch#186998's shape: a group frozen at FSDP2's lazy init (the model's frozen first forward) stays frozen
+    ("fsdp2-frozen-latched", ("eager", "compiled")),
+    # pytorch#183702's shape: a grouped call's guard against a second post-backward registration gone
+    ("fsdp2-grouped-reuse", ()),
 ])
 @pytest.mark.e2e
 def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
@@ -391,10 +395,39 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
                      "(rank 2's shard) still from before the step: never updated"):
             assert line in torch_says, (line, torch_says[-3000:])
         assert "gradient of" not in torch_says
+    if fault == "fsdp2-frozen-latched":
+        # the tied pair's group, frozen at the first forward and unfrozen for the step: its gradients never set
+        assert "has no gradient, expected the unsharded gradient of the global batch" in torch_says, torch_says[-3000:]
+        assert "FS2-9: world size 3, rank 2, eager: " in torch_says, torch_says[-3000:]
+    if fault == "fsdp2-grouped-reuse":
+        # the step fails on every rank, as the issue's report did (named once per world, not per rank and mode)
+        for line in ("FS2-9: ranks 0, 1: fully_shard driven by torch failed: RuntimeError: ",
+                     "FS2-9: world size 3, ranks 0, 1, 2: fully_shard driven by torch failed: RuntimeError: "):
+            assert line in torch_says, (line, torch_says[-3000:])
     if fault == "summing-fsdp2":
         assert ("every sharded gradient is 2 times the unsharded gradient of the global batch, as torch's own walk "
                 "gives in the same run (fully_shard summed over the 2 ranks instead of averaged, on gloo)") in torch_says
     assert _reproduces(torch_says, "torch", "fsdp2")
+
+
+#: torch itself, in a world whose DDPOptimizer plans by the rank
+SPL20_FAULTED = {FAULTED: ("SPL-20", "test_ranks_agree")}
+
+
+@pytest.mark.e2e
+def test_spl_20_a_plan_that_depends_on_the_rank_in_torch_fails_in_torchs_column(run_suite, monkeypatch):
+    """torch's DDPOptimizer planning otherwise on rank 1 (the world sound,
+    the compiled split unchanged): the ranks' plans compared are a FAIL in
+    torch's column naming rank 1, never the world's error nor n/p; the
+    reference, which plans alike everywhere, passes."""
+    _planted_world(monkeypatch, "ddpoptimizer-rank-dependent")
+    impls = ["torch", FAULTED, "reference"]
+    result, report = run_suite(*impls, k="test_ranks_agree and splitting")
+    demand_failures(result, report, SPL20_FAULTED, control="reference")
+    assert report["matrix"]["torch"]["SPL-20"]["outcome"] == "fail", report["matrix"]["torch"]
+    assert all("environment" not in test for test in report["tests"].values())
+    assert ("SPL-20: expected every rank to give the same bucket plan, but rank 1 differs from rank 0 at entry 0"
+            in _torchs_failure(result, "torch-cpu-splitting")), result.stdout.str()[-3000:]
 
 
 @pytest.mark.parametrize("fault, reason, k", [

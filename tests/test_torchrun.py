@@ -28,6 +28,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 420
 PLANTED = "tests.planted.distributed:WrongOnRankOne"
+#: a bucket plan read off torch.distributed.get_rank(): reordered on rank 1
+RANK_DEPENDENT = "tests.planted.distributed:SplitDependsOnRank"
 
 
 def _free_port() -> int:
@@ -124,23 +126,34 @@ def test_the_documented_torchrun_command_passes_as_written(tmp_path):
     agents, texts = _run_agents(tmp_path, [], command=lambda port, mark: _documented_command(port))
     assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
     report = json.loads((tmp_path / "fsdpcheck.json").read_text())
-    assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {"SPL-16": "pass", "FS2-9": "pass"}
+    assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {
+        inv: "pass" for inv in ("SPL-16", "FS2-9", "SPL-20", "FS2-11", "EXO-9")}
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
 def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     agents, texts = _run_agents(tmp_path, [
         "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
-        "--fsdpcheck-report", str(tmp_path / "report.json"),
+        "--fsdpcheck-impl", RANK_DEPENDENT, "--fsdpcheck-report", str(tmp_path / "report.json"),
     ], FSDPCHECK_COMPILE_BACKEND="aot_eager")  # the launcher is under test here, not inductor
     reporters = [t for t in texts if "fsdpcheck conformance matrix" in t]
     assert len(reporters) == 1, "rank 0 alone reports:\n" + "\n".join(t[-3000:] for t in texts)
     report = json.loads((tmp_path / "report.json").read_text())
-    outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in ("torch", "reference") for inv in ("SPL-16", "FS2-9")}
+    outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in ("torch", "reference")
+                for inv in ("SPL-16", "FS2-9", "SPL-20", "FS2-11", "EXO-9")}
     assert set(outcomes.values()) == {"pass"}, outcomes
     assert report["matrix"][PLANTED]["SPL-16"]["outcome"] == "fail"
     assert "SPL-16: rank 1: expected one compiled subgraph per planned bucket" in reporters[0]
     assert "SPL-16: rank 0" not in reporters[0]
+    # the ranks' plans compared (SPL-20): torchrun's ranks gathered them; rank 1's
+    # extra bucket, and a plan read off the rank, named by their ranks, once
+    assert report["matrix"][PLANTED]["SPL-20"]["outcome"] == "fail"
+    assert {inv: report["matrix"][RANK_DEPENDENT][inv]["outcome"] for inv in ("SPL-16", "SPL-20")} == {
+        "SPL-16": "pass", "SPL-20": "fail"}, report["matrix"][RANK_DEPENDENT]
+    divergence = ("SPL-20: expected every rank to give the same bucket plan, but rank 1 differs from rank 0 at "
+                  "entry 0: rank 0 has 'graph 0, bucket 0: ")
+    assert divergence in reporters[0], reporters[0][-4000:]
+    assert "rank 1 has 'graph 0, bucket 0: (no nodes)'" in reporters[0]
     assert [a.returncode for a in agents] == [1, 1], [t[-2000:] for t in texts]
 
 

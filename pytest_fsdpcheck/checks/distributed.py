@@ -469,3 +469,102 @@ def fsdp2_environment(results: list[dict], spec: str) -> str | None:
     world's."""
     why = _world_failed(results)
     return None if why is None else _environment(results, why, spec)
+
+
+# --- SPL-20, FS2-11, EXO-9: every rank gives the same answer ---------------------------
+
+#: the agreement invariant of each area, and what its entries are
+AGREEMENT = {
+    "splitting": ("SPL-20", "bucket plan"),
+    "fsdp2": ("FS2-11", "managed modules and groups"),
+    "exec_order": ("EXO-9", "exec order"),
+}
+#: the rank task whose records each area's agreement reads
+AGREEMENT_TASK = {"splitting": "ddp", "exec_order": "ddp", "fsdp2": "fsdp2"}
+
+
+def _area_record(result: dict, spec: str, area: str) -> dict | None:
+    if area == "splitting":
+        return (result.get("plans") or {}).get(spec)
+    if area == "exec_order":
+        return (result.get("exec_orders") or {}).get(spec)
+    if "FS2-9" in (result.get("unchecked") or {}):
+        return {"not_provided": True}  # this torch's fully_shard cannot be driven: nothing recorded
+    return (result.get("impls") or {}).get(spec)
+
+
+def rank_entries(result: dict, spec: str, area: str) -> list[str] | str | None:
+    """One rank's answer for ``spec`` in ``area`` as a flat list of short
+    entries (each names where it is: graph and bucket, call and mode,
+    position), a string saying why the rank has none (it failed), or None
+    where the area is not provided."""
+    if result.get("error"):
+        return f"the rank failed: {_first_line(result['error'])}"
+    record = _area_record(result, spec, area)
+    if record is None:
+        return f"no record for {spec}"
+    if record.get("error"):
+        return f"{spec} failed: {_first_line(record['error'])}"
+    if record.get("not_provided"):
+        return None
+    if area == "splitting":
+        return [f"graph {g}, bucket {b}: {', '.join(nodes) or '(no nodes)'}"
+                for g, graph in enumerate(record.get("nodes") or ()) for b, nodes in enumerate(graph)]
+    if area == "exec_order":
+        return ([f"module {i}: {name}" for i, name in enumerate(record["modules"])]
+                + [f"parameter {i}: {name}" for i, name in enumerate(record["params"])])
+    entries = []
+    for mode in result.get("modes", ("eager", "compiled")):
+        for c, call in enumerate(record[mode]["calls"]):
+            entries.append(f"{mode}, call {c}: modules {' '.join(call['impl_modules'])}")
+            params = call.get("impl_params")
+            entries.append(f"{mode}, call {c}: parameters {'(not asked)' if params is None else ' '.join(params)}")
+    return entries
+
+
+def _ranks(ranks: list) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def agreement_not_provided(results: list[dict], spec: str, area: str) -> bool:
+    """True when no rank has ``area``'s answer to compare because the area is
+    not provided (by the implementation or, for FS2, by this torch) on every
+    rank that ran; a rank that failed is compared, never this."""
+    answers = [rank_entries(r, spec, area) for r in results]
+    return all(a is None for a in answers) and bool(answers)
+
+
+def check_ranks_agree(results: list[dict], spec: str, area: str, where: str = "") -> list[Violation]:
+    """SPL-20 / FS2-11 / EXO-9 over every rank's record for ``spec``: each
+    rank's answer (bucket plan; managed modules and parameters of each
+    ``fully_shard`` call; module and parameter exec order) equals every
+    other rank's. The ranks are grouped by their answer; each group other
+    than the lowest rank's is one violation naming both groups' ranks and
+    the first entry where they differ. A rank with no answer (it failed)
+    is a violation: an answer nobody compared is no agreement."""
+    invariant, what = AGREEMENT[area]
+    found: list[Violation] = []
+    groups: dict[tuple, list] = {}
+    for result in sorted(results, key=lambda r: r.get("rank", 0)):
+        rank = result.get("rank")
+        got = rank_entries(result, spec, area)
+        if isinstance(got, str):
+            found.append(Violation(invariant, f"rank {rank}: expected its {what} to compare, but {got}"))
+        else:
+            groups.setdefault(("(not provided)",) if got is None else tuple(got), []).append(rank)
+    if len(groups) > 1:
+        (first, first_ranks), *others = groups.items()
+        for theirs, ranks in others:
+            at = next((i for i, (a, b) in enumerate(zip(first, theirs, strict=False)) if a != b), min(len(first), len(theirs)))
+            mine = first[at] if at < len(first) else "nothing more"
+            other = theirs[at] if at < len(theirs) else "nothing more"
+            found.append(Violation(invariant, (
+                f"expected every rank to give the same {what}, but {_ranks(ranks)} {'differs' if len(ranks) == 1 else 'differ'} from "
+                f"{_ranks(first_ranks)} at entry {at}: {_ranks(first_ranks)} {'has' if len(first_ranks) == 1 else 'have'} "
+                f"{mine!r}, {_ranks(ranks)} {'has' if len(ranks) == 1 else 'have'} {other!r}")))
+    merged = by_rank(found)
+    if where:
+        import dataclasses
+
+        merged = [dataclasses.replace(v, message=where + v.message) for v in merged]
+    return merged

@@ -42,6 +42,7 @@ INVARIANTS: dict[str, str] = {
     "SPL-17": "each bucket's compile gets example inputs laid out as the run's: shape, strides, dtype, device, requires_grad",
     "SPL-18": "compiling the buckets fires no user saved-tensors hook and keeps the caller's grad mode and autocast state",
     "SPL-19": "the compiler configs the split is asked to compile with reach every backend call",
+    "SPL-20": "every rank of a real world plans the same buckets (nodes per bucket, per graph)",
     # Exec order
     "EXO-1": "the tracer is restored after the context exits, also on exceptions",
     "EXO-2": "module forward order: root first, then every call in order",
@@ -51,6 +52,7 @@ INVARIANTS: dict[str, str] = {
     "EXO-6": "the traced graph equals an unpatched tracer's",
     "EXO-7": "works with tracer subclasses and concrete_args",
     "EXO-8": "linear time in module calls and parameters",
+    "EXO-9": "every rank of a real world records the same module and parameter exec order",
     # FSDP2 (fully_shard)
     "FS2-1": "managed modules: post-order DFS from each root in order, registration order, each once",
     "FS2-2": "never entering a non-composable module nor a non-root module with its own FSDP2 state",
@@ -62,6 +64,7 @@ INVARIANTS: dict[str, str] = {
     "FS2-8": "a module or parameter shared with another group's subtree is rejected with a clear error naming it",
     "FS2-9": "world size >= 2 (and 3, uneven dims): fully_shard driven by the walk shards what it should; one step's gradients, each rank's shard after the optimizer step and the next forward equal the unsharded model's, eager and compiled",
     "FS2-10": "simulated worlds (8 to 1024 ranks, HSDP): each parameter in one group, each rank's dim-0 rows as torch.chunk gives them, padded only on the last ranks; every rank agrees",
+    "FS2-11": "every rank of a real world manages the same modules and parameters in each fully_shard call",
     # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own mistakes
     "PLN-1": "tied parameters (one Parameter registered by several modules) are managed by one group",
     "PLN-2": "no module or parameter is reachable from two groups (managed twice)",

@@ -434,6 +434,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         "compiled_subgraphs": len(reasons),
         "reasons": reasons,
         "plans": {spec: _plans(spec, handed) for spec in impl_specs},
+        "exec_orders": {spec: _exec_order(spec, copy.deepcopy(model)) for spec in impl_specs},
         "unsharded": unsharded_grads,
         "control": control,
         "eager": {"loss": eager_loss, "grads": eager_grads, "params": eager_params},
@@ -445,23 +446,49 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
 
 def _plans(spec: str, handed) -> dict:
     """Bucket counts of ``spec``'s plans for the graphs DDPOptimizer received,
-    with DDPOptimizer's own caps (``bucket_bytes_cap`` from DDP)."""
+    with DDPOptimizer's own caps (``bucket_bytes_cap`` from DDP), and each
+    bucket's node names (SPL-20 compares them across the ranks: small lists)."""
     try:
         from ..impls import load_implementation
 
         splitting = load_implementation(spec).splitting
         if splitting is None:
             return {"error": None, "not_provided": True, "buckets": []}
-        counts = []
+        counts, nodes = [], []
         for gm, example_inputs, cap, first_cap in handed:
             result = splitting.split(
                 gm, example_inputs, bucket_bytes_cap=cap, first_bucket_cap=first_cap,
                 backend=lambda sub_gm, _inputs: sub_gm.forward,
             )
             counts.append(len(result.buckets))
-        return {"error": None, "not_provided": False, "buckets": counts}
+            nodes.append([[str(name) for name in bucket.nodes] for bucket in result.buckets])
+        return {"error": None, "not_provided": False, "buckets": counts, "nodes": nodes}
     except BaseException:  # noqa: BLE001 - the checker turns it into a violation
         return {"error": traceback.format_exc(limit=6), "not_provided": False, "buckets": []}
+
+
+def _exec_order(spec: str, model) -> dict:
+    """``spec``'s exec order of ``model`` traced with a plain ``torch.fx``
+    tracer: module and parameter qualified names in the order recorded
+    (EXO-9 compares them across the ranks)."""
+    try:
+        import torch.fx
+
+        from ..impls import load_implementation
+
+        area = load_implementation(spec).exec_order
+        if area is None:
+            return {"error": None, "not_provided": True}
+        names = {id(m): n or "(root)" for n, m in model.named_modules()}
+        names.update({id(p): n for n, p in model.named_parameters()})
+        tracer = torch.fx.Tracer()
+        with area.patch_tracer(tracer, model) as info:
+            tracer.trace(model)
+        return {"error": None, "not_provided": False,
+                "modules": [names.get(id(m), "?") for m in info.module_forward_order],
+                "params": [names.get(id(p), "?") for p in info.param_forward_order]}
+    except BaseException:  # noqa: BLE001 - the checker turns it into a violation
+        return {"error": traceback.format_exc(limit=6), "not_provided": False}
 
 
 def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,

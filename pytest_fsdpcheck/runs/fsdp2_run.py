@@ -163,6 +163,12 @@ class Block(nn.Module):
         y = self.mix(x)
         for child in self._modules.values():
             y = y + child(y)
+        # the root calls a module of the grouped call fully_shard([a, b])
+        # once more, after the group's forward ended (pytorch#183702: a
+        # grouped module reused later in the same step); not a child, so no
+        # walk sees it twice
+        for again in self.__dict__.get("_fsdpcheck_again", ()):
+            y = y + again(y)
         return y
 
 
@@ -187,6 +193,7 @@ def build_model(spec: Fsdp2Spec, seed: int = 0) -> BuiltFsdp2:
     for i, count in enumerate(spec.buffers):
         for k in range(count):
             modules[i].register_buffer(f"b{k}", torch.zeros(k + 1))
+    modules[0].__dict__["_fsdpcheck_again"] = [modules[a] for a, _ in tree.tied]
     ignored = ignored_parameters(spec, modules)
     built_tree = BuiltTree(tree, modules[0], modules)
     return BuiltFsdp2(spec, built_tree, tuple(modules[i] for i in spec.roots), ignored)
@@ -563,6 +570,20 @@ def _labels_like(model, base: BuiltFsdp2) -> dict:
     return labels
 
 
+def _tied_group(base: BuiltFsdp2) -> list[int]:
+    """The modules of the grouped call that holds the tied pair ``[a, b]``
+    and what it manages below them (a's children), by index."""
+    out = []
+    for a, b in base.spec.tree.tied:
+        stack = [a, b]
+        while stack:
+            i = stack.pop()
+            if i not in out:
+                out.append(i)
+                stack.extend(base.spec.tree.children[i])
+    return out
+
+
 def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str, backend: str) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -604,6 +625,19 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
                      and m.__dict__.get("_fsdp_use_orig_params") is True)
     dtensors = sorted({names[(i, n)] for i, m in enumerate(modules) for n, p in m._parameters.items()
                        if p is not None and isinstance(p, DTensor)})
+    # a first forward with the tied pair's group frozen (every parameter of
+    # fully_shard([a, b]) requires no grad: FSDP2's lazy init runs here and
+    # sees that group with no trainable parameter), then unfrozen for the
+    # step (pytorch#186998: what the first forward saw latched); the
+    # unsharded model is unchanged by a forward, so the control stands
+    frozen = [p for i in _tied_group(base) for p in modules[i].parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        model(x)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
     forward, graphs = model, []
     if mode == "compiled":
         from torch import _dynamo

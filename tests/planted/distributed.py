@@ -5,6 +5,8 @@ They wrap torch's own DDPOptimizer (so everything but the planted change is
 right) and report one bucket too many or too few.
 """
 
+import contextlib
+
 from pytest_fsdpcheck.contract import BucketInfo, Implementation, SplitResult
 
 
@@ -112,6 +114,68 @@ class _ExtraBucketOnRankOneSplitting(_DDPOptimizerSplitting):
 class WrongOnRankOne(Implementation):
     name = "planted-wrong-on-rank-one"
     splitting = _ExtraBucketOnRankOneSplitting()
+
+
+# --- SPL-20, FS2-11, EXO-9: answers that depend on the rank -------------------------
+# Each reads the rank (torch.distributed.get_rank(), or RANK where torchrun
+# set it) and reorders its answer on every rank but 0: the same entries, so
+# the collectives and the counts still agree; only comparing the ranks'
+# answers shows it.
+
+
+def _rank() -> int:
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+class _BucketNodesReversedOffRankZero(_DDPOptimizerSplitting):
+    # The same buckets (count and sizes: SPL-16 still passes), each bucket's
+    # nodes listed in reverse on ranks other than 0.
+    def mutate(self, buckets):
+        if _rank() == 0:
+            return buckets
+        return [BucketInfo(nodes=list(reversed(b.nodes)), size=b.size) for b in buckets]
+
+
+class SplitDependsOnRank(Implementation):
+    name = "planted-split-depends-on-rank"
+    splitting = _BucketNodesReversedOffRankZero()
+
+
+class _WalkRotatedOffRankZero(ReferenceFsdp2):
+    # The same managed modules, rotated by the rank: each group holds the
+    # same parameters (the collectives' sizes agree), in another order.
+    def managed_modules(self, roots, ignored_params):
+        got = super().managed_modules(roots, ignored_params)
+        shift = _rank() % len(got) if got else 0
+        return got[shift:] + got[:shift]
+
+
+WalkDependsOnRank = _fsdp2_impl(_WalkRotatedOffRankZero, "WalkDependsOnRank")
+
+from pytest_fsdpcheck.reference.exec_order import ReferenceExecOrder  # noqa: E402
+
+
+class _ExecOrderSwappedOffRankZero(ReferenceExecOrder):
+    # The first two parameters recorded swapped on ranks other than 0 (a
+    # single process is rank 0: EXO-2..8 see the reference's answer).
+    @contextlib.contextmanager
+    def patch_tracer(self, tracer, root):
+        with super().patch_tracer(tracer, root) as info:
+            yield info
+        if _rank() != 0 and len(info.param_forward_order) > 1:
+            order = info.param_forward_order
+            order[0], order[1] = order[1], order[0]
+
+
+class ExecOrderDependsOnRank(Implementation):
+    name = "planted-exec-order-depends-on-rank"
+    exec_order = _ExecOrderSwappedOffRankZero()
 
 
 # --- torch itself, in a world whose torch runtime is faulted -------------------------

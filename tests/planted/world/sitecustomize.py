@@ -23,6 +23,16 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
   first forward's lazy init, leaves ``_sharded_param_data`` a copy): the
   gradients are right, the step lands in the shard, and every later
   forward all-gathers that rank's rows from before the step.
+- ``fsdp2-frozen-latched``: pytorch#186998's shape, in fp32: what a group's
+  first forward saw latched: a parameter frozen (``requires_grad`` False)
+  when FSDP2's lazy init ran stays frozen to the group's backward after it
+  is unfrozen: its gradient is dropped before the reduce-scatter, so its
+  sharded gradient is never set and the step leaves it as it was.
+- ``fsdp2-grouped-reuse``: pytorch#183702's shape: a module of a grouped
+  ``fully_shard([a, b])`` called again after the group's forward completed
+  (resharded) in the same step is not unsharded again: it computes on its
+  sharded parameters (the issue's "storage of size 0"; here the DTensor
+  shards reach its matmul). A module called once per forward never meets it.
 - ``compiled-outputs-off``: torch's compiled path is faulty: every graph the
   backend compiles returns its floating outputs 1/16 too large (eager steps
   are right).
@@ -32,6 +42,10 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
 - ``ddpoptimizer-fails-once`` (world size >= 2): DDPOptimizer's
   ``compile_fn`` raises on its second call in a process (SPL-16's step
   through AOTAutograd), which Dynamo reports as ``BackendCompilerFailed``.
+- ``ddpoptimizer-rank-dependent``: DDPOptimizer's plan depends on the rank:
+  on rank 1 each bucket's node list is reversed after ``compile_fn`` (the
+  compiled split is unchanged): only the ranks' plans compared (SPL-20)
+  show it.
 - ``broken-all-reduce``: the world itself is broken: ``all_reduce`` with a
   sum (``torch.distributed.all_reduce``, as plain collectives call it) adds
   1 to every element of the result.
@@ -101,6 +115,51 @@ if "fsdp2-last-shard-stale" in _FAULTS:
 
     _fsdp_param.FSDPParam.reset_sharded_param = _reset_leaving_last_shard_stale
 
+if "fsdp2-frozen-latched" in _FAULTS:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    _lazy_init = _fsdp_param_group.FSDPParamGroup.lazy_init
+    _post_backward = _fsdp_param_group.FSDPParamGroup.post_backward
+
+    def _lazy_init_latching_frozen(self):
+        _lazy_init(self)
+        if not hasattr(self, "_planted_frozen"):  # the first lazy init only
+            self._planted_frozen = [p for p in self.fsdp_params if not p.sharded_param.requires_grad]
+
+    def _post_backward_as_if_still_frozen(self, *unused):
+        for fsdp_param in getattr(self, "_planted_frozen", ()):
+            if hasattr(fsdp_param, "_unsharded_param"):
+                fsdp_param.unsharded_param.grad = None
+        return _post_backward(self, *unused)
+
+    _fsdp_param_group.FSDPParamGroup.lazy_init = _lazy_init_latching_frozen
+    _fsdp_param_group.FSDPParamGroup.post_backward = _post_backward_as_if_still_frozen
+
+if "fsdp2-grouped-reuse" in _FAULTS:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    _pre_forward = _fsdp_param_group.FSDPParamGroup.pre_forward
+    _post_forward = _fsdp_param_group.FSDPParamGroup.post_forward
+    _pre_backward = _fsdp_param_group.FSDPParamGroup.pre_backward
+
+    def _pre_forward_not_unsharding_a_reused_module(self, module, args, kwargs):
+        if len(self.modules) > 1 and self.__dict__.get("_planted_completed"):
+            self._training_state = _fsdp_param_group.TrainingState.FORWARD
+            return args, kwargs  # no unshard: the parameters stay resharded (storage of size 0)
+        return _pre_forward(self, module, args, kwargs)
+
+    def _post_forward_completing(self, module, input, output):
+        self._planted_completed = True  # the group's forward completed (the full post-forward runs once)
+        return _post_forward(self, module, input, output)
+
+    def _pre_backward_next_step(self, *args, **kwargs):
+        self._planted_completed = False
+        return _pre_backward(self, *args, **kwargs)
+
+    _fsdp_param_group.FSDPParamGroup.pre_forward = _pre_forward_not_unsharding_a_reused_module
+    _fsdp_param_group.FSDPParamGroup.post_forward = _post_forward_completing
+    _fsdp_param_group.FSDPParamGroup.pre_backward = _pre_backward_next_step
+
 if "compiled-outputs-off" in _FAULTS:
     import torch
     import torch._dynamo
@@ -144,6 +203,21 @@ if "ddpoptimizer-extra-subgraph" in _FAULTS or "ddpoptimizer-fails-once" in _FAU
         return compiled
 
     _ddp_backend.DDPOptimizer.compile_fn = _faulty_compile_fn
+
+if "ddpoptimizer-rank-dependent" in _FAULTS:
+    import torch.distributed as dist
+    from torch._dynamo.backends import distributed as _ddp_backend
+
+    _plan_compile_fn = _ddp_backend.DDPOptimizer.compile_fn
+
+    def _compile_fn_planning_by_rank(self, gm, example_inputs, **kwargs):
+        compiled = _plan_compile_fn(self, gm, example_inputs, **kwargs)
+        if dist.is_initialized() and dist.get_rank() == 1:
+            for bucket in self.buckets:
+                bucket.nodes.reverse()
+        return compiled
+
+    _ddp_backend.DDPOptimizer.compile_fn = _compile_fn_planning_by_rank
 
 if "broken-all-reduce" in _FAULTS:
     import torch.distributed as dist
