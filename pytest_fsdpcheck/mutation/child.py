@@ -63,7 +63,7 @@ _SITE = """\
 # written by pytest_fsdpcheck.mutation.child: the checks' own subprocesses
 # (the ranks of SPL-16 and FS2-9) import the mutant too, not the installed torch
 import json, os, sys
-from .child import OverlayFinder, SUBPROCESS_FILES
+from pytest_fsdpcheck.mutation.child import OverlayFinder, SUBPROCESS_FILES
 if os.environ.get(SUBPROCESS_FILES):
     sys.meta_path.insert(0, OverlayFinder(json.loads(os.environ[SUBPROCESS_FILES])))
 """
