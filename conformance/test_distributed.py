@@ -27,10 +27,10 @@ import pytest
 
 from pytest_fsdpcheck.checks import ConformanceFailure, EnvironmentFault
 from pytest_fsdpcheck.checks.distributed import (
-    check_ddp_end_to_end,
     AGREEMENT,
     AGREEMENT_TASK,
     agreement_not_provided,
+    check_ddp_end_to_end,
     check_fsdp2_end_to_end,
     check_ranks_agree,
     ddp_environment,
@@ -111,32 +111,20 @@ def _second_world(world_size: int, device: str) -> int | None:
     return other
 
 
-def _reproducer(impl, spec, world_size, device, task, check, seed=0):
+def _reproducer(impl, spec, world_size, device, task, check, seed=0, area=None):
+    """The torch-only script for one world's check; ``area`` for the ranks'
+    agreement (``check_ranks_agree``), which is asked per area."""
+    area_arg = f", {area!r}" if area is not None else ""
     return snippet(
         impl,
         [
             'if __name__ == "__main__":  # spawned ranks re-import this file',
             f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r}{f', seed={seed}' if seed else ''})",
         ],
-        [f"    violations = {check}(results, {spec!r})", "    assert not violations, violations"],
+        [f"    violations = {check}(results, {spec!r}{area_arg})", "    assert not violations, violations"],
         imports=[
             "from pytest_fsdpcheck.runs.ddp_run import run_ranks",
             f"from pytest_fsdpcheck.checks.distributed import {check}",
-        ],
-    )
-
-
-def _reproducer_agree(impl, spec, world_size, device, task, area, seed=0):
-    return snippet(
-        impl,
-        [
-            'if __name__ == "__main__":  # spawned ranks re-import this file',
-            f"    results = run_ranks({world_size}, {device!r}, [{spec!r}], task={task!r}{f', seed={seed}' if seed else ''})",
-        ],
-        [f"    violations = check_ranks_agree(results, {spec!r}, {area!r})", "    assert not violations, violations"],
-        imports=[
-            "from pytest_fsdpcheck.runs.ddp_run import run_ranks",
-            "from pytest_fsdpcheck.checks.distributed import check_ranks_agree",
         ],
     )
 
@@ -254,7 +242,8 @@ def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
         request,
         fsdpcheck_impl,
         violations,
-        _reproducer_agree(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], area, _seed(request.config)),
+        _reproducer(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], "check_ranks_agree",
+                    _seed(request.config), area=area),
         lambda: next(filter(None, (environment(w[0], spec) for w in worlds)), None),
     )
     if all(agreement_not_provided(w[0], spec, area) for w in worlds):

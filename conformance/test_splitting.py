@@ -371,37 +371,35 @@ def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
     conform(fsdpcheck_impl, body, example, form=form)
 
 
-def _require_hooks_deferred(impl):
-    """n/p, before anything runs, for an implementation declaring that its
-    compile does not keep the caller's saved-tensors hooks away
-    (``splitting.defers_saved_tensors_hooks`` false; the torch adapter's is
-    decided by release, ``provided``: torch defers them while it traces from
-    2.7 on, and DDPOptimizer's per-bucket pass with them)."""
-    if getattr(impl.splitting, "defers_saved_tensors_hooks", True):
+def _require_by_release(impl, attribute, default, feature, lacks, provides):
+    """n/p, before anything runs, for an implementation whose splitting area
+    declares ``attribute`` false (``default`` where it says nothing; the torch
+    adapter's is decided by release, ``provided``): ``lacks`` says what it
+    does not do, ``provides`` what torch does in the releases that have
+    ``feature``."""
+    if getattr(impl.splitting, attribute, default):
         return
     from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
-    skip_for_release("splitting.saved_tensors_hooks_deferred",
-                     f"{name} does not keep the caller's saved-tensors hooks from its compile (torch defers them while "
-                     f"DDPOptimizer compiles its buckets, _disable_saved_tensors_hooks_during_tracing, in torch "
-                     f"{releases('splitting.saved_tensors_hooks_deferred')}; this is torch "
-                     f"{'.'.join(map(str, installed_torch()))})")
+    skip_for_release(feature, f"{name} {lacks} ({provides}, in torch {releases(feature)}; this is torch "
+                              f"{'.'.join(map(str, installed_torch()))})")
+
+
+def _require_hooks_deferred(impl):
+    """The saved-tensors hooks case: torch defers the caller's hooks while it
+    traces from 2.7 on, and DDPOptimizer's per-bucket pass with them."""
+    _require_by_release(impl, "defers_saved_tensors_hooks", True, "splitting.saved_tensors_hooks_deferred",
+                        "does not keep the caller's saved-tensors hooks from its compile",
+                        "torch defers them while DDPOptimizer compiles its buckets, "
+                        "_disable_saved_tensors_hooks_during_tracing")
 
 
 def _require_configs(impl):
-    """n/p, before anything runs, for an implementation that takes no
-    compiler configs (``splitting.compiler_configs`` false or absent; the
-    torch adapter's is decided by release, ``provided``)."""
-    if getattr(impl.splitting, "compiler_configs", False):
-        return
-    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
-
-    name = getattr(impl, "_fsdpcheck_spec", "the implementation")
-    skip_for_release("splitting.compiler_configs",
-                     f"{name} takes no compiler configs (torch's DDPOptimizer.compile_fn hands them to each "
-                     f"bucket's compile in torch {releases('splitting.compiler_configs')}; this is torch "
-                     f"{'.'.join(map(str, installed_torch()))})")
+    """The compiler-configs case (``splitting.compiler_configs``, absent: false)."""
+    _require_by_release(impl, "compiler_configs", False, "splitting.compiler_configs",
+                        "takes no compiler configs",
+                        "torch's DDPOptimizer.compile_fn hands them to each bucket's compile")
 
 
 #: the log without ``tabulate`` (an optional package torch never installs):
