@@ -147,20 +147,16 @@ class OthersWritesHere:
         import os
         import sys
 
-        import pytest_fsdpcheck
-        from pytest_fsdpcheck.run.collection import conformance_dir
-        from tests.others_writes import _created
+        from tests.others_writes import ours_in
 
         folder = os.path.realpath(folder)
-        ours = (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
-                os.path.realpath(conformance_dir()) + os.sep, folder + os.sep)
         if not OthersWritesHere._hooked:
             sys.addaudithook(OthersWritesHere._hook)
             OthersWritesHere._hooked = True
 
         @contextlib.contextmanager
         def watching():
-            watch = (folder, ours, self.names, _created)
+            watch = (folder, ours_in(folder), self.names)
             OthersWritesHere._watching.append(watch)
             try:
                 yield self
@@ -171,21 +167,11 @@ class OthersWritesHere:
 
     @staticmethod
     def _hook(event, args):
-        if not OthersWritesHere._watching or not event.startswith(("open", "os.", "shutil.")):
+        if not OthersWritesHere._watching:
             return
-        import os
-        import sys
+        from tests.others_writes import by_others, created_name
 
-        folder, ours, names, _created = OthersWritesHere._watching[-1]
-        path = _created(event, args)
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            return
-        path = os.path.realpath(os.fsdecode(path))
-        if not path.startswith(folder + os.sep):
-            return
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_filename.startswith(ours):
-                return
-            frame = frame.f_back
-        names.add(os.path.relpath(path, folder).split(os.sep)[0])
+        folder, ours, names = OthersWritesHere._watching[-1]
+        name = created_name(event, args, folder)
+        if name is not None and by_others(ours):
+            names.add(name)

@@ -22,14 +22,6 @@ _FOLDER = os.path.realpath(os.getcwd())
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
-def _ours() -> tuple[str, ...]:
-    import pytest_fsdpcheck
-    from pytest_fsdpcheck.run.collection import conformance_dir
-
-    return (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
-            os.path.realpath(conformance_dir()) + os.sep, _FOLDER + os.sep)
-
-
 def _created(event: str, args: tuple) -> object:
     if event == "open":
         path, mode, flags = args
@@ -42,24 +34,44 @@ def _created(event: str, args: tuple) -> object:
     return None
 
 
-def _hook(event, args):
-    if _LOG is None or not event.startswith(("open", "os.", "shutil.")):
-        return
+def created_name(event: str, args: tuple, folder: str) -> str | None:
+    """The top-level name in ``folder`` that this audit event creates, if any."""
+    if not event.startswith(("open", "os.", "shutil.")):
+        return None
     path = _created(event, args)
     if not isinstance(path, (str, bytes, os.PathLike)):
-        return
+        return None
     path = os.path.realpath(os.fsdecode(path))
-    if not path.startswith(_FOLDER + os.sep):
-        return
-    name = os.path.relpath(path, _FOLDER).split(os.sep)[0]
-    if name in _seen:
-        return
-    ours = _ours_prefixes()
+    if not path.startswith(folder + os.sep):
+        return None
+    return os.path.relpath(path, folder).split(os.sep)[0]
+
+
+def by_others(ours: tuple[str, ...]) -> bool:
+    """Whether no frame on the stack is from the files under ``ours``."""
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.startswith(ours):
-            return
+            return False
         frame = frame.f_back
+    return True
+
+
+def ours_in(folder: str) -> tuple[str, ...]:
+    """The plugin's, the suite's and ``folder``'s own files."""
+    import pytest_fsdpcheck
+    from pytest_fsdpcheck.run.collection import conformance_dir
+
+    return (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
+            os.path.realpath(conformance_dir()) + os.sep, folder + os.sep)
+
+
+def _hook(event, args):
+    if _LOG is None:
+        return
+    name = created_name(event, args, _FOLDER)
+    if name is None or name in _seen or not by_others(_ours_prefixes()):
+        return
     _seen.add(name)
     with open(_LOG, "a") as log:  # outside the folder: not seen by this hook
         log.write(name + "\n")
@@ -71,9 +83,9 @@ _prefixes: list = []
 
 def _ours_prefixes() -> tuple[str, ...]:
     if not _prefixes:
-        _prefixes.append(_ours())
+        _prefixes.append(ours_in(_FOLDER))
     return _prefixes[0]
 
 
-if _LOG is not None:  # imported for _created alone (tests/helpers.py) it watches nothing
+if _LOG is not None:  # imported for its functions alone (tests/helpers.py) it watches nothing
     sys.addaudithook(_hook)
