@@ -14,6 +14,19 @@ def _tiers_on(node) -> list[str]:
     return [mark.name for mark in node.own_markers if mark.name in TIERS]
 
 
+def pytest_configure(config):
+    """Inner ``pytester.runpytest_subprocess`` runs fork from a process that
+    has imported torch (tests/preloaded.py) unless the test is marked
+    ``fresh_interpreter`` or the run's environment changes what torch reads
+    as it imports; FSDPCHECK_TESTS_SUBPROCESS=1 turns it off."""
+    import os
+
+    if os.environ.get("FSDPCHECK_TESTS_SUBPROCESS") != "1":
+        from tests.preloaded import install
+
+        config.add_cleanup(install())
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Every test of this folder has exactly one tier: its module's

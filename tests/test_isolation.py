@@ -3,7 +3,9 @@ does not damage the rest of the run."""
 
 import pytest
 
-pytestmark = pytest.mark.unit
+# Process state and first imports are the subject here: inner runs start a
+# new interpreter, never a fork of one that imported torch (tests/preloaded.py).
+pytestmark = [pytest.mark.unit, pytest.mark.fresh_interpreter]
 
 K = "test_states_with_modules"
 

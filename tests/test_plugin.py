@@ -301,6 +301,7 @@ def test_json_report_has_header_and_matrix(pytester, suite):
 
 
 @pytest.mark.process
+@pytest.mark.fresh_interpreter  # the controller must not import torch: a fork of one that has cannot show it
 def test_xdist_gives_the_serial_matrix(pytester, suite, monkeypatch):
     """The same matrix and header; the controller, which runs no test, never
     imports torch or an implementation (issue 29 item 4: that import, before

@@ -15,7 +15,9 @@ import pytest
 
 from pytest_fsdpcheck.report import EXIT_ENVIRONMENT, EXIT_STRICT
 
-pytestmark = pytest.mark.plugin
+# What the plugin imports and leaves in the user's process is the subject:
+# inner runs start a new interpreter (tests/preloaded.py).
+pytestmark = [pytest.mark.plugin, pytest.mark.fresh_interpreter]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
