@@ -77,3 +77,63 @@ def test_nothing_to_read_is_an_error_not_an_empty_table(tmp_path, monkeypatch, c
     assert main(["--table-from", given]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert message in line, line
+
+
+def _failed(report: dict, impl: str, inv: str, message: str, reproducer: str | None) -> dict:
+    """``report`` with its test of ``inv`` on ``impl`` failed, as the plugin records a failure."""
+    node_id = f"test_x.py::test_{inv.lower()}[{impl}]"
+    report["tests"][node_id] = {"outcome": "failed", "implementation": impl, "invariants": [inv],
+                                "failure": {"invariants": [inv], "message": message, "reproducer": reproducer}}
+    return report
+
+
+def test_diff_names_new_fails_and_fixed_cells_and_exits_1_on_a_new_fail(tmp_path, capsys):
+    before = _report("2.13.0", {"torch": {"TRV-7": "pass", "EXO-3": "fail", "ANN-1": "pass"},
+                                "mypkg:Impl": {"TRV-7": "pass"}})
+    before = _failed(before, "torch", "EXO-3", "EXO-3: parameter order differs", None)
+    after = _report("2.13.0", {"torch": {"TRV-7": "fail", "EXO-3": "pass", "ANN-1": "not provided", "SPL-1": "pass"}})
+    after = _failed(after, "torch", "TRV-7", "TRV-7: root states are [s0, s2], expected [s0]", "import torch\n")
+    _write(tmp_path / "before.json", before)
+    _write(tmp_path / "after.json", after)
+    assert main(["--diff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "new FAIL  TRV-7  2.13.0: pass -> FAIL (TRV-7: root states are [s0, s2], expected [s0])", out
+    assert "fixed     EXO-3  2.13.0: FAIL -> pass" in out, out
+    assert "changed   ANN-1  2.13.0: pass -> n/p" in out, out
+    assert "only after  SPL-1  2.13.0: pass" in out, out
+    assert "column only before: 2.13.0 mypkg:Impl" in out, out
+    assert out[-1] == "1 new FAIL, 1 fixed, 2 other changes in 1 column(s) both runs have", out
+    # the other way round: EXO-3 is the new FAIL, TRV-7 the fixed cell
+    assert main(["--diff", str(tmp_path / "after.json"), str(tmp_path / "before.json")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "new FAIL  EXO-3  2.13.0: pass -> FAIL (EXO-3: parameter order differs)", out
+    assert "fixed     TRV-7  2.13.0: FAIL -> pass" in out, out
+    # the same run twice: nothing to say but the count, exit 0
+    assert main(["--diff", str(tmp_path / "after.json"), str(tmp_path / "after.json")]) == 0
+    assert capsys.readouterr().out.splitlines() == ["0 new FAIL, 0 fixed, 0 other changes in 1 column(s) both runs have"]
+
+
+def test_diff_of_a_missing_report_is_a_one_line_error(tmp_path, capsys):
+    _write(tmp_path / "before.json", _report("2.13.0", {"torch": {"TRV-7": "pass"}}))
+    assert main(["--diff", str(tmp_path / "before.json"), str(tmp_path / "nowhere.json")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "nowhere.json: no such file or folder" in line, line
+
+
+def test_every_fail_cell_of_the_grid_links_to_its_failures_and_reproducers(tmp_path, capsys):
+    report = _report("2.13.0", {"torch": {"TRV-7": "fail", "TRV-2": "pass"}, "mypkg:Impl": {"TRV-7": "fail"}})
+    report = _failed(report, "torch", "TRV-7", "TRV-7: root <states> differ", "print('rebuild <it>')\n")
+    report = _failed(report, "mypkg:Impl", "TRV-7", "TRV-7: another message", None)
+    _write(tmp_path / "r.json", report)
+    grid = tmp_path / "grid.html"
+    assert main(["--table-from", str(tmp_path / "r.json"), "--html", str(grid)]) == 1
+    page = grid.read_text()
+    assert page.count('<a href="#fail-') == 2, page
+    for column, message in ((0, "TRV-7: root &lt;states&gt; differ"), (1, "TRV-7: another message")):
+        anchor = f"fail-{column}-TRV-7"
+        assert f'<a href="#{anchor}">FAIL</a>' in page, page
+        section = page[page.index(f'id="{anchor}"'):]
+        section = section[:section.index("</details>")]
+        assert message in section, section
+    assert "print(&#x27;rebuild &lt;it&gt;&#x27;)" in page or "print('rebuild &lt;it&gt;')" in page, page
+    assert "no reproducer" in page

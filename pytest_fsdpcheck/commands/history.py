@@ -2,6 +2,8 @@
 
     python -m pytest_fsdpcheck.commands.history 2.0.1 2.3.1 2.13.0 [--jobs 2] [--json out.json] [--html grid.html]
     python -m pytest_fsdpcheck.commands.history --model pkg.module:factory 2.3.1 2.4.1
+    python -m pytest_fsdpcheck.commands.history --table-from 'reports/*.json' --html grid.html
+    python -m pytest_fsdpcheck.commands.history --diff yesterday.json today.json
 
 For each release: a fresh virtual environment in a temporary directory, torch
 pinned and installed first, then this package's wheel with its ``models``
@@ -89,6 +91,7 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
             "summary": tail[0],
             "torch": data.get("header", {}).get("torch"),
             "matrix": data.get("matrix", {}).get("torch", {}),
+            "failures": failures_of(data, "torch"),
             "known_bugs": data.get("known_bugs", []),
             "install_s": round(installed_at - start, 1),
             "suite_s": round(time.monotonic() - installed_at, 1),
@@ -134,6 +137,22 @@ def table(results: list[dict]) -> list[str]:
         else:
             lines.append(f"torch {r['version']}: {r['error']}")
     return lines
+
+
+def failures_of(data: dict, implementation: str) -> dict[str, list[dict]]:
+    """A report's failing tests of one implementation, by invariant: each with
+    its node id, one-line message and reproducer (``None`` where the failure
+    has none), so a grid cell can show what failed and how to rebuild it."""
+    found: dict[str, list[dict]] = {}
+    tests = data.get("tests") if isinstance(data.get("tests"), dict) else {}
+    for node_id, test in tests.items():
+        failure = test.get("failure") if isinstance(test, dict) else None
+        if not isinstance(failure, dict) or test.get("implementation", implementation) != implementation:
+            continue
+        for invariant in failure.get("invariants") or test.get("invariants") or []:
+            found.setdefault(invariant, []).append({"test": node_id, "message": str(failure.get("message", "")),
+                                                    "reproducer": failure.get("reproducer")})
+    return found
 
 
 class ReportError(Exception):
@@ -196,13 +215,61 @@ def from_report(path: Path) -> list[dict]:
             raise ReportError(f"{path}: matrix of {impl!r} is not an object")
         columns.append({
             "version": version, "column": label, "implementation": impl, "devices": devices, "torch": torch,
-            "matrix": matrix, "known_bugs": [b for b in known if b.get("implementation", impl) == impl],
+            "matrix": matrix, "failures": failures_of(data, impl),
+            "known_bugs": [b for b in known if b.get("implementation", impl) == impl],
             "exit": 1 if failed or strict else 0, "summary": f"{len(tests)} tests, {failed} failed",
             "install_s": "-", "suite_s": "-", "source": str(path),
             # the report's line under the table is printed once, under its first column
             "first_of_report": n == 0,
         })
     return columns
+
+
+#: outcomes a CI pages someone for
+_BAD = {"fail", "error", "unexpected pass"}
+
+
+def _cell_text(entry: dict) -> str:
+    text = {"fail": "FAIL", "error": "ERROR", "not provided": "n/p", "unexpected pass": "XPASS",
+            "divergence": "declared"}.get(entry.get("outcome"), entry.get("outcome") or "-")
+    return text + (" " + ",".join(entry["known"]) if entry.get("outcome") == "known" and entry.get("known") else "")
+
+
+def diff_lines(before: list[dict], after: list[dict]) -> tuple[list[str], int]:
+    """Two runs' cells compared column by column (a column: implementation x
+    torch release x devices, as the grid keys them): every cell that became
+    FAIL, ERROR or an unexpected pass (``new FAIL``), every such cell that no
+    longer is (``fixed``), every other change, and the columns and invariants
+    only one run has. Returns the lines and 1 where a cell became bad, else 0."""
+    def columns(results):
+        return {r["column"]: r for r in results if "matrix" in r}
+
+    old, new = columns(before), columns(after)
+    worse, fixed, changed, lines = [], [], [], []
+    for label in [c for c in new if c in old]:
+        for inv in sorted(set(old[label]["matrix"]) | set(new[label]["matrix"]), key=sort_key):
+            was, now = old[label]["matrix"].get(inv), new[label]["matrix"].get(inv)
+            if was is None or now is None:
+                changed.append(f"{'only after' if was is None else 'only before'}  {inv}  {label}: "
+                               f"{_cell_text(now or was)}")
+                continue
+            if _cell_text(was) == _cell_text(now):
+                continue
+            line = f"{inv}  {label}: {_cell_text(was)} -> {_cell_text(now)}"
+            if now.get("outcome") in _BAD and was.get("outcome") not in _BAD:
+                reasons = [f["message"] for f in new[label].get("failures", {}).get(inv, [])][:1]
+                worse.append(f"new FAIL  {line}" + (f" ({reasons[0]})" if reasons else ""))
+            elif was.get("outcome") in _BAD and now.get("outcome") not in _BAD:
+                fixed.append(f"fixed     {line}")
+            else:
+                changed.append(f"changed   {line}")
+    lines += worse + fixed + changed
+    lines += [f"column only before: {c}" for c in old if c not in new]
+    lines += [f"column only after: {c}" for c in new if c not in old]
+    common = sum(1 for c in new if c in old)
+    lines.append(f"{len(worse)} new FAIL, {len(fixed)} fixed, {len(changed)} other changes "
+                 f"in {common} column(s) both runs have")
+    return lines, 1 if worse else 0
 
 
 def _release_key(result: dict):
@@ -342,6 +409,9 @@ def main(argv=None) -> int:
     parser.add_argument("--table-from", metavar="REPORT", nargs="+",
                         help="only print the table of these JSON reports: files, glob patterns, or folders "
                              "(every *.json in them); a column per torch release x implementation x devices")
+    parser.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"),
+                        help="compare two runs' JSON reports (each a file, glob or folder): new FAILs, fixed cells, "
+                             "other changes; exit 1 where a cell became FAIL, ERROR or an unexpected pass")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
@@ -361,6 +431,15 @@ def main(argv=None) -> int:
         if not args.versions:
             parser.error("give torch versions")
         return _model_main(args.model, args.versions, args.model_path, args.json)
+    if args.diff:
+        try:
+            before, after = ([c for p in report_paths([side]) for c in from_report(p)] for side in args.diff)
+        except ReportError as exc:
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
+        lines, status = diff_lines(before, after)
+        print("\n".join(lines))
+        return status
     if args.table_from:
         try:
             results = sorted((c for p in report_paths(args.table_from) for c in from_report(p)), key=_release_key)

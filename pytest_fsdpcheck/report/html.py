@@ -349,6 +349,10 @@ def _declarations(report: dict) -> list[str]:
 # --- the history tool's grid -----------------------------------------------------------
 
 
+def _failure_anchor(column: int, invariant: str) -> str:
+    return f"fail-{column}-{_slug(invariant)}"
+
+
 def grid_page(results: list[dict]) -> str:
     """Invariant x torch release, from the history tool's per-release results
     (each a report's ``matrix.torch`` and ``known_bugs``, or an ``error``)."""
@@ -373,12 +377,14 @@ def grid_page(results: list[dict]) -> str:
             cells = [r["matrix"].get(inv, {}) for r in ran]
             clean = all(c.get("outcome") in CLEAN for c in cells)
             row = [f'<tr class="{"clean" if clean else "problem"}"><th>{_e(inv)}</th>']
-            for cell in cells:
+            for column, cell in enumerate(cells):
                 outcome = cell.get("outcome")
                 text, css = CELL.get(outcome, (outcome or "-", ""))
                 if outcome == "known":
                     text += " " + ",".join(letter[b] for b in cell.get("known", []))
                     inner = f'<a href="#bug-{_slug(cell.get("known", [""])[0])}">{_e(text)}</a>'
+                elif ran[column].get("failures", {}).get(inv):
+                    inner = f'<a href="#{_failure_anchor(column, inv)}">{_e(text)}</a>'
                 else:
                     inner = _e(text)
                 title = "; ".join(cell.get("reasons", []))
@@ -404,6 +410,17 @@ def grid_page(results: list[dict]) -> str:
                         f"<code>python -m pytest_fsdpcheck.known show {_e(bug)}</code>"
                         + (f"; upstream: {_upstream_links(upstream[bug])}" if bug in upstream else "") + "</li>")
         body.append("</ul>")
+    failed = [(column, r, inv) for column, r in enumerate(ran) for inv in invariants if r.get("failures", {}).get(inv)]
+    if failed:
+        body.append('<h2 id="failures">Failures</h2>')
+        for column, r, inv in failed:
+            body.append(f'<details id="{_failure_anchor(column, inv)}"><summary>{_e(inv)} &mdash; '
+                        f'{_e(r.get("column", r["version"]))} ({len(r["failures"][inv])} failing test(s))</summary><ul>')
+            for failure in r["failures"][inv]:
+                reproducer = (f"<pre>{_e(failure['reproducer'])}</pre>" if failure.get("reproducer")
+                              else "<p>no reproducer (the failure's own message says why)</p>")
+                body.append(f"<li><code>{_e(failure['test'])}</code><pre>{_e(failure['message'])}</pre>{reproducer}</li>")
+            body.append("</ul></details>")
     body.append('<h2 id="releases">Releases</h2><ul>')
     for r in results:
         if "matrix" in r and not r.get("first_of_report", True):
