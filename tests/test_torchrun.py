@@ -68,6 +68,13 @@ def _run_agents(tmp_path, args, command=None, **env_extra) -> tuple[list, list[s
         **env_extra,
     }
     port = _free_port()
+    # The rendezvous store lives here, not in an agent: an agent that hosts it
+    # and exits first (its rank done) cuts the other agent off in its last
+    # poll of the store (RendezvousConnectionError, exit 1 after a passing
+    # rank; seen twice under load here, the traceback users report in
+    # meta-pytorch/torchtune#2676). With the port taken, both agents' c10d
+    # backends connect as clients, as on a cluster with a store of its own.
+    store = None if command else torch.distributed.TCPStore("localhost", port, is_master=True, wait_for_workers=False)
     command = [sys.executable, "-m", "torch.distributed.run", *(command(port, mark) if command else [
         "--nnodes", "2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}", "--rdzv-id", mark,
@@ -90,6 +97,7 @@ def _run_agents(tmp_path, args, command=None, **env_extra) -> tuple[list, list[s
             agent.wait(30)
         for out in outputs:
             out.close()
+        del store
     texts = [(tmp_path / f"agent{n}.out").read_text(errors="replace") for n in range(2)]
     assert not hung, f"torchrun agents {hung} still running after {DEADLINE_S}s:\n" + "\n".join(t[-3000:] for t in texts)
 
