@@ -115,24 +115,24 @@ def test_before_fsdp2_runs_on_cpu_the_check_is_np_with_its_reason(monkeypatch):
 
 def _run_as_planned(spec):
     """The ranks with the plan's groups (its recorded calls' policies), as the check runs them."""
-    from pytest_fsdpcheck.cases.checks import case_builder, plan_groups
+    from pytest_fsdpcheck.cases.checks import case_builder, control_groups
     from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import run_plan_ranks
 
     case = case_of(spec)
-    return run_plan_ranks(case_builder(case), world_size=2, timeout=240, groups=plan_groups(case))
+    return run_plan_ranks(case_builder(case), world_size=2, timeout=240, groups=control_groups(case))
 
 
 def test_plan_groups_follow_the_recorded_policies():
-    from pytest_fsdpcheck.cases.checks import plan_groups
+    from pytest_fsdpcheck.cases.checks import control_groups
     from pytest_fsdpcheck.cases.exposure import case_of
 
-    groups = plan_groups(case_of("tests.planted.plans:bf16_last_block"))
+    groups = control_groups(case_of("tests.planted.plans:bf16_last_block"))
     assert [g.roots for g in groups] == [("layers.0",), ("layers.1",), ("",)]
     assert {(g.param_dtype, g.reduce_dtype) for g in groups} == {(torch.bfloat16, torch.float32)}
     assert "layers.1.mlp.2.weight" in groups[1].params
     assert {"embed.weight", "norm.weight"} <= set(groups[2].params)  # the root's own; lm_head is tied to embed
-    assert all(g.param_dtype is None for g in plan_groups(case_of("tests.planted.plans:good")))
+    assert all(g.param_dtype is None for g in control_groups(case_of("tests.planted.plans:good")))
 
 
 @pytest.mark.e2e
@@ -325,13 +325,13 @@ def test_the_control_runs_a_checkpointed_bf16_step_at_the_plans_precision():
     the checkpoint's recompute, backward), as FSDP2's all-gather does. It
     swapped bf16 parameters in for the forward only, so torch's recompute
     in the backward saw fp32 ones and raised (a false FS2-9 FAIL for torch)."""
-    from pytest_fsdpcheck.cases.checks import plan_groups
+    from pytest_fsdpcheck.cases.checks import control_groups
     from pytest_fsdpcheck.cases.exposure import case_of
     from pytest_fsdpcheck.runs.plan_run import _control, rank_batches
 
     case = case_of("tests.planted.plans:checkpointed_bf16")
     reference, precision = _control(case.model, rank_batches((tuple(case.example_inputs), {}), 2),
-                                    plan_groups(case), rank=0, world_size=2)
+                                    control_groups(case), rank=0, world_size=2)
     assert precision["layers.0.mlp.0.weight"] == ("bfloat16", "float32")
     assert precision["layers.1._checkpoint_wrapped_module.mlp.0.weight"] == ("bfloat16", "float32")
     assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in reference.values())

@@ -803,14 +803,14 @@ def _same(case):
     return case
 
 
-def plan_groups(case) -> tuple:
+def control_groups(case) -> tuple:
     """The plan's groups, as its recorded calls asked for them
     (:class:`~pytest_fsdpcheck.runs.plan_run.PlanGroup`): FS2-9's control
     computes and reduces each at its call's ``mp_policy``. Each group's
-    parameters are the spec's for the call (:func:`~pytest_fsdpcheck.checks.plan.plan_groups`),
+    parameters are the spec's for the call (:func:`~pytest_fsdpcheck.checks.plan.spec_groups`),
     not what torch sharded: a parameter torch left out of every group must
     show in the gradients, not in the control."""
-    from ..checks.plan import plan_groups as spec_groups
+    from ..checks.plan import spec_groups
     from ..runs.plan_run import PlanGroup
     from .recording import names_of
 
@@ -869,7 +869,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     ranks, gloo), one step, each rank on its own batch (the case's inputs on
     rank 0, a variation of them on the others), eagerly and compiled: every
     parameter's full gradient equals the unsharded model's over all ranks'
-    batches at the plan's own precision (:func:`plan_groups`). The ranks get
+    batches at the plan's own precision (:func:`control_groups`). The ranks get
     :func:`~pytest_fsdpcheck.runs.plan_run.rank_limit` of ``timeout_s``
     (``--fsdpcheck-timeout``) and of one unsharded step's cost, measured
     here; a world killed there outside a hung plan step raises
@@ -910,7 +910,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     from ..runs.plan_run import rank_limit
 
     limit = rank_limit(timeout_s, _unsharded_step_seconds(case))
-    records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=plan_groups(case),
+    records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=control_groups(case),
                              call_limit=timeout_s or None)
     slow = world_too_slow(records)
     if slow is not None:

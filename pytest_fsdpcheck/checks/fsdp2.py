@@ -234,7 +234,7 @@ def group_calls(spec) -> list[tuple[int, ...]]:
     return [(g,) for g in sorted(spec.groups, reverse=True)] + [tuple(spec.roots)]
 
 
-def plan_groups(built):
+def managed_and_conflicts(built):
     """Per call: its managed modules (indices), and the conflicts the call
     must reject: ``(kind, index, param name)`` for a root an earlier call
     already gave a group of its own (``"root"``, whether or not that group
@@ -311,7 +311,7 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
     """FS2-7 and FS2-8: apply the groups by ``area.annotate`` (inner first,
     then the spec's roots) and check flags, structure and conflicts."""
     before = structure(built)
-    plan = plan_groups(built)
+    plan = managed_and_conflicts(built)
     for call, _managed, conflicts in plan:
         roots = tuple(built.modules[i] for i in call)
         try:

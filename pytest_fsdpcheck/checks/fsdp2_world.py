@@ -23,7 +23,7 @@ import dataclasses
 
 from . import Violation, error_of, short
 from .annotation import MANAGED, read_flag
-from .fsdp2 import expected_states, plan_groups
+from .fsdp2 import expected_states, managed_and_conflicts
 
 #: ranks built at most where not every rank is: first, second, middle, last two
 SAMPLED = "ranks 0, 1, N/2, N-2, N-1 and the ranks where a parameter's rows end"
@@ -110,7 +110,7 @@ class Prepared:
 def prepare_spec(built) -> Prepared:
     """A generated tree's calls (FS2-7's plan: inner groups first, then the
     spec's roots) and the spec's expectations."""
-    plan = plan_groups(built)
+    plan = managed_and_conflicts(built)
     managed, groups = set(), {}
     for call, mods, _ in plan:
         managed.update(mods)

@@ -106,7 +106,7 @@ def descendants(modules) -> set[int]:
     return below
 
 
-def plan_groups(model, calls, replicate=()) -> list[tuple[list, list]]:
+def spec_groups(model, calls, replicate=()) -> list[tuple[list, list]]:
     """Per call: the modules and parameters the spec's walk gives it, with
     every earlier call's roots holding a group (as torch leaves them)."""
     oracle = OracleInput(model, replicate)
@@ -150,7 +150,7 @@ def check_plan(model, calls, replicate=()) -> list[Violation]:
     calls = [(tuple(roots), ignored) for roots, ignored in calls]
     oracle = OracleInput(model, replicate)
     labels = [_call_label(oracle, roots) for roots, _ in calls]
-    groups = plan_groups(model, calls, replicate)
+    groups = spec_groups(model, calls, replicate)
     out: list[Violation] = []
 
     # PLN-4: inner first, the root last

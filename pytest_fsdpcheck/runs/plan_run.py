@@ -130,7 +130,7 @@ def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, gr
     last ``progress``: the phase it was in, since when, and what the
     control took; ``call_limit_s``: ``call_limit``, the per-call limit
     the limit was made of). ``groups`` (:class:`PlanGroup`, from
-    :func:`pytest_fsdpcheck.cases.checks.plan_groups`) is the plan's precision
+    :func:`pytest_fsdpcheck.cases.checks.control_groups`) is the plan's precision
     and reduction; ``None`` reduces every parameter with no casts."""
     import time
 
