@@ -62,8 +62,6 @@ for line in sys.stdin:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
-            import tempfile
-            tempfile.tempdir = None  # a fresh interpreter reads TMPDIR again
             python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
             sys.path[:] = [request["cwd"], *python_path, *base_path]
             for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
@@ -170,8 +168,10 @@ def runpytest_preloaded(pytester, zygote, *args, timeout: float = 900):
 
 #: environment variables torch, its libraries or Python read as they start or
 #: import: a run that sets one differently from the zygote gets a real process
+#: (TMPDIR among them: tempfile keeps the folder it first found, so a child
+#: of the zygote sees the zygote's)
 _READ_AT_IMPORT = ("TORCH", "PYTORCH", "CUDA", "NCCL", "OMP_", "MKL", "KMP_", "LD_", "PYTHON", "HYPOTHESIS", "TMP",
-                   "TEMP", "TMPDIR")
+                   "TEMP")
 
 
 #: read at each use, not at import: PYTHONPATH (the child builds sys.path

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ..core.catalog import sort_key
+from ..report import SYMBOL
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +107,12 @@ def cell(entry: dict, letters: dict) -> str:
     outcome = entry.get("outcome")
     if outcome == "known":
         return "known " + ",".join(sorted(letters.setdefault(b, chr(ord("A") + len(letters))) for b in entry.get("known", [])))
-    return {"fail": "FAIL", "error": "ERROR", "not provided": "n/p", "unexpected pass": "XPASS", "divergence": "declared"}.get(outcome, outcome or "-")
+    return _symbol(outcome)
+
+
+def _symbol(outcome) -> str:
+    """A cell's outcome as the matrix prints it (``-``: none)."""
+    return SYMBOL.get(outcome, outcome or "-")
 
 
 def table(results: list[dict]) -> list[str]:
@@ -230,9 +236,8 @@ _BAD = {"fail", "error", "unexpected pass"}
 
 
 def _cell_text(entry: dict) -> str:
-    text = {"fail": "FAIL", "error": "ERROR", "not provided": "n/p", "unexpected pass": "XPASS",
-            "divergence": "declared"}.get(entry.get("outcome"), entry.get("outcome") or "-")
-    return text + (" " + ",".join(entry["known"]) if entry.get("outcome") == "known" and entry.get("known") else "")
+    known = entry.get("known") if entry.get("outcome") == "known" else None
+    return _symbol(entry.get("outcome")) + (" " + ",".join(known) if known else "")
 
 
 def diff_lines(before: list[dict], after: list[dict]) -> tuple[list[str], int]:
@@ -245,7 +250,7 @@ def diff_lines(before: list[dict], after: list[dict]) -> tuple[list[str], int]:
         return {r["column"]: r for r in results if "matrix" in r}
 
     old, new = columns(before), columns(after)
-    worse, fixed, changed, lines = [], [], [], []
+    worse, fixed, changed = [], [], []
     for label in [c for c in new if c in old]:
         for inv in sorted(set(old[label]["matrix"]) | set(new[label]["matrix"]), key=sort_key):
             was, now = old[label]["matrix"].get(inv), new[label]["matrix"].get(inv)
@@ -263,7 +268,7 @@ def diff_lines(before: list[dict], after: list[dict]) -> tuple[list[str], int]:
                 fixed.append(f"fixed     {line}")
             else:
                 changed.append(f"changed   {line}")
-    lines += worse + fixed + changed
+    lines = worse + fixed + changed
     lines += [f"column only before: {c}" for c in old if c not in new]
     lines += [f"column only after: {c}" for c in new if c not in old]
     common = sum(1 for c in new if c in old)
