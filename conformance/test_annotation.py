@@ -13,6 +13,7 @@ from pytest_fsdpcheck.checks.annotation import (
     snapshot,
 )
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.core.provided import expected_provided, installed_torch
 from pytest_fsdpcheck.core.torch_support import compile_unsupported
@@ -144,5 +145,5 @@ def test_dynamo_effect(fsdpcheck_impl, model):
     if reason is None and not expected_provided("annotation.dynamo_effect", installed_torch()):
         reason = dynamo_unsupported()
     if reason is not None:
-        pytest.skip(f"not provided: {reason}")
+        raise NotProvided(reason)
     conform(fsdpcheck_impl, lambda impl: check_dynamo_effect(impl.annotation, model))

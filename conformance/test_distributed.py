@@ -38,6 +38,7 @@ from pytest_fsdpcheck.checks.distributed import (
     fsdp2_unchecked,
 )
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.report import PROP_ENVIRONMENT
@@ -75,7 +76,7 @@ def _world_size(config, device: str, scale: str) -> int:
     from pytest_fsdpcheck.runs.ddp_run import launched_by_torchrun
 
     if not torch.distributed.is_available():
-        pytest.skip("not provided: this torch build has no torch.distributed")
+        raise NotProvided("this torch build has no torch.distributed")
     runner = world_size_for(config, device)
     if scale == "one":
         if launched_by_torchrun() and runner != 1:
@@ -164,7 +165,7 @@ def _fsdp2_world(request, device: str, invariant: str = "FS2-9") -> int:
     """FS2-9's world size, or a skip saying why this torch or runner has none."""
     runner = world_size_for(request.config, device)
     if runner < 2:
-        pytest.skip(f"not provided: {invariant} needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
+        raise NotProvided(f"{invariant} needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
     world_size = _world_size(request.config, device, "runner")
     require_compile()
     from pytest_fsdpcheck.impls.torch_fsdp2 import fsdp2_available
@@ -172,14 +173,14 @@ def _fsdp2_world(request, device: str, invariant: str = "FS2-9") -> int:
     if not fsdp2_available():
         import torch
 
-        pytest.skip(f"not provided: torch {torch.__version__} has no FSDP2 (fully_shard)")
+        raise NotProvided(f"torch {torch.__version__} has no FSDP2 (fully_shard)")
     from pytest_fsdpcheck.impls.torch_fsdp2 import TorchFsdp2
 
     if not TorchFsdp2().takes_ignored_params:
         import torch
 
         # the FS2-9 model always holds ignored parameters (they take the other gradient path)
-        pytest.skip(f"not provided: torch {torch.__version__}'s fully_shard takes no ignored_params (2.7+)")
+        raise NotProvided(f"torch {torch.__version__}'s fully_shard takes no ignored_params (2.7+)")
     return world_size
 
 
@@ -207,7 +208,7 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
     )
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
     if unchecked:
-        pytest.skip("not provided: " + "; ".join(unchecked))
+        raise NotProvided("; ".join(unchecked))
 
 
 @pytest.mark.parametrize("area", [pytest.param(area, marks=pytest.mark.invariant(inv)) for area, (inv, _) in AGREEMENT.items()])
@@ -227,7 +228,7 @@ def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
         require_compile()
     spec = _spec_of(request.config, fsdpcheck_impl)
     if getattr(fsdpcheck_impl, area, None) is None:
-        pytest.skip(f"not provided: {spec} has no {area} area")
+        raise NotProvided(f"{spec} has no {area} area")
     task = AGREEMENT_TASK[area]
     worlds = [(_results(request.config, world_size, fsdpcheck_device, task), world_size, task)]
     second = _second_world(world_size, fsdpcheck_device) if area == "fsdp2" else None
@@ -247,4 +248,4 @@ def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
         lambda: next(filter(None, (environment(w[0], spec) for w in worlds)), None),
     )
     if all(agreement_not_provided(w[0], spec, area) for w in worlds):
-        pytest.skip(f"not provided: no rank recorded {spec}'s {AGREEMENT[area][1]} (its fully_shard cannot be driven)")
+        raise NotProvided(f"no rank recorded {spec}'s {AGREEMENT[area][1]} (its fully_shard cannot be driven)")

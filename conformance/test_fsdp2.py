@@ -14,6 +14,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.fsdp2 import (
     EQUAL_MODULES,
@@ -63,7 +64,7 @@ def _require(impl, feature: str, what: str):
     """A check of a feature this implementation's ``fully_shard`` predates is
     not provided (torch's FSDP2 grew several roots in 2.5, ignored_params in 2.7)."""
     if not getattr(impl.fsdp2, feature, True):
-        pytest.skip(f"not provided: this implementation's fully_shard takes {what}")
+        raise NotProvided(f"this implementation's fully_shard takes {what}")
 
 
 def _takes(impl, spec):

@@ -26,6 +26,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
 )
 from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.fsdp2 import (
     Fsdp2Plan,
@@ -161,7 +162,7 @@ def _takes(impl, plan):
 
 def _require(impl, feature: str, what: str):
     if not getattr(impl.fsdp2, feature, True):
-        pytest.skip(f"not provided: this implementation's fully_shard takes {what}")
+        raise NotProvided(f"this implementation's fully_shard takes {what}")
 
 
 def _check(impl, plan, check):
@@ -244,7 +245,7 @@ def test_plan_conflicts(fsdpcheck_impl, plan):
 
 def _require_ignored(impl):
     if not getattr(impl.fsdp2, "takes_ignored_params", True):
-        pytest.skip("not provided: this implementation's fully_shard takes no ignored_params")
+        raise NotProvided("this implementation's fully_shard takes no ignored_params")
 
 
 @pytest.mark.invariant("FS2-6")

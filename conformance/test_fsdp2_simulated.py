@@ -8,12 +8,12 @@ from hypothesis import given
 
 from pytest_fsdpcheck.checks.fsdp2_world import check_world, ranks_to_build
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.core.provided import (
     expected_provided,
     first_release,
     installed_torch,
-    skip_for_release,
 )
 from pytest_fsdpcheck.generators.fsdp2_world import (
     UNEVEN_WORLDS,
@@ -29,13 +29,14 @@ def _require(impl):
     for every implementation), or an area that does not report its shards,
     is not provided."""
     if not expected_provided("fsdp2.simulated_world", installed_torch()):
-        skip_for_release("fsdp2.simulated_world", "simulated worlds (torch's fake process group) are recorded "
-                         f"from torch {first_release('fsdp2.simulated_world')} (provided.py)")
+        raise NotProvided("simulated worlds (torch's fake process group) are recorded "
+                          f"from torch {first_release('fsdp2.simulated_world')} (provided.py)",
+                          release_lacks="fsdp2.simulated_world")
     area = impl.fsdp2
     if not callable(getattr(area, "sharded_groups", None)):
-        pytest.skip("not provided: this implementation's fsdp2 area has no sharded_groups (FS2-10)")
+        raise NotProvided("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
     if not getattr(area, "simulated_world", True):
-        pytest.skip("not provided: simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
+        raise NotProvided("simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
 
 
 def _takes(impl, world):

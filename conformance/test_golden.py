@@ -12,6 +12,7 @@ from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, expected_
 from pytest_fsdpcheck.checks.golden import check_golden
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.contract import accepted_forms
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.generators.corpus import (
     CORPUS,
     capture_unavailable,
@@ -29,7 +30,7 @@ MODELS = list(CORPUS)
 def _require(model):
     reason = missing(model)
     if reason is not None:
-        pytest.skip(f"not provided: {reason}")
+        raise NotProvided(reason)
 
 
 def _require_capture(model):
@@ -41,7 +42,7 @@ def _require_capture(model):
     _require(model)
     reason = capture_unavailable(model)
     if reason is not None:
-        pytest.skip(f"not provided: {reason}")
+        raise NotProvided(reason)
     captured(model)
 
 
@@ -81,7 +82,7 @@ def test_golden_exec_order(fsdpcheck_impl, model):
     _require(model)
     reason = untraceable(model)
     if reason is not None:
-        pytest.skip(f"not provided: {reason}")
+        raise NotProvided(reason)
     _compare(fsdpcheck_impl, model, "exec order", f"corpus.render_exec_order({model!r}, impl.exec_order)")
 
 
@@ -97,7 +98,7 @@ def _corpus_split_input(impl, model):
     # such a capture is a module-form graph, and only module-form bugs explain it.
     form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
     if form not in accepted_forms(impl.splitting):
-        pytest.skip(f"not provided: this torch's Dynamo captured {model} as a {form}-form graph, "
+        raise NotProvided(f"this torch's Dynamo captured {model} as a {form}-form graph, "
                     f"which this implementation's splitting does not accept")
     return gm, example_inputs, chk.graph_facts(gm, example_inputs), spec.bucket_bytes_cap, spec.first_bucket_cap, form
 
@@ -129,7 +130,7 @@ def test_corpus_ddp_assignment(fsdpcheck_impl, model):
     gm, example_inputs, facts, cap, first, form = _corpus_split_input(fsdpcheck_impl, model)
     reason = chk.ddp_assignment_unjudgeable(gm, example_inputs, facts, cap, first)
     if reason is not None:
-        pytest.skip(f"not provided: {model}: {reason}")
+        raise NotProvided(f"{model}: {reason}")
 
     def body(impl):
         return chk.check_captured_assignment(impl.splitting, gm, example_inputs, facts, cap, first)
@@ -140,7 +141,7 @@ def test_corpus_ddp_assignment(fsdpcheck_impl, model):
 def _require_fsdp2_plan(impl, model):
     _require(model)
     if not getattr(impl.fsdp2, "several_roots", True) and any(len(call) > 1 for call in fsdp2_calls(model)):
-        pytest.skip(f"not provided: {model}'s plan shards tied modules in one fully_shard call, "
+        raise NotProvided(f"{model}'s plan shards tied modules in one fully_shard call, "
                     "and this implementation's fully_shard takes one module per group")
 
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from pytest_fsdpcheck.checks import Violation, error_of
 from pytest_fsdpcheck.checks import splitting as chk
 from pytest_fsdpcheck.checks.repro import snippet
+from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.graphs import (
     GraphSpec,
@@ -252,12 +253,12 @@ def _require_lazy(impl):
     is decided by release, ``provided``)."""
     if getattr(impl.splitting, "lazy_compile", False):
         return
-    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
+    from pytest_fsdpcheck.core.provided import installed_torch, releases
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
-    skip_for_release("splitting.lazy_compile",
-                     f"{name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
-                     f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})")
+    raise NotProvided(f"{name} has no lazy compile mode (torch's DDPOptimizer has the lazy path in torch "
+                      f"{releases('splitting.lazy_compile')}; this is torch {'.'.join(map(str, installed_torch()))})",
+                      release_lacks="splitting.lazy_compile")
 
 
 class ContextRecorder(Recorder):
@@ -379,11 +380,11 @@ def _require_by_release(impl, attribute, default, feature, lacks, provides):
     ``feature``."""
     if getattr(impl.splitting, attribute, default):
         return
-    from pytest_fsdpcheck.core.provided import installed_torch, releases, skip_for_release
+    from pytest_fsdpcheck.core.provided import installed_torch, releases
 
     name = getattr(impl, "_fsdpcheck_spec", "the implementation")
-    skip_for_release(feature, f"{name} {lacks} ({provides}, in torch {releases(feature)}; this is torch "
-                              f"{'.'.join(map(str, installed_torch()))})")
+    raise NotProvided(f"{name} {lacks} ({provides}, in torch {releases(feature)}; this is torch "
+                      f"{'.'.join(map(str, installed_torch()))})", release_lacks=feature)
 
 
 def _require_hooks_deferred(impl):
@@ -465,7 +466,7 @@ def _check_higher_order(impl, spec, cap, first, form):
     # and does not fails here
     if not expected_provided("splitting.higher_order_ops", installed_torch()):
         since = ".".join(map(str, PROVIDED_FROM["splitting.higher_order_ops"]))
-        pytest.skip(f"not provided: torch has higher-order ops (torch._higher_order_ops) from {since}")
+        raise NotProvided(f"torch has higher-order ops (torch._higher_order_ops) from {since}")
 
     def body(impl):
         built = build_graph(spec, form)

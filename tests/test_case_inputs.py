@@ -78,15 +78,15 @@ def test_a_drawn_configuration_without_a_plan_is_rejected_and_others_drawn():
 
 def test_a_drawn_factory_none_of_whose_configurations_has_a_plan_is_np_with_the_reason():
     from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.cases.model import is_case_skip
+    from pytest_fsdpcheck.core.not_provided import NotProvided
 
-    with pytest.raises(pytest.skip.Exception) as info:
+    with pytest.raises(NotProvided) as info:
         checks.run_check(checks.check_plan_rules, never_planned, max_examples=5)
     message = str(info.value.msg)
     assert message.startswith("not provided: no drawn configuration of never_planned gives this check an input"), message
     # bounded: max_examples configurations built, not Hypothesis' hundreds of draws
     assert "(5 tried; the first: case 'never_planned[depth=1]' gives no FSDP2 plan)" in message, message
-    assert is_case_skip(info.value)
+    assert info.value.case_input and info.value.reason == message.removeprefix("not provided: ")
 
 
 @pytest.mark.plugin

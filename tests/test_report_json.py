@@ -47,20 +47,23 @@ def test_a_rewritten_report_keeps_its_mode(tmp_path):
     assert path.read_text() == "new\n" and _mode(path) == 0o640
 
 
-def _skip_report(nodeid, reason, invariants, impl, *, collected_np=False):
+def _skip_report(nodeid, reason, invariants, impl, *, not_provided=False):
+    """A skipped test's report; ``not_provided``: as the plugin marks a
+    NotProvided (or an area missing at collection), its reason a property."""
     props = [(PROP_INVARIANTS, invariants), (PROP_IMPL, impl)]
-    if collected_np:
-        props.append((PROP_NOT_PROVIDED, True))
+    if not_provided:
+        props.append((PROP_NOT_PROVIDED, reason))
+    message = f"not provided: {reason}" if not_provided else reason
     return SimpleNamespace(nodeid=nodeid, when="setup", outcome="skipped", passed=False, failed=False, skipped=True,
-                           longrepr=("conformance/test_x.py", 3, f"Skipped: {reason}"), user_properties=props,
+                           longrepr=("conformance/test_x.py", 3, f"Skipped: {message}"), user_properties=props,
                            duration=0.0, sections=[])
 
 
 def test_np_cells_and_tests_carry_their_reasons():
     matrix = Matrix()
-    matrix.record(_skip_report("t.py::a[x]", "not provided: x has no splitting area", ["SPL-3"], "x", collected_np=True))
-    matrix.record(_skip_report("t.py::b[x]", "not provided: x accepts dynamo-form graphs, not module form",
-                               ["SPL-3", "SPL-4"], "x"))
+    matrix.record(_skip_report("t.py::a[x]", "x has no splitting area", ["SPL-3"], "x", not_provided=True))
+    matrix.record(_skip_report("t.py::b[x]", "x accepts dynamo-form graphs, not module form",
+                               ["SPL-3", "SPL-4"], "x", not_provided=True))
     matrix.record(_skip_report("t.py::c[x]", "needs a GPU", ["SPL-11"], "x"))
     cells = matrix.to_json()["x"]
     assert cells["SPL-3"] == {"outcome": "not provided", "tests": 2,
@@ -70,6 +73,14 @@ def test_np_cells_and_tests_carry_their_reasons():
     assert matrix.per_test["t.py::a[x]"]["reason"] == "x has no splitting area"
     assert matrix.per_test["t.py::c[x]"] == {"outcome": "skipped", "implementation": "x", "invariants": ["SPL-11"],
                                              "reason": "needs a GPU"}
+
+
+def test_np_is_what_the_check_raised_never_what_a_skip_message_says():
+    # a plain skip whose message merely reads like one (a user's own check,
+    # a library's skip) is "skipped": n/p comes only from NotProvided
+    matrix = Matrix()
+    matrix.record(_skip_report("t.py::a[x]", "not provided: as a plain skip", ["SPL-3"], "x"))
+    assert matrix.to_json()["x"]["SPL-3"] == {"outcome": "skipped", "tests": 1, "reasons": ["not provided: as a plain skip"]}
 
 
 def test_the_schema_is_shipped_valid_and_versioned():

@@ -1,7 +1,8 @@
 """The checks run on a user's model case, each ``check(case, impl)``: it
 returns nothing, raises :class:`~pytest_fsdpcheck.checks.ConformanceFailure`
-(with a reproducer that imports the user's factory), or skips with
-``not provided: <reason>`` where the check has no input on this torch.
+(with a reproducer that imports the user's factory), or raises
+:class:`~pytest_fsdpcheck.core.not_provided.NotProvided` (a skip, ``n/p``)
+where the check has no input on this torch or this case.
 
 ``case`` may also be a factory (or its ``pkg.module:factory`` name): one
 with declared strategies is drawn by Hypothesis and a failure is shrunk to
@@ -15,23 +16,17 @@ import re
 
 from ..checks import ConformanceFailure, Violation, difference, error_of, one_line, short
 from ..checks.annotation import MANAGED, ORIG_PARAMS, read_flag
+from ..core.not_provided import NotProvided
 from .model import (
     CaseError,
     ModelCase,
     _one_line,
     build_case,
-    is_case_skip,
     load_factory,
-    skip_for_case,
     strategies_of,
     unit_names,
 )
-
-
-def _skip(reason: str):
-    import pytest
-
-    pytest.skip(f"not provided: {reason}")
+from .replay import PlanReplay, calls_on, replicate_on
 
 
 def _torch_impl():
@@ -179,7 +174,7 @@ def _plan_problem(case) -> str | None:
     from ..checks.plan import rejected_call
 
     model = record.pristine
-    rejected = rejected_call(model, _calls_on(record, model), _replicate_on(record, model))
+    rejected = rejected_call(model, calls_on(record, model), replicate_on(record, model))
     if rejected is not None:
         # FS2-4: FSDP2 rejects it, so no implementation can be judged on the plan
         return (f"plan's {rejected}, which FSDP2 rejects (a scalar cannot be sharded on dim 0): "
@@ -204,45 +199,13 @@ def _raise_plan_error(record):
 
 def _require_plan(case, impl):
     if case.plan is None:
-        skip_for_case(f"case {case.name!r} gives no FSDP2 plan")
+        raise NotProvided(f"case {case.name!r} gives no FSDP2 plan", case_input=True)
     if getattr(impl, "fsdp2", None) is None:
-        _skip("this implementation has no fsdp2 area")
+        raise NotProvided("this implementation has no fsdp2 area")
     from ..impls.torch_fsdp2 import fsdp2_available
 
     if not fsdp2_available():
-        _skip("this torch has no fully_shard")
-
-
-def _calls_on(record, model):
-    """The recorded calls as ``(roots, ignored)`` objects of ``model`` (a copy
-    of the pristine one, found by qualified name)."""
-    params = dict(model.named_parameters())
-    out = []
-    for call in record.calls:
-        roots = tuple(model.get_submodule(r) for r in call.roots)
-        ignored = None if call.ignored is None else {params[n] for n in call.ignored if n in params}
-        out.append((roots, ignored))
-    return out
-
-
-def _replicate_on(record, model, call_index=None):
-    names = set(record.case.replicate)
-    for call in record.calls if call_index is None else record.calls[: call_index + 1]:
-        names |= set(call.replicate)
-    return [model.get_submodule(n) for n in sorted(names)]
-
-
-def _replay_input(record, area):
-    """A fresh copy of the recorded model, its calls' roots and ignored
-    parameters on that copy, ``replicate`` marked through ``area``, and the
-    spec's oracle over it."""
-    from ..checks.plan import OracleInput
-
-    model = _copy(record)
-    replicate = _replicate_on(record, model)
-    for m in replicate:
-        area.mark_incompatible(m, "replicate")
-    return model, _calls_on(record, model), OracleInput(model, replicate)
+        raise NotProvided("this torch has no fully_shard")
 
 
 def _copy(record):
@@ -262,7 +225,7 @@ def check_plan_rules(case, impl=None):
     _require_plan(case, impl)
     record = recorded(case)
     model = record.pristine
-    violations = check_plan(model, _calls_on(record, model), _replicate_on(record, model))
+    violations = check_plan(model, calls_on(record, model), replicate_on(record, model))
     if violations:
         raise ConformanceFailure(violations, reproducer(case, "check_plan_rules", impl))
 
@@ -271,32 +234,26 @@ def check_fsdp2_walk(case, impl=None):
     """FS2-1..5 for each recorded call: the implementation's walk and states
     on the model as the earlier calls leave it (their roots holding a group,
     ``replicate`` owners marked), against the oracle."""
-    from ..checks.fsdp2 import check_managed, check_states, effective_roots, expected_managed
+    from ..checks.fsdp2 import check_managed, check_states, expected_managed
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
     if any(len(c.roots) > 1 for c in record.calls) and not getattr(impl.fsdp2, "several_roots", True):
-        _skip("the plan shards several modules in one call; this implementation's fully_shard takes one")
+        raise NotProvided("the plan shards several modules in one call; this implementation's fully_shard takes one")
     if any(c.ignored is not None for c in record.calls) and not getattr(impl.fsdp2, "takes_ignored_params", True):
-        _skip("the plan passes ignored_params; this implementation's fully_shard takes none")
+        raise NotProvided("the plan passes ignored_params; this implementation's fully_shard takes none")
 
     def body(impl):
         area = impl.fsdp2
-        model, calls, oracle = _replay_input(record, area)
-        earlier: list = []
         violations = []
-        for (roots, ignored), call in zip(calls, record.calls, strict=True):
-            oracle.at(roots, earlier, ignored)
-            found = check_managed(oracle, area.managed_modules(roots, ignored))
+        for step in PlanReplay(record, _copy(record), area):
+            oracle, ignored = step.oracle, step.ignored
+            found = check_managed(oracle, area.managed_modules(step.roots, ignored))
             managed = expected_managed(oracle)
             modules = [oracle.modules[i] for i in managed]
             found += check_states(oracle, managed, lambda modules=modules, ignored=ignored: area.managed_states(modules, ignored))
-            violations += [Violation(v.invariant, f"{call.label()}: {v.message}", v.detail) for v in _named(found, oracle)]
-            effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
-            for r in effective:
-                area.mark_own_group(r)
-            earlier += effective
+            violations += [Violation(v.invariant, f"{step.call.label()}: {v.message}", v.detail) for v in _named(found, oracle)]
         return violations
 
     _judge(impl, case, "check_fsdp2_walk", body)
@@ -307,8 +264,7 @@ def check_fsdp2_recorded(case, impl=None):
     inside each of the plan's real ``fully_shard`` calls, against the oracle
     on the model as the earlier calls left it (up to the first call that
     raised: what torch leaves after an error is not specified)."""
-    from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
-    from ..checks.plan import OracleInput
+    from ..checks.fsdp2 import expected_managed, expected_states
     from ..impls.torch_fsdp2 import TorchFsdp2
 
     case, impl = _resolve(case, impl)
@@ -316,17 +272,13 @@ def check_fsdp2_recorded(case, impl=None):
     # under the plugin the implementation comes guarded (isolation.Guarded):
     # whether it is torch's own is a question about what it guards
     if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
-        _skip("the recorded fully_shard calls are the installed torch's own")
+        raise NotProvided("the recorded fully_shard calls are the installed torch's own")
     record = recorded(case)
-    model = record.pristine
-    calls = _calls_on(record, model)
-    oracle = OracleInput(model, _replicate_on(record, model))
-    earlier: list = []
     violations: list[Violation] = []
     managed_by: set[int] = set()
     sharded: set[int] = set()
-    for (roots, ignored), call in zip(calls, record.calls, strict=True):
-        oracle.at(roots, earlier, ignored)
+    for step in PlanReplay(record, record.pristine):
+        oracle, call = step.oracle, step.call
         managed = expected_managed(oracle)
         params, buffers, _ = expected_states(oracle, managed)
         if call.error is not None:
@@ -351,7 +303,6 @@ def check_fsdp2_recorded(case, impl=None):
                 violations.append(Violation("FS2-4", f"{call.label()}: {what} collected inside the call differ from those "
                                                      f"expected: {difference(oracle.labels(want_s), got_s)}",
                                             evidence=(tuple(got_s), tuple(oracle.labels(want_s)))))
-        earlier += [oracle.modules[i] for i in effective_roots(oracle.spec)]
     from ..known.judge import conform
 
     conform(impl, violations, reproducer(case, "check_fsdp2_recorded", impl))
@@ -363,7 +314,7 @@ def check_fully_shard_calls(case, impl=None):
     real ``fully_shard``) on a copy of the model: a call sharing a module or
     parameter with an earlier group must be rejected with a clear error
     naming it; otherwise exactly the managed modules carry the Dynamo flags."""
-    from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
+    from ..checks.fsdp2 import expected_managed, expected_states
     from .recording import mesh_of_this_world
 
     case, impl = _resolve(case, impl)
@@ -372,14 +323,15 @@ def check_fully_shard_calls(case, impl=None):
 
     def body(impl):
         area = impl.fsdp2
-        model, calls, oracle = _replay_input(record, area)
-        earlier: list = []
+        model = _copy(record)
+        plan = PlanReplay(record, model, area)
+        oracle = plan.oracle
         managed_by: set[int] = set()
         sharded: set[int] = set()
         flagged_expected: set[str] = set()
         with mesh_of_this_world() as mesh:
-            for (roots, ignored), call in zip(calls, record.calls, strict=True):
-                oracle.at(roots, earlier, ignored)
+            for step in plan:
+                roots, ignored, call = step.roots, step.ignored, step.call
                 managed = expected_managed(oracle)
                 params, _, _ = expected_states(oracle, managed)
                 shared = [oracle.modules[i] for i in managed if i in managed_by]
@@ -405,10 +357,6 @@ def check_fully_shard_calls(case, impl=None):
                 managed_by.update(managed)
                 sharded.update(id(p) for p in params)
                 flagged_expected.update(oracle.label(oracle.modules[i]) for i in managed)
-                effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
-                for r in effective:
-                    area.mark_own_group(r)
-                earlier += effective
         flagged = {oracle.label(m) for m in oracle.modules
                    if read_flag(m, MANAGED) is True and read_flag(m, ORIG_PARAMS) is True}
         if flagged != flagged_expected:
@@ -478,7 +426,7 @@ def captured(case: ModelCase):
 
     reason = compile_unsupported()
     if reason:
-        _skip(reason)
+        raise NotProvided(reason)
     model = model_copy(case.model)
     graphs = []
 
@@ -491,9 +439,11 @@ def captured(case: ModelCase):
         case.call(torch.compile(model, backend=capture))
     except Exception as exc:  # noqa: BLE001 - the reason is what Dynamo says
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        skip_for_case(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} ({type(exc).__name__}: {first})")
+        raise NotProvided(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} "
+                          f"({type(exc).__name__}: {first})", case_input=True) from None
     if len(graphs) != 1:
-        skip_for_case(f"Dynamo captured {case.name} as {len(graphs)} graphs (graph breaks); the bucket checks take one")
+        raise NotProvided(f"Dynamo captured {case.name} as {len(graphs)} graphs (graph breaks); "
+                          "the bucket checks take one", case_input=True)
     return graphs[0]
 
 
@@ -514,13 +464,13 @@ def _bucket_input(case, impl):
     from ..contract import accepted_forms
 
     if getattr(impl, "splitting", None) is None:
-        _skip("this implementation has no splitting area")
+        raise NotProvided("this implementation has no splitting area")
     gm, example_inputs = captured(case)
     facts = chk.graph_facts(gm, example_inputs)
     cap, first = bucket_caps(case, facts)
     form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
     if form not in accepted_forms(impl.splitting):
-        _skip(f"Dynamo captured {case.name} as a {form}-form graph, which this implementation's splitting does not accept")
+        raise NotProvided(f"Dynamo captured {case.name} as a {form}-form graph, which this implementation's splitting does not accept")
     return gm, example_inputs, facts, cap, first, form
 
 
@@ -550,10 +500,10 @@ def check_bucket_assignment(case, impl=None):
     import torch.distributed as dist
 
     if not dist.is_available():
-        _skip("torch.distributed is not available, and DDP's bucket assignment is part of it")
+        raise NotProvided("torch.distributed is not available, and DDP's bucket assignment is part of it")
     reason = chk.ddp_assignment_unjudgeable(gm, example_inputs, facts, cap, first)
     if reason is not None:
-        skip_for_case(f"{case.name}: {reason}")
+        raise NotProvided(f"{case.name}: {reason}", case_input=True)
 
     def body(impl):
         return chk.check_captured_assignment(impl.splitting, gm, example_inputs, facts, cap, first)
@@ -616,7 +566,7 @@ def check_traversal(case, impl=None):
 
     case, impl = _resolve(case, impl)
     if getattr(impl, "traversal", None) is None:
-        _skip("this implementation has no traversal area")
+        raise NotProvided("this implementation has no traversal area")
 
     def body(impl):
         tree = _fsdp1_tree(case, impl.traversal)
@@ -692,7 +642,7 @@ def _annotation_body(case, ignored: tuple):
 
 def _require_annotation(impl):
     if getattr(impl, "annotation", None) is None:
-        _skip("this implementation has no annotation area")
+        raise NotProvided("this implementation has no annotation area")
 
 
 def check_annotation(case, impl=None):
@@ -712,14 +662,14 @@ def check_annotation_ignored(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_annotation(impl)
     if case.plan is None:
-        skip_for_case(f"case {case.name!r} gives no FSDP2 plan, so no module is ignored")
+        raise NotProvided(f"case {case.name!r} gives no FSDP2 plan, so no module is ignored", case_input=True)
     ignored = plan_ignored_modules(case)
     if not ignored:
-        skip_for_case(f"case {case.name!r}: its plan ignores no module (no module has all of its own "
-                      "parameters in a fully_shard call's ignored_params)")
+        raise NotProvided(f"case {case.name!r}: its plan ignores no module (no module has all of its own "
+                          "parameters in a fully_shard call's ignored_params)", case_input=True)
     if not _not_ignored_below(case, ignored):
-        skip_for_case(f"case {case.name!r}: every module below the ones its plan ignores ({short(ignored, 4)}) "
-                      "is ignored too")
+        raise NotProvided(f"case {case.name!r}: every module below the ones its plan ignores "
+                          f"({short(ignored, 4)}) is ignored too", case_input=True)
     _judge(impl, case, "check_annotation_ignored", _annotation_body(case, ignored))
 
 
@@ -768,10 +718,10 @@ def check_exec_order(case, impl=None):
 
     case, impl = _resolve(case, impl)
     if getattr(impl, "exec_order", None) is None:
-        _skip("this implementation has no exec_order area")
+        raise NotProvided("this implementation has no exec_order area")
     reason = untraceable(case)
     if reason is not None:
-        skip_for_case(reason)
+        raise NotProvided(reason, case_input=True)
 
     def body(impl):
         model = copy.deepcopy(case.model)
@@ -824,7 +774,7 @@ def control_groups(case) -> tuple:
         except AttributeError:
             return name
 
-    spec = spec_groups(pristine, _calls_on(record, pristine), _replicate_on(record, pristine))
+    spec = spec_groups(pristine, calls_on(record, pristine), replicate_on(record, pristine))
     groups = []
     for call, (_, params) in zip(record.calls, spec, strict=True):
         if call.error is not None or not params:
@@ -856,7 +806,7 @@ def _grouping_broken(case) -> str | None:
 
     record = recorded(case)
     model = record.pristine
-    broken = [v for v in check_plan(model, _calls_on(record, model), _replicate_on(record, model))
+    broken = [v for v in check_plan(model, calls_on(record, model), replicate_on(record, model))
               if v.invariant in ("PLN-1", "PLN-2")]
     if not broken:
         return None
@@ -887,24 +837,24 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     _require_plan(case, impl)
     # the plan calls the installed torch's fully_shard whatever the implementation under test
     if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
-        _skip("the plan's fully_shard is torch's own")
+        raise NotProvided("the plan's fully_shard is torch's own")
     reason = compile_unsupported()
     if reason is not None:
-        _skip(reason)
+        raise NotProvided(reason)
     import torch
 
     if not torch.distributed.is_available():
-        _skip("this torch build has no torch.distributed")
+        raise NotProvided("this torch build has no torch.distributed")
     if world_size < 2:
-        _skip(f"FS2-9 needs world size >= 2, the runner gives {world_size}")
+        raise NotProvided(f"FS2-9 needs world size >= 2, the runner gives {world_size}")
     from ..core.provided import expected_provided, first_release
 
     if not expected_provided("fsdp2.cpu_runtime", torch.__version__):
-        _skip("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
+        raise NotProvided("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
               f"from torch {first_release('fsdp2.cpu_runtime')}")
     broken = _grouping_broken(case)
     if broken is not None:
-        skip_for_case(broken)
+        raise NotProvided(broken, case_input=True)
     from ..checks import EnvironmentFault
     from ..checks.plan_distributed import world_too_slow
     from ..runs.plan_run import rank_limit
@@ -926,7 +876,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     violations = judge(records)
     uncompilable = uncompilable_model(records)
     if not violations and uncompilable is not None:
-        skip_for_case(uncompilable)
+        raise NotProvided(uncompilable, case_input=True)
     from ..known.judge import conform
 
     conform(impl, violations, reproducer(case, "check_plan_end_to_end", impl))
@@ -945,38 +895,39 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
     8): each rank's groups, dim-0 rows and padding as the spec gives them,
     the Dynamo flags, every rank agreeing. Construction and assignment only:
     collectives and numerics are FS2-9's."""
-    from ..checks.fsdp2 import effective_roots, expected_managed, expected_states
+    from ..checks.fsdp2 import expected_managed, expected_states
     from ..checks.fsdp2_world import Prepared, check_prepared_world
-    from ..core.provided import expected_provided, first_release, installed_torch, skip_for_release
+    from ..core.provided import expected_provided, first_release, installed_torch
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     if not expected_provided("fsdp2.simulated_world", installed_torch()):
-        skip_for_release("fsdp2.simulated_world", "simulated worlds (torch's fake process group) are recorded "
-                         f"from torch {first_release('fsdp2.simulated_world')} (provided.py)")
+        raise NotProvided("simulated worlds (torch's fake process group) are recorded "
+                          f"from torch {first_release('fsdp2.simulated_world')} (provided.py)",
+                          release_lacks="fsdp2.simulated_world")
     area = impl.fsdp2
     if not callable(getattr(area, "sharded_groups", None)):
-        _skip("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
+        raise NotProvided("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
     if not getattr(area, "simulated_world", True):
-        _skip("simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
+        raise NotProvided("simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
     broken = _grouping_broken(case)
     if broken is not None:
-        skip_for_case(broken)
+        raise NotProvided(broken, case_input=True)
     record = recorded(case)
     size = SIMULATED_WORLD_SIZE if world_size is None else world_size
 
     def make():
-        model, calls, oracle = _replay_input(record, area)
-        managed_all, groups, earlier = set(), {}, []
-        for roots, ignored in calls:
-            oracle.at(roots, earlier, ignored)
+        # the groups are not marked: the simulated world's fully_shard gives them their states
+        plan = PlanReplay(record, _copy(record), area, mark_groups=False)
+        oracle = plan.oracle
+        managed_all, groups, calls = set(), {}, []
+        for step in plan:
+            calls.append((step.roots, step.ignored))
             managed = expected_managed(oracle)
             params, _, _ = expected_states(oracle, managed)
-            effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
             managed_all.update(oracle.label(oracle.modules[i]) for i in managed)
-            key = tuple(sorted(oracle.label(r) for r in effective))
+            key = tuple(sorted(oracle.label(r) for r in step.effective))
             groups.setdefault(key, []).append(tuple(sorted(oracle.labels(params))))
-            earlier += effective
         labels = {id(m): oracle.label(m) for m in oracle.modules}
         for m in oracle.modules:
             for p in m._parameters.values():
@@ -1121,13 +1072,13 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
         except (EnvironmentFault, CaseError) as exc:
             environment.append(exc)
             assume(False)
-        except BaseException as exc:
-            if not is_case_skip(exc):
+        except NotProvided as exc:
+            if not exc.case_input:
                 raise
             # this configuration gives the check nothing (no plan, a graph
             # break): another may, and the check is n/p only if none does
             checked.pop()
-            no_input.append(str(getattr(exc, "msg", exc)).removeprefix("not provided: "))
+            no_input.append(exc.reason)
             assume(False)
 
     try:
@@ -1139,8 +1090,8 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
         if environment:
             raise environment[0] from None
         if no_input:
-            skip_for_case(f"no drawn configuration of {_source_id(source)} gives this check an input "
-                          f"({len(no_input)} tried; the first: {no_input[0]})")
+            raise NotProvided(f"no drawn configuration of {_source_id(source)} gives this check an input "
+                              f"({len(no_input)} tried; the first: {no_input[0]})", case_input=True) from None
         _not_judged(f"every drawn configuration of {_source_id(source)} is a case error (see check_case)")
     if environment:  # configurations judged before the world failed: still no verdict on the rest
         raise environment[0]

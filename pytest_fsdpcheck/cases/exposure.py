@@ -83,13 +83,13 @@ class NotChecked(Exception):
 
 
 def _not_provided(fn, *args):
-    """``fn(*args)``, turning the checks' "not provided" skips into NotChecked."""
-    import pytest
+    """``fn(*args)``, turning the checks' NotProvided into NotChecked."""
+    from ..core.not_provided import NotProvided
 
     try:
         return fn(*args)
-    except pytest.skip.Exception as exc:
-        raise NotChecked(str(exc.msg).removeprefix("not provided: ")) from None
+    except NotProvided as exc:
+        raise NotChecked(exc.reason) from None
 
 
 def _raised(exc: BaseException) -> str:
@@ -176,34 +176,24 @@ def fsdp2_outcome(case, make) -> dict:
     """Per call of the model's recorded plan, as the earlier calls leave the
     model: the managed modules and parameters, and whether ``annotate``
     (fully_shard as specified) accepts the call."""
-    from ..checks.fsdp2 import effective_roots
-    from ..checks.plan import OracleInput
-    from .checks import _calls_on, _raise_plan_error, _replicate_on, recorded
+    from .checks import _raise_plan_error, recorded
+    from .replay import PlanReplay
 
     if case.plan is None:
         raise NotChecked(f"case {case.name!r} gives no FSDP2 plan")
     record = recorded(case)
     _raise_plan_error(record)
     area = make().fsdp2
-    model = copy.deepcopy(record.pristine)
-    calls = _calls_on(record, model)
-    for m in _replicate_on(record, model):
-        area.mark_incompatible(m, "replicate")
-    oracle = OracleInput(model, _replicate_on(record, model))
-    groups, earlier = [], []
-    for (roots, ignored), call in zip(calls, record.calls, strict=True):
-        oracle.at(roots, earlier, ignored)
+    groups = []
+    for step in PlanReplay(record, copy.deepcopy(record.pristine), area):
+        label = step.call.label()
         try:
-            managed = area.managed_modules(roots, ignored)
-            params, _buffers = area.managed_states(managed, ignored)
-            group = {"call": call.label(), "modules": oracle.labels(managed), "params": oracle.labels(params)}
+            managed = area.managed_modules(step.roots, step.ignored)
+            params, _buffers = area.managed_states(managed, step.ignored)
+            group = {"call": label, "modules": step.oracle.labels(managed), "params": step.oracle.labels(params)}
         except Exception as exc:  # noqa: BLE001
-            group = {"call": call.label(), "raised": _raised(exc)}
+            group = {"call": label, "raised": _raised(exc)}
         groups.append(group)
-        effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
-        for r in effective:
-            area.mark_own_group(r)
-        earlier += effective
     return {"groups": groups, "accepted": _annotated(record, make().fsdp2)}
 
 
@@ -211,28 +201,16 @@ def _annotated(record, area) -> list[str]:
     """Each call through ``area``'s ``annotate`` (a fresh area: it keeps what
     earlier calls managed), in the plan's order, on another copy of the
     model: "accepted" or what it raised (the plan stops there)."""
-    from ..checks.fsdp2 import effective_roots
-    from ..checks.plan import OracleInput
-    from .checks import _calls_on, _replicate_on
+    from .replay import PlanReplay
 
-    model = copy.deepcopy(record.pristine)
-    replicate = _replicate_on(record, model)
-    for m in replicate:
-        area.mark_incompatible(m, "replicate")
-    oracle = OracleInput(model, replicate)
-    out, earlier = [], []
-    for (roots, ignored), call in zip(_calls_on(record, model), record.calls, strict=True):
-        oracle.at(roots, earlier, ignored)
+    out = []
+    for step in PlanReplay(record, copy.deepcopy(record.pristine), area):
         try:
-            area.annotate(roots, None, ignored)
+            area.annotate(step.roots, None, step.ignored)
         except Exception as exc:  # noqa: BLE001
-            out.append(f"{call.label()} {_raised(exc)}")
+            out.append(f"{step.call.label()} {_raised(exc)}")
             break
-        out.append(f"{call.label()} accepted")
-        effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
-        for r in effective:
-            area.mark_own_group(r)
-        earlier += effective
+        out.append(f"{step.call.label()} accepted")
     return out
 
 

@@ -24,26 +24,6 @@ class CaseError(Exception):
     """A model factory cannot be used; the message is one line naming what is wrong."""
 
 
-#: set on a check's "not provided" skip whose reason is the case's own (no
-#: plan, a graph break, not fx-traceable): it says nothing about whether the
-#: implementation provides the check, so ``--fsdpcheck-strict`` does not
-#: count it, and a drawn factory draws another configuration instead
-CASE_INPUT_MARK = "fsdpcheck_case_input"
-
-
-def skip_for_case(reason: str):
-    """Skip a check as not provided because the case gives it no input."""
-    import pytest
-
-    exc = pytest.skip.Exception(f"not provided: {reason}")
-    setattr(exc, CASE_INPUT_MARK, True)
-    raise exc
-
-
-def is_case_skip(exc: BaseException) -> bool:
-    return bool(getattr(exc, CASE_INPUT_MARK, False))
-
-
 @dataclass(frozen=True)
 class ModelCase:
     """One model and how a framework shards it.

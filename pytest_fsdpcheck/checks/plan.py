@@ -106,18 +106,33 @@ def descendants(modules) -> set[int]:
     return below
 
 
+def placed(oracle: OracleInput, calls, on_group=None):
+    """Each call ``(roots, ignored)`` of a plan, in its order, ``oracle``
+    placed at it: every earlier call's effective roots holding a group (as
+    torch leaves them). When the next call is asked for, ``on_group(root)``
+    is called for each of this call's effective roots. The one place a plan
+    is replayed: the checks and the cases' replay (``cases.replay``) go
+    through it."""
+    earlier: list = []
+    for roots, ignored in calls:
+        oracle.at(roots, earlier, ignored)
+        yield roots, ignored
+        effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
+        if on_group is not None:
+            for root in effective:
+                on_group(root)
+        earlier += effective
+
+
 def spec_groups(model, calls, replicate=()) -> list[tuple[list, list]]:
     """Per call: the modules and parameters the spec's walk gives it, with
     every earlier call's roots holding a group (as torch leaves them)."""
     oracle = OracleInput(model, replicate)
-    earlier: list = []
     out = []
-    for roots, ignored in calls:
-        oracle.at(roots, earlier, ignored)
+    for _ in placed(oracle, calls):
         managed = expected_managed(oracle)
         params, _, _ = expected_states(oracle, managed)
         out.append(([oracle.modules[i] for i in managed], params))
-        earlier += [oracle.modules[i] for i in effective_roots(oracle.spec)]
     return out
 
 
@@ -128,15 +143,12 @@ def rejected_call(model, calls, replicate=()) -> str | None:
     call is one FSDP2 accepts. Such a plan cannot run on any implementation."""
     calls = [(tuple(roots), ignored) for roots, ignored in calls]
     oracle = OracleInput(model, replicate)
-    earlier: list = []
-    for k, (roots, ignored) in enumerate(calls):
-        oracle.at(roots, earlier, ignored)
+    for k, (roots, _) in enumerate(placed(oracle, calls)):
         _, _, scalar = expected_states(oracle, expected_managed(oracle))
         if scalar is not None:
             module = oracle.label(oracle.modules[scalar[0]])
             name = scalar[1] if module == "<root>" else f"{module}.{scalar[1]}"
             return f"call {k + 1} {_call_label(oracle, roots)} would shard the 0-dim parameter {name}"
-        earlier += [oracle.modules[i] for i in effective_roots(oracle.spec)]
     return None
 
 

@@ -144,18 +144,3 @@ def installed_torch() -> tuple[int, int]:
     return release(torch.__version__)
 
 
-#: set on a check's "not provided" skip for a feature the installed torch
-#: lacks by its release (:func:`expected_provided`) while the check's
-#: invariants stay provided (their other checks run): it says nothing
-#: against them, so a run narrowed to this check draws no "not provided
-#: although expected" from it
-RELEASE_LACKS_MARK = "fsdpcheck_release_lacks"
-
-
-def skip_for_release(feature: str, reason: str):
-    """Skip a check as not provided because this release lacks ``feature``."""
-    import pytest
-
-    exc = pytest.skip.Exception(f"not provided: {reason}")
-    setattr(exc, RELEASE_LACKS_MARK, feature)
-    raise exc

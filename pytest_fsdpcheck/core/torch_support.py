@@ -29,6 +29,6 @@ def require_compile() -> None:
     """Skip the calling check as *not provided* when torch.compile cannot run."""
     reason = compile_unsupported()
     if reason is not None:
-        import pytest
+        from .not_provided import NotProvided
 
-        pytest.skip(f"not provided: {reason}")
+        raise NotProvided(reason)

@@ -18,6 +18,7 @@ from ..core.catalog import INVARIANTS, sort_key
 PROP_INVARIANTS = "fsdpcheck_invariants"
 PROP_IMPL = "fsdpcheck_impl"
 PROP_VIOLATED = "fsdpcheck_violated"
+#: a not-provided test's reason (core.not_provided.NotProvided, or the area or form it lacks)
 PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
 PROP_CALLS = "fsdpcheck_calls"
 PROP_EXAMPLES = "fsdpcheck_examples"
@@ -158,7 +159,7 @@ class Matrix:
                 test[key] = props[prop]
         if when == "call" or (when == "setup" and not report.passed):
             self.add_impl(impl)
-            reason = skip_reason(report) if report.skipped and not hasattr(report, "wasxfail") else None
+            reason = skip_reason(report, props) if report.skipped and not hasattr(report, "wasxfail") else None
             if reason is not None:
                 test["reason"] = reason
             if report.failed and not props.get(PROP_ENVIRONMENT):
@@ -259,12 +260,16 @@ class Matrix:
         }
 
 
-def skip_reason(report) -> str:
-    """What a skipped test said, without pytest's "Skipped: " and the
-    suite's "not provided: " prefixes."""
+def skip_reason(report, props: dict) -> str:
+    """Why a test was skipped: a not-provided check's reason as it raised it
+    (:data:`PROP_NOT_PROVIDED`), else what the skip said, without pytest's
+    "Skipped: "."""
+    not_provided = props.get(PROP_NOT_PROVIDED)
+    if isinstance(not_provided, str):
+        return not_provided
     longrepr = report.longrepr
     text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
-    return text.removeprefix("Skipped: ").removeprefix("not provided: ").strip()
+    return text.removeprefix("Skipped: ").strip()
 
 
 def failure_of(report, invariants: list[str]) -> dict:
@@ -289,10 +294,9 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
             hit = violated or invariants
             kind = "known" if props.get(PROP_KNOWN) else "divergence"
             return {inv: (kind if inv in hit else "pass") for inv in invariants}
-        # Not provided: the area is missing (collection), or this torch cannot
-        # run what the check needs (a skip whose reason starts "not provided:").
-        not_provided = props.get(PROP_NOT_PROVIDED) or "not provided:" in str(report.longrepr)
-        kind = "not provided" if not_provided else "skipped"
+        # Not provided: the area or form is missing (collection), or the check
+        # raised NotProvided (the plugin put its reason in the report's properties).
+        kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
         return dict.fromkeys(invariants, kind)
     if report.failed:
         if props.get(PROP_ENVIRONMENT):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..core.catalog import area_of
+from ..core.not_provided import PREFIX
 from ..report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, model_id
 
 _CORPUS_MODULE = "test_golden.py"
@@ -126,6 +127,20 @@ def impl_id(session, callspec) -> str | None:
     return next((spec for spec, obj in session.impls.items() if obj is impl), None)
 
 
+def not_provided_at_collection(spec: str, impl, areas, form: str | None) -> str | None:
+    """Why a suite item is not provided before it runs (an area the
+    implementation lacks, a graph form its splitting does not accept), or None."""
+    missing = [a for a in sorted(areas) if getattr(impl, a, None) is None]
+    if missing:
+        return f"{spec} has no {', '.join(missing)} area"
+    if form is None:
+        return None
+    from ..contract import accepted_forms
+
+    accepted = accepted_forms(impl.splitting)
+    return None if form in accepted else f"{spec} accepts {' and '.join(accepted)}-form graphs, not {form} form"
+
+
 def parametrize(metafunc, session) -> None:
     """One item per implementation (and graph form, device, shard) of a suite test."""
     if ("fsdpcheck_impl" not in metafunc.fixturenames and "fsdpcheck_model_case" in metafunc.fixturenames
@@ -144,19 +159,19 @@ def parametrize(metafunc, session) -> None:
     # in its id ("torch-module"), so one form's known bug hides nothing in the other.
     forms = "fsdpcheck_graph_form" in metafunc.fixturenames
     params = []
-    for spec, impl in session.impls.items():
-        missing = [a for a in sorted(areas) if getattr(impl, a, None) is None]
-        marks = [pytest.mark.skip(reason=f"not provided: {spec} has no {', '.join(missing)} area")] if missing else []
-        if not forms:
-            params.append(pytest.param(impl, marks=marks, id=spec))
-            continue
-        from ..contract import GRAPH_FORMS, accepted_forms
 
-        accepted = accepted_forms(impl.splitting) if not missing else GRAPH_FORMS
+    def marks(spec, impl, form=None):
+        reason = not_provided_at_collection(spec, impl, areas, form)
+        return [pytest.mark.skip(reason=PREFIX + reason)] if reason else []
+
+    for spec, impl in session.impls.items():
+        if not forms:
+            params.append(pytest.param(impl, marks=marks(spec, impl), id=spec))
+            continue
+        from ..contract import GRAPH_FORMS
+
         for form in GRAPH_FORMS:
-            reason = f"not provided: {spec} accepts {' and '.join(accepted)}-form graphs, not {form} form"
-            form_marks = marks or ([] if form in accepted else [pytest.mark.skip(reason=reason)])
-            params.append(pytest.param(impl, form, marks=form_marks, id=f"{spec}-{form}"))
+            params.append(pytest.param(impl, form, marks=marks(spec, impl, form), id=f"{spec}-{form}"))
     metafunc.parametrize(("fsdpcheck_impl", "fsdpcheck_graph_form") if forms else "fsdpcheck_impl", params)
     if "fsdpcheck_device" in metafunc.fixturenames:
         metafunc.parametrize("fsdpcheck_device", session.devices)
@@ -195,8 +210,10 @@ def tag(session, items) -> None:
         item.user_properties.append((PROP_INVARIANTS, invariants))
         item.user_properties.append((PROP_IMPL, spec))
         impl = callspec.params["fsdpcheck_impl"]
-        if any(getattr(impl, area_of(i), None) is None for i in invariants):
-            item.user_properties.append((PROP_NOT_PROVIDED, True))
+        reason = not_provided_at_collection(spec, impl, {area_of(i) for i in invariants},
+                                            callspec.params.get("fsdpcheck_graph_form"))
+        if reason:
+            item.user_properties.append((PROP_NOT_PROVIDED, reason))
         session.matched_entries.update(div.matching(session.divergences, spec, item.nodeid, invariants))
         item._traceback_filter = functools.partial(trim_traceback, item)
         fn = getattr(item, "obj", None)
@@ -308,7 +325,7 @@ def order(session, items) -> None:
     saved = _with_saved_failures(session, suite)
     cost = _cost_key(suite)
     # an area the implementation lacks is a skip, known now: it tells nothing, so it goes last
-    ranked = sorted(suite, key=lambda item: (item.nodeid not in saved, (PROP_NOT_PROVIDED, True) in item.user_properties,
+    ranked = sorted(suite, key=lambda item: (item.nodeid not in saved, PROP_NOT_PROVIDED in dict(item.user_properties),
                                              cost[item.nodeid]))
     for i, item in zip(slots, ranked, strict=True):
         items[i] = item
@@ -450,7 +467,7 @@ def group_by_corpus_model(items) -> None:
     for i, item in enumerate(items):
         if (getattr(item, "path", None) is not None and item.path.name == _CORPUS_MODULE and is_suite_test(item)
                 and "model" in getattr(getattr(item, "callspec", None), "params", {})):
-            not_provided = (PROP_NOT_PROVIDED, True) in getattr(item, "user_properties", ())
+            not_provided = PROP_NOT_PROVIDED in dict(getattr(item, "user_properties", ()))
             by_class.setdefault((cost_class(item), not_provided), []).append(i)
     for slots in by_class.values():
         first_seen: dict[str, int] = {}

@@ -29,6 +29,7 @@ from ..report import (
     PROP_IMPL,
     PROP_INVARIANTS,
     PROP_KNOWN,
+    PROP_NOT_PROVIDED,
     PROP_RUN,
     PROP_VIOLATED,
 )
@@ -38,7 +39,7 @@ VALID_SHARE_FLOOR = 0.5
 #: on a "not provided" report whose reason is a user's case's own (no plan, a
 #: graph break): it tells nothing of what the implementation provides
 PROP_CASE_INPUT = "fsdpcheck_case_input"
-#: the feature a "not provided" skip's release lacks (provided.skip_for_release)
+#: the feature a "not provided" skip's release lacks (NotProvided.release_lacks)
 PROP_RELEASE_LACKS = "fsdpcheck_release_lacks"
 
 
@@ -241,14 +242,15 @@ def judge_report(item, call, report, session, failure) -> None:
         report.user_properties = [*report.user_properties, (PROP_EXAMPLES, count_examples(item.hypothesis_statistics))]
     if call.when != "call":
         return
-    from ..cases.model import is_case_skip
-    from ..core.provided import RELEASE_LACKS_MARK
+    from ..core.not_provided import NotProvided
 
-    if report.skipped and call.excinfo is not None and is_case_skip(call.excinfo.value):
-        report.user_properties = [*report.user_properties, (PROP_CASE_INPUT, True)]
-    lacking = getattr(call.excinfo.value, RELEASE_LACKS_MARK, None) if report.skipped and call.excinfo else None
-    if lacking:
-        report.user_properties = [*report.user_properties, (PROP_RELEASE_LACKS, lacking)]
+    not_provided = call.excinfo.value if report.skipped and call.excinfo is not None else None
+    if isinstance(not_provided, NotProvided):
+        # the verdict is read from the exception here, never decoded from its message later
+        report.user_properties = [*report.user_properties, (PROP_NOT_PROVIDED, not_provided.reason),
+                                  *([(PROP_CASE_INPUT, True)] if not_provided.case_input else ()),
+                                  *([(PROP_RELEASE_LACKS, not_provided.release_lacks)]
+                                    if not_provided.release_lacks else ())]
     props = dict(item.user_properties)
     impl_id = props[PROP_IMPL]
     violated = None
@@ -408,13 +410,11 @@ class CaseInputRecorder:
         session.case_inputs = {}
 
     def pytest_runtest_logreport(self, report):
-        from ..report import PROP_NOT_PROVIDED
-
         props = dict(getattr(report, "user_properties", ()))
         impl = props.get(PROP_IMPL)
         if impl is None or not report.skipped or hasattr(report, "wasxfail"):
             return
-        if not props.get(PROP_NOT_PROVIDED) and "not provided:" not in str(report.longrepr):
+        if not props.get(PROP_NOT_PROVIDED):
             return
         ours = bool(props.get(PROP_CASE_INPUT) or props.get(PROP_RELEASE_LACKS))
         for inv in props.get(PROP_INVARIANTS) or ():
