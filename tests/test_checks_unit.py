@@ -233,11 +233,11 @@ def test_conformance_failure_message_starts_with_the_ids():
 def test_a_violation_outside_the_tests_tags_fails_its_own_cell():
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.report import PROP_VIOLATED, classify
+    from pytest_fsdpcheck.report import PROP_VIOLATED, Verdict, classify
 
     failed = SimpleNamespace(skipped=False, failed=True, passed=False, longrepr="")
     cells = classify(failed, ["FS2-8"], {PROP_VIOLATED: ["FS2-7"]})
-    assert cells == {"FS2-8": "pass", "FS2-7": "fail"}
+    assert cells == {"FS2-8": Verdict("pass"), "FS2-7": Verdict("fail")}
 
 
 # --- the exec-order oracle ------------------------------------------------------------

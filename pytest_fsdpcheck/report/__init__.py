@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 from collections import defaultdict
+from typing import NamedTuple
 
 from ..core.budget import BUDGET_SKIP
 from ..core.catalog import INVARIANTS, sort_key
@@ -159,16 +160,14 @@ class Matrix:
                 test[key] = props[prop]
         if when == "call" or (when == "setup" and not report.passed):
             self.add_impl(impl)
-            reason = skip_reason(report, props) if report.skipped and not hasattr(report, "wasxfail") else None
-            if reason is not None:
-                test["reason"] = reason
             if report.failed and not props.get(PROP_ENVIRONMENT):
                 test["failure"] = failure_of(report, props.get(PROP_VIOLATED) or invariants)
-            for inv, outcome in classify(report, invariants, props).items():
-                self.cells[(inv, impl)].add(outcome)
+            for inv, verdict in classify(report, invariants, props).items():
+                self.cells[(inv, impl)].add(verdict.kind)
                 self.tests[(inv, impl)] += 1
-                if reason is not None:
-                    self.reasons[(inv, impl)][outcome].add(reason)
+                if verdict.reason is not None:
+                    test["reason"] = verdict.reason
+                    self.reasons[(inv, impl)][verdict.kind].add(verdict.reason)
             if when == "call":
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
                 if report.failed:
@@ -286,28 +285,37 @@ def failure_of(report, invariants: list[str]) -> dict:
     return {"invariants": sorted(invariants), "message": message, "reproducer": reproducer}
 
 
-def classify(report, invariants: list[str], props: dict) -> dict[str, str]:
-    """Outcome per tagged invariant for one setup/call report."""
+class Verdict(NamedTuple):
+    """One test's verdict on one invariant: its kind (an outcome of
+    :data:`RANK`) and, for an n/p or a skip, why."""
+
+    kind: str
+    reason: str | None = None
+
+
+def classify(report, invariants: list[str], props: dict) -> dict[str, Verdict]:
+    """The verdict per invariant of one setup/call report: its tagged ones,
+    and any other a failing check found violated."""
     violated = props.get(PROP_VIOLATED)
     if report.skipped:
         if hasattr(report, "wasxfail"):
             hit = violated or invariants
             kind = "known" if props.get(PROP_KNOWN) else "divergence"
-            return {inv: (kind if inv in hit else "pass") for inv in invariants}
+            return {inv: Verdict(kind if inv in hit else "pass") for inv in invariants}
         # Not provided: the area or form is missing (collection), or the check
         # raised NotProvided (the plugin put its reason in the report's properties).
         kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
-        return dict.fromkeys(invariants, kind)
+        return dict.fromkeys(invariants, Verdict(kind, skip_reason(report, props)))
     if report.failed:
         if props.get(PROP_ENVIRONMENT):
-            return dict.fromkeys(invariants, "error")
+            return dict.fromkeys(invariants, Verdict("error"))
         if violated:
             # a check may find a violation of an invariant its test is not
             # tagged with: that cell fails too, or the failure would be
             # hidden behind the tagged ones' "pass"
-            return {**{inv: "pass" for inv in invariants}, **dict.fromkeys(violated, "fail")}
-        return dict.fromkeys(invariants, "fail")
-    return dict.fromkeys(invariants, "pass")
+            return {**{inv: Verdict("pass") for inv in invariants}, **dict.fromkeys(violated, Verdict("fail"))}
+        return dict.fromkeys(invariants, Verdict("fail"))
+    return dict.fromkeys(invariants, Verdict("pass"))
 
 
 def schema() -> dict:
