@@ -20,7 +20,17 @@ def pytest_configure(config):
     ``fresh_interpreter`` or the run's environment changes what torch reads
     as it imports; FSDPCHECK_TESTS_SUBPROCESS=1 turns it off."""
     import os
+    import sys
 
+    # Python's default, where the environment turned it off (this project's
+    # machines set PYTHONDONTWRITEBYTECODE=1): every process these tests
+    # start (xdist workers, inner pytest runs, spawned ranks) would compile
+    # the package, the suite and the tests from source again, and pytest
+    # rewrite their asserts again, about a second of CPU per process. The
+    # cache is the gitignored __pycache__ beside the sources. Before the
+    # zygote and the xdist workers start, so they inherit it.
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        sys.dont_write_bytecode = False
     if os.environ.get("FSDPCHECK_TESTS_SUBPROCESS") != "1":
         from tests.preloaded import install
 

@@ -262,3 +262,40 @@ def test_an_interrupt_is_one_line_and_the_session_resumes(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
         "interrupted: the annotation session keeps every mutant judged so far; the same command resumes it"]
+
+
+def test_each_mutant_is_compiled_from_its_source_never_a_cached_one(tmp_path):
+    """Two mutants of one file may have the same size and modification
+    second, all a ``.pyc`` is checked by: a bytecode cache of the first
+    (written wherever PYTHONDONTWRITEBYTECODE is unset, Python's default)
+    would run in place of the second. The overlay compiles from source."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    from pytest_fsdpcheck.mutation.child import OverlayFinder
+
+    source = tmp_path / "mutant_module.py"
+
+    def load(spec):
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.VALUE
+
+    def mutate(text):
+        source.write_text(text)
+        os.utime(source, (1_700_000_000, 1_700_000_000))  # the same second for both mutants
+
+    writes = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        mutate("VALUE = 1 < 2\n")
+        cached = importlib.util.spec_from_file_location("mutant_module", source)
+        assert load(cached) is True
+        mutate("VALUE = 1 > 2\n")  # same size, same second
+        # what the harness guards against: the plain loader runs the first mutant's cache
+        assert load(importlib.util.spec_from_file_location("mutant_module", source)) is True
+        assert load(OverlayFinder({"mutant_module": str(source)}).find_spec("mutant_module")) is False
+    finally:
+        sys.dont_write_bytecode = writes

@@ -11,6 +11,7 @@ pytest's exit status, so a harness error is never read as a killed mutant.
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -23,8 +24,18 @@ MARKER = "fsdpcheck-mutation:"
 _HARD_EXIT = os._exit
 
 
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles an overlay copy from its source at every import, never
+    through a bytecode cache: two mutants of one file may have the same size
+    and modification second, which is all a cached ``.pyc`` is checked by,
+    so a cache written for one mutant would run in place of the next."""
+
+    def get_code(self, fullname):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 class OverlayFinder(importlib.abc.MetaPathFinder):
-    """Loads the named modules from their overlay copies."""
+    """Loads the named modules from their overlay copies (compiled from source)."""
 
     def __init__(self, files: dict[str, str]):
         self.files = files
@@ -35,7 +46,7 @@ class OverlayFinder(importlib.abc.MetaPathFinder):
         if file is None:
             return None
         self.loaded.add(fullname)
-        return importlib.util.spec_from_file_location(fullname, file)
+        return importlib.util.spec_from_file_location(fullname, file, loader=SourceOnlyLoader(fullname, file))
 
 
 #: the pid of the process that starts the test processes (the run, or an
