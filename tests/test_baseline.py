@@ -37,9 +37,9 @@ def _load(tmp_path, text: str, baseline: bool = True) -> list[div.Divergence]:
 def test_a_written_baseline_reads_back_one_narrow_entry_per_test_and_invariant(tmp_path):
     odd = 'test_x.py::test_y[a "quoted" \\ id]'
     failures = [
-        ("conformance/test_traversal.py::test_root_states[torch]", "torch", ["TRV-7", "TRV-1"]),
-        ("conformance/test_traversal.py::test_root_states[torch]", "torch", ["TRV-7"]),  # the same again
-        (odd, "mine", None),  # a failure that named no invariant: its test id
+        ("conformance/test_traversal.py::test_root_states[torch]", "torch", ["TRV-7", "TRV-1"], None),
+        ("conformance/test_traversal.py::test_root_states[torch]", "torch", ["TRV-7"], None),  # the same again
+        (odd, "mine", None, None),  # a failure that named no invariant: its test id
     ]
     text = div.baseline_text(failures, "2.13.0+cpu")
     assert text == div.baseline_text(list(reversed(failures)), "2.13.0+cpu"), "the file depends on the order met"
@@ -64,6 +64,22 @@ def test_an_entry_narrowed_to_a_test_covers_that_test_only(tmp_path):
     assert div.excusing([entry, wide], IMPL, "conformance/" + ROOTS, ["TRV-7"]) == [entry, wide]
 
 
+def test_an_entry_keyed_by_an_example_covers_that_failure_only(tmp_path):
+    signature = div.example_signature("the walk gave m3 twice, at 0x7f3a and 12 calls in 0.41 s\nsecond line")
+    assert signature == "the walk gave m3 twice, at # and # calls in # s"
+    # what a rerun measures differently reads the same; a name holding a number does not
+    assert div.example_signature("the walk gave m3 twice, at 0x9b and 7 calls in 1.2e-05 s") == signature
+    assert div.example_signature("the walk gave m4 twice, at 0x9b and 7 calls in 3 s") != signature
+    text = div.baseline_text([("conformance/" + ROOTS, IMPL, ["TRV-7", "TRV-1"], {"TRV-7": signature, "TRV-1": "x"})],
+                             "2.13.0")
+    seven = next(e for e in _load(tmp_path, text) if e.match == "TRV-7")
+    assert seven.example == signature and signature in seven.describe()
+    assert div.declared_reason([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"], {"TRV-7": signature}) is not None
+    assert div.declared_reason([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"], {"TRV-7": "another"}) is None
+    assert div.declared_reason([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"]) is None
+    assert div.excusing([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"], {"TRV-7": "another"}) == []
+
+
 def test_an_entry_expires_at_its_until_release(tmp_path):
     entries = _load(tmp_path, (
         '[[divergence]]\nmatch = "TRV-7"\nuntil = "2.13"\nreason = "ends in 2.13"\n\n'
@@ -84,6 +100,7 @@ def test_an_entry_expires_at_its_until_release(tmp_path):
     ('match = "TRV-7"\ntest = 3', "'test' narrows an invariant match to one test id"),
     ('match = "TRV-7"\nuntil = "soon"', "'until' must be a torch release such as \"2.16\", got 'soon'"),
     ('match = "TRV-7"\nuntil = 2.16', "'until' must be a torch release"),
+    ('match = "TRV-7"\nexample = "x"', "'example' narrows an entry with 'test' to one failure's signature"),
 ])
 def test_a_bad_test_or_until_is_a_one_line_error(tmp_path, body, message):
     with pytest.raises(div.DivergenceFileError) as caught:
@@ -115,7 +132,7 @@ def test_an_entry_whose_test_passed_is_fixed_and_fails_only_a_baselines_run(tmp_
             f'[[divergence]]\nmatch = "TRV-1"\ntest = "{WALK}"\nimplementation = "{IMPL}"\nreason = "passes now"\n')
     per_test = {"conformance/" + ROOTS: {"outcome": "xfail", "implementation": IMPL, "invariants": ["TRV-7"]},
                 "conformance/" + WALK: {"outcome": "passed", "implementation": IMPL, "invariants": ["TRV-1", "TRV-2"]}}
-    declared = [("conformance/" + ROOTS, IMPL, ["TRV-7"])]
+    declared = [("conformance/" + ROOTS, IMPL, ["TRV-7"], None)]
     for baseline in (True, False):
         still, fixed = _load(tmp_path, text, baseline=baseline)
         found = verdicts.findings(_session([still, fixed], per_test, declared))
@@ -160,10 +177,21 @@ def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pyteste
     baseline = pytester.path / "ci" / "baseline.toml"
     entries = tomllib.loads(baseline.read_text())["divergence"]
     assert [(e["match"], e["test"], e["implementation"]) for e in entries] == [("TRV-7", ROOTS, IMPL)], entries
+    recorded = entries[0]["example"]
+    assert recorded and "#" not in recorded.split(":")[0], recorded  # the failure's first line, not the ID
 
     held = suite("--fsdpcheck-baseline", "ci/baseline.toml", "-rx")
     assert held.ret == pytest.ExitCode.OK, held.stdout.str()
     held.stdout.fnmatch_lines(["TRV-7 * declared *", "XFAIL *::test_root_states*declared divergence: TRV-7: failing on torch*"])
+
+    # the same test failing the same invariant another way is a new FAIL, not the recorded one
+    baseline.write_text(baseline.read_text().replace(f"example = {div._toml_str(recorded)}",
+                                                     'example = "another way of failing TRV-7"'))
+    other = suite("--fsdpcheck-baseline", "ci/baseline.toml")
+    assert other.ret == pytest.ExitCode.TESTS_FAILED, other.stdout.str()
+    other.stdout.fnmatch_lines(["TRV-7 * FAIL *"])
+    baseline.write_text(baseline.read_text().replace('example = "another way of failing TRV-7"',
+                                                     f"example = {div._toml_str(recorded)}"))
 
     # the recorded failure's release has come, and an entry for a test that passes
     baseline.write_text(baseline.read_text().replace("reason =", 'until = "2.0"\nreason =')

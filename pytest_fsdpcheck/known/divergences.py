@@ -7,6 +7,7 @@ A divergence file is TOML with one ``[[divergence]]`` table per entry::
     implementation = "mine"         # optional: defaults to every implementation
     torch = ">=2.4,<2.6"            # optional: the torch versions it holds for (PEP 440)
     test = "test_x.py::test_y[mine]"  # optional, with an invariant match: that test only
+    example = "TRV-# : ..."         # optional, with test: that failure only (its signature)
     until = "2.16"                  # optional: the torch release it is expected to end in
     reason = "why this is accepted" # required
 
@@ -26,6 +27,11 @@ reading on its own entries: one that excuses no failure (the test it names
 passed) or whose ``until`` release is installed fails the run even without
 ``--fsdpcheck-strict``. ``until`` in a plain divergence file makes an
 *expired* entry a strict finding. An expired entry masks nothing.
+
+A baseline keys each entry by the failing example's *signature* as well
+(``example``: :func:`example_signature` of the first violation of that
+invariant the test reported), so the same test failing its invariant in
+another way is a new FAIL, not the recorded one.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class Divergence:
     torch: str = ""  # PEP 440 specifier over torch's version; "" for every version
     test: str = ""  # with an invariant match: the one test (a suffix of its node id) it covers
     until: str = ""  # the torch release it is expected to end in; "" for none
+    #: with ``test``: the one failure it covers, by its signature (example_signature); "" for any
+    example: str = ""
     baseline: bool = False  # read from --fsdpcheck-baseline: its findings fail the run
 
     @property
@@ -79,9 +87,31 @@ class Divergence:
         """An invariant entry's test narrowing admits this test."""
         return not self.test or _is_test(nodeid, self.test)
 
+    def covers_example(self, invariant: str, signatures: dict[str, str] | None) -> bool:
+        """An entry keyed by an example covers only a failure of that signature."""
+        return not self.example or (signatures or {}).get(invariant) == self.example
+
     def describe(self) -> str:
         test = f" in {self.test}" if self.test else ""
-        return f"{self.match} [{self.implementation}]{test} ({self.source})"
+        example = f" failing as {self.example!r}" if self.example else ""
+        return f"{self.match} [{self.implementation}]{test}{example} ({self.source})"
+
+
+#: what varies between two runs of one failure: numbers standing alone
+#: (sizes, indices, seconds measured) and addresses; never a number inside a
+#: name (bf16, m3, fc2)
+_VARYING = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?![A-Za-z_])")
+#: a signature is cut to this many characters
+SIGNATURE_LIMIT = 240
+
+
+def example_signature(message: str) -> str:
+    """A violation's message as a baseline keys it: its first line with every
+    number and address read as ``#``, so the same failure on another run or
+    machine (another measured time, another draw's sizes) has the same
+    signature, and another way of failing the invariant has its own."""
+    first = (message.strip().splitlines() or [""])[0].strip()
+    return _VARYING.sub("#", first)[:SIGNATURE_LIMIT]
 
 
 def _is_test(nodeid: str, test: str) -> bool:
@@ -113,7 +143,7 @@ def load(path: str | Path, default_implementation: str = "*", baseline: bool = F
         where = f"{path.name} entry {n}"
         if not isinstance(entry, dict):
             raise DivergenceFileError(f"divergence file {str(path)!r}: entry {n} is not a table")
-        extra = set(entry) - {"match", "reason", "implementation", "torch", "test", "until"}
+        extra = set(entry) - {"match", "reason", "implementation", "torch", "test", "until", "example"}
         if extra:
             raise DivergenceFileError(f"divergence file {str(path)!r}: entry {n} has unknown key(s) {sorted(extra)}")
         match, reason = entry.get("match"), entry.get("reason")
@@ -135,12 +165,16 @@ def load(path: str | Path, default_implementation: str = "*", baseline: bool = F
         if not isinstance(test, str) or (test and not _ID.match(match)):
             raise DivergenceFileError(
                 f"divergence file {str(path)!r}: entry {n}: 'test' narrows an invariant match to one test id (a string)")
+        example = entry.get("example", "")
+        if not isinstance(example, str) or (example and not test):
+            raise DivergenceFileError(
+                f"divergence file {str(path)!r}: entry {n}: 'example' narrows an entry with 'test' to one failure's signature (a string)")
         until = entry.get("until", "")
         if not isinstance(until, str) or (until and not _valid_version(until)):
             raise DivergenceFileError(
                 f"divergence file {str(path)!r}: entry {n}: 'until' must be a torch release such as \"2.16\", got {until!r}")
         out.append(Divergence(match.strip(), reason.strip(), impl, where, torch_range.strip(), test.strip(), until.strip(),
-                              baseline))
+                              example.strip(), baseline))
     return out
 
 
@@ -193,35 +227,40 @@ def matching(entries: list[Divergence], impl: str, nodeid: str, invariants: list
             and (e.matches_test(nodeid) or (e.match in invariants and e.in_scope(nodeid)))]
 
 
-def covering(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> list[Divergence]:
+def covering(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None,
+             signatures: dict[str, str] | None = None) -> list[Divergence]:
     """The entries that declare a failed test, or [] when none does: a
     test-id entry covers any failure of its test; invariant entries (in
-    scope of their test narrowing) cover a failure only when every violated
-    invariant is declared."""
+    scope of their test narrowing and, keyed by an example, of that
+    signature in ``signatures``: invariant -> signature) cover a failure
+    only when every violated invariant is declared."""
     declared = [e for e in entries if e.applies_to(impl)]
     by_test = [e for e in declared if e.matches_test(nodeid)]
     if by_test:
         return by_test[:1]
     by_id = {}
     for e in declared:
-        if e.is_invariant and e.in_scope(nodeid):
+        if e.is_invariant and e.in_scope(nodeid) and e.covers_example(e.match, signatures):
             by_id.setdefault(e.match, e)
     if violated and all(v in by_id for v in violated):
         return [by_id[v] for v in violated]
     return []
 
 
-def excusing(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> list[Divergence]:
+def excusing(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None,
+             signatures: dict[str, str] | None = None) -> list[Divergence]:
     """Every entry that takes part in declaring a declared test's failure
     (each one that would cover it, not only the one whose reason is shown):
     these still excuse a failure, none of them is fixed."""
     return [e for e in entries if e.applies_to(impl) and (
-        e.matches_test(nodeid) or (e.is_invariant and e.in_scope(nodeid) and e.match in (violated or ())))]
+        e.matches_test(nodeid) or (e.is_invariant and e.in_scope(nodeid) and e.match in (violated or ())
+                                   and e.covers_example(e.match, signatures)))]
 
 
-def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None) -> str | None:
+def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None,
+                    signatures: dict[str, str] | None = None) -> str | None:
     """Why a failed test is declared, or None when no entry covers it."""
-    found = covering(entries, impl, nodeid, violated)
+    found = covering(entries, impl, nodeid, violated, signatures)
     if not found:
         return None
     if not found[0].is_invariant:
@@ -229,26 +268,32 @@ def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated:
     return "; ".join(f"{e.match}: {e.reason}" for e in found)
 
 
-def baseline_text(failures: list[tuple[str, str, list[str] | None]], torch_version: str) -> str:
-    """A baseline file recording today's failures: one entry per failed test
-    and violated invariant (a test-id entry where the failure named no
-    invariant), sorted, so the file is the same serially and under xdist."""
+def baseline_text(failures, torch_version: str) -> str:
+    """A baseline file recording today's failures (``(node id, implementation,
+    violated invariants or None, {invariant: signature} or None)``): one
+    entry per failed test, violated invariant and example signature (a
+    test-id entry where the failure named no invariant), sorted, so the file
+    is the same serially and under xdist."""
     head = [
-        "# pytest-fsdpcheck baseline: today's FAIL cells, one entry per test and invariant.",
-        f"# Written on torch {torch_version}. Run with --fsdpcheck-baseline THIS_FILE: a new FAIL,",
-        "# an entry that no longer fails, and an entry whose `until` release is installed",
-        "# all fail the run. Add `until = \"X.Y\"` where a fix is expected in torch X.Y.",
+        "# pytest-fsdpcheck baseline: today's FAIL cells, one entry per test, invariant and failing example.",
+        f"# Written on torch {torch_version}. Run with --fsdpcheck-baseline THIS_FILE: a new FAIL",
+        "# (another test, invariant, or way of failing it), an entry that no longer fails, and an",
+        "# entry whose `until` release is installed all fail the run. Add `until = \"X.Y\"` where a",
+        "# fix is expected in torch X.Y.",
         "",
     ]
     rows = set()
-    for nodeid, impl, violated in failures:
+    for nodeid, impl, violated, *rest in failures:
+        signatures = (rest[0] if rest else None) or {}
         for inv in violated or [None]:
-            rows.add((nodeid, impl, inv or ""))
+            rows.add((nodeid, impl, inv or "", signatures.get(inv, "") if inv else ""))
     lines = list(head)
-    for nodeid, impl, inv in sorted(rows):
+    for nodeid, impl, inv, example in sorted(rows):
         lines.append("[[divergence]]")
         if inv:
             lines += [f"match = {_toml_str(inv)}", f"test = {_toml_str(nodeid)}"]
+            if example:
+                lines.append(f"example = {_toml_str(example)}")
         else:
             lines.append(f"match = {_toml_str(nodeid)}")
         lines += [f"implementation = {_toml_str(impl)}",

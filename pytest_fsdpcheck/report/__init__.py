@@ -19,6 +19,8 @@ from ..core.catalog import INVARIANTS, sort_key
 PROP_INVARIANTS = "fsdpcheck_invariants"
 PROP_IMPL = "fsdpcheck_impl"
 PROP_VIOLATED = "fsdpcheck_violated"
+#: a failing check's example signature per violated invariant (known.divergences.example_signature)
+PROP_SIGNATURES = "fsdpcheck_signatures"
 #: a not-provided test's reason (core.not_provided.NotProvided, or the area or form it lacks)
 PROP_NOT_PROVIDED = "fsdpcheck_not_provided"
 PROP_CALLS = "fsdpcheck_calls"
@@ -122,11 +124,12 @@ class Matrix:
         #: whose fault each failed test report of the run was (FAILURE_KINDS), counted: the exit
         #: status is drawn from it (verdicts.exit_status), on the xdist controller from every worker's
         self.failures: dict[str, int] = defaultdict(int)
-        #: (node id, impl, violated invariants or None) of the tests that failed
-        #: in their call, and of those a divergence entry declared: what a
-        #: baseline records, and which entries still excuse a failure
-        self.failed_tests: list[tuple[str, str, list[str] | None]] = []
-        self.declared_tests: list[tuple[str, str, list[str] | None]] = []
+        #: (node id, impl, violated invariants or None, {invariant: example
+        #: signature} or None) of the tests that failed in their call, and of
+        #: those a divergence entry declared: what a baseline records, and
+        #: which entries still excuse a failure
+        self.failed_tests: list[tuple[str, str, list[str] | None, dict | None]] = []
+        self.declared_tests: list[tuple[str, str, list[str] | None, dict | None]] = []
 
     def add_impl(self, name: str) -> None:
         if name not in self.impls:
@@ -171,9 +174,9 @@ class Matrix:
             if when == "call":
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
                 if report.failed:
-                    self.failed_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED)))
+                    self.failed_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED), props.get(PROP_SIGNATURES)))
                 elif str(getattr(report, "wasxfail", "")).startswith(DECLARED_PREFIX):
-                    self.declared_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED)))
+                    self.declared_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED), props.get(PROP_SIGNATURES)))
         elif when == "teardown" and report.failed:
             for inv in invariants:
                 self.cells[(inv, impl)].add("fail")

@@ -65,7 +65,7 @@ OPTIONS = (
            "that no longer fails, or one whose `until` torch release is installed fails the run",
            kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-write-baseline",
-           "write this run's FAIL cells (one entry per test and invariant) to PATH as a baseline file",
+           "write this run's FAIL cells (one entry per test, invariant and failing example) to PATH as a baseline file",
            kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-no-known-bugs",
            "explain no failure by the implementations' known bugs (see every raw finding)",

@@ -31,6 +31,7 @@ from ..report import (
     PROP_KNOWN,
     PROP_NOT_PROVIDED,
     PROP_RUN,
+    PROP_SIGNATURES,
     PROP_VIOLATED,
 )
 
@@ -253,10 +254,14 @@ def judge_report(item, call, report, session, failure) -> None:
                                     if not_provided.release_lacks else ())]
     props = dict(item.user_properties)
     impl_id = props[PROP_IMPL]
-    violated = None
+    violated = signatures = None
     if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, ConformanceFailure):
+        from ..known.divergences import example_signature
+
         violated = call.excinfo.value.invariants
-        report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated)]
+        # each invariant's first violation, as a baseline keys the failure
+        signatures = {v.invariant: example_signature(v.message) for v in reversed(call.excinfo.value.violations)}
+        report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated), (PROP_SIGNATURES, signatures)]
     known = props.get(PROP_KNOWN)
     if report.passed and known:
         # Every failing example met was explained: the property is "known", not "pass".
@@ -269,7 +274,7 @@ def judge_report(item, call, report, session, failure) -> None:
         return
     from ..known.divergences import declared_reason
 
-    reason = declared_reason(session.divergences, impl_id, item.nodeid, violated)
+    reason = declared_reason(session.divergences, impl_id, item.nodeid, violated, signatures)
     if reason is not None:
         report.outcome = "skipped"
         report.wasxfail = DECLARED_PREFIX + reason
@@ -340,8 +345,8 @@ def _fixed(session) -> list:
     if not narrow:
         return []
     used = set()
-    for nodeid, impl, violated in session.matrix.declared_tests:
-        used.update(excusing(session.divergences, impl, nodeid, violated))
+    for nodeid, impl, violated, signatures in session.matrix.declared_tests:
+        used.update(excusing(session.divergences, impl, nodeid, violated, signatures))
     passed = [(nodeid, t["implementation"], t["invariants"]) for nodeid, t in sorted(session.matrix.per_test.items())
               if t.get("outcome") == "passed" and "implementation" in t]
     return [e for e in narrow if e not in used
@@ -361,8 +366,8 @@ def write_baseline(session) -> str:
     if session.incomplete:
         return f"baseline not written to {session.write_baseline}: the run was interrupted or stopped early"
     # a rewritten baseline keeps what the old one still excuses (a divergence file's own stay there)
-    held = [(nodeid, impl, violated) for nodeid, impl, violated in session.matrix.declared_tests
-            if any(e.baseline for e in excusing(session.divergences, impl, nodeid, violated))]
+    held = [(nodeid, impl, violated, signatures) for nodeid, impl, violated, signatures in session.matrix.declared_tests
+            if any(e.baseline for e in excusing(session.divergences, impl, nodeid, violated, signatures))]
     text = baseline_text([*session.matrix.failed_tests, *held], session.torch_version)
     folder = os.path.dirname(os.path.abspath(session.write_baseline))
     os.makedirs(folder, exist_ok=True)
