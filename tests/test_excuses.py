@@ -184,7 +184,7 @@ def test_a_torch_step_that_hangs_is_torchs_fail_not_a_slow_world(run_faulted, mo
     unsharded control done in a fraction of a second) is torch's FAIL,
     named as a hang, never the environment's ERROR."""
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
-    result, report = run_faulted(HUNG, extra=("--fsdpcheck-model", "tests.planted.plans:good", "--fsdpcheck-timeout", "20"))
+    result, report = run_faulted(HUNG, extra=("--fsdpcheck-model", "tests.planted.plans:good", "--fsdpcheck-timeout", "8"))
     demand_torch_failures(result, report, HUNG)
     assert "the plan's step did not finish" in result.stdout.str(), "\n".join(result.outlines[-30:])
 
