@@ -2,8 +2,9 @@
 roots and ignored parameters on that model, and the spec's oracle placed at
 the call, the earlier calls' groups in place.
 
-Every check and exposure that walks a plan goes through :func:`replay`, so
-what "the model as the earlier calls leave it" means is written once.
+Every check and exposure that walks a plan goes through :class:`PlanReplay`
+(over ``checks.plan.placed``), so what "the model as the earlier calls leave
+it" means is written once.
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ class PlanStep:
 
     @property
     def effective(self) -> list:
-        """The roots that take a group of their own at this call (the spec's
-        effective roots), modules of the replayed model."""
-        from ..checks.fsdp2 import effective_roots
+        """The roots that take a group of their own at this call, modules of the replayed model."""
+        from ..checks.plan import effective_modules
 
-        return [self.oracle.modules[i] for i in effective_roots(self.oracle.spec)]
+        return effective_modules(self.oracle)
 
 
 class PlanReplay:

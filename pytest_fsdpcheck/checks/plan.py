@@ -106,6 +106,12 @@ def descendants(modules) -> set[int]:
     return below
 
 
+def effective_modules(oracle: OracleInput) -> list:
+    """The roots that take a group of their own at the call ``oracle`` is
+    placed at (the spec's effective roots), as modules."""
+    return [oracle.modules[i] for i in effective_roots(oracle.spec)]
+
+
 def placed(oracle: OracleInput, calls, on_group=None):
     """Each call ``(roots, ignored)`` of a plan, in its order, ``oracle``
     placed at it: every earlier call's effective roots holding a group (as
@@ -117,7 +123,7 @@ def placed(oracle: OracleInput, calls, on_group=None):
     for roots, ignored in calls:
         oracle.at(roots, earlier, ignored)
         yield roots, ignored
-        effective = [oracle.modules[i] for i in effective_roots(oracle.spec)]
+        effective = effective_modules(oracle)
         if on_group is not None:
             for root in effective:
                 on_group(root)

@@ -283,8 +283,8 @@ def baseline_text(failures, torch_version: str) -> str:
         "",
     ]
     rows = set()
-    for nodeid, impl, violated, *rest in failures:
-        signatures = (rest[0] if rest else None) or {}
+    for nodeid, impl, violated, signatures in failures:
+        signatures = signatures or {}
         for inv in violated or [None]:
             rows.add((nodeid, impl, inv or "", signatures.get(inv, "") if inv else ""))
     lines = list(head)
