@@ -8,7 +8,8 @@ torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 CPU) and runs the suite's ``test_distributed.py`` with the given pytest
 arguments. The checks then use these ranks instead of spawning their own,
 and every rank receives every rank's results, so all ranks reach the same
-verdict. Rank 0 reports; the other ranks' standard output is discarded
+verdict. Rank 0 reports (it alone writes the report, HTML, JUnit and
+baseline files); the other ranks' standard output is discarded
 (their standard error is kept for crashes). The exit status of every rank
 is the worst of all ranks (:func:`worst_status`: by the plugin's precedence,
 a FAIL before a case error before an environment ERROR before strict
@@ -27,8 +28,19 @@ ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: seconds a collective may wait for a peer before it fails (a dead rank
 #: must not hang the others; torchrun's agent also stops them)
 COLLECTIVE_TIMEOUT_S = float(os.environ.get("FSDPCHECK_COLLECTIVE_TIMEOUT", "300"))
-#: options a second rank must not act on: one report, from rank 0
-_RANK0_ONLY = ("--fsdpcheck-report", "--junitxml", "--junit-xml", "--resultlog")
+#: pytest's and its plugins' options that write a file: one of each, from rank 0
+_PYTEST_WRITES = ("--junitxml", "--junit-xml", "--resultlog", "--report-log", "--html")
+
+
+def rank_args(argv: list[str], rank: int) -> list[str]:
+    """The pytest arguments rank ``rank`` runs with: a rank other than 0
+    drops every option that writes a file (the suite's report, HTML, JUnit
+    and baseline, pytest's JUnit), so no two ranks write the same path."""
+    if rank == 0:
+        return list(argv)
+    from .run.options import WRITTEN_BY
+
+    return _without(argv, (*WRITTEN_BY, *_PYTEST_WRITES))
 
 
 def _requested_device(argv: list[str]) -> str | None:
@@ -142,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         "--fsdpcheck-device", device, str(conformance_dir() / "test_distributed.py"),
         *_without(argv, ("--fsdpcheck-device",)),
     ]
+    args = rank_args(args, rank)
     if rank != 0:
-        args = _without(args, _RANK0_ONLY)
         sys.stdout.flush()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)

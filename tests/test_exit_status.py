@@ -128,6 +128,18 @@ def test_the_ranks_under_torchrun_exit_with_the_worst_status_by_precedence():
     assert worst_status([EXIT_FAIL, 4]) == 4 and worst_status([EXIT_FAIL, 3, 2]) == 3
 
 
+def test_under_torchrun_only_rank_0_writes_the_run_s_files():
+    """docs/ci.md passes --fsdpcheck-junit and a report to every rank:
+    the others must not write the same paths."""
+    from pytest_fsdpcheck.distributed import rank_args
+
+    argv = ["--fsdpcheck-impl", "torch", "--fsdpcheck-report", "r.json", "--fsdpcheck-junit=j.xml",
+            "--fsdpcheck-html", "h.html", "--fsdpcheck-write-baseline", "b.toml", "--junitxml", "p.xml",
+            "--fsdpcheck-strict"]
+    assert rank_args(argv, 0) == argv
+    assert rank_args(argv, 1) == ["--fsdpcheck-impl", "torch", "--fsdpcheck-strict"]
+
+
 def test_every_status_is_documented_for_ci():
     """README's exit table and docs/ci.md's name every status the plugin
     exits with, each with its number."""

@@ -36,6 +36,8 @@ class Option:
     #: pytest's ini type ("bool", "linelist") or None for a string; None: no ini key
     ini_type: str | None = "string"
     kwargs: tuple = ()
+    #: its value is a file the run writes (under torchrun, rank 0 alone writes it)
+    writes: bool = False
 
     @property
     def dest(self) -> str:
@@ -66,19 +68,19 @@ OPTIONS = (
            kwargs=(("metavar", "PATH"),)),
     Option("--fsdpcheck-write-baseline",
            "write this run's FAIL cells (one entry per test, invariant and failing example) to PATH as a baseline file",
-           kwargs=(("metavar", "PATH"),)),
+           kwargs=(("metavar", "PATH"),), writes=True),
     Option("--fsdpcheck-no-known-bugs",
            "explain no failure by the implementations' known bugs (see every raw finding)",
            None, (("action", "store_true"),)),
-    Option("--fsdpcheck-report", "write a JSON report to PATH", kwargs=(("metavar", "PATH"),)),
+    Option("--fsdpcheck-report", "write a JSON report to PATH", kwargs=(("metavar", "PATH"),), writes=True),
     Option("--fsdpcheck-html",
            "write the report as one self-contained HTML page to PATH (with pytest-html, --html=PATH "
            "carries the same sections)",
-           kwargs=(("metavar", "PATH"),)),
+           kwargs=(("metavar", "PATH"),), writes=True),
     Option("--fsdpcheck-junit",
            "write JUnit XML to PATH with one testcase per invariant and implementation (FAIL a failure "
            "with its reproducer, known and n/p skipped with the bug or reason)",
-           kwargs=(("metavar", "PATH"),)),
+           kwargs=(("metavar", "PATH"),), writes=True),
     Option("--fsdpcheck-timeout",
            "seconds one implementation call may take before it fails as hung (0: no limit)",
            kwargs=(("metavar", "SECONDS"),)),
@@ -134,6 +136,9 @@ def warn_if_given_while_disabled(config) -> None:
     given = [o.flag for o in OPTIONS[1:] if config.getoption(o.dest, None) not in (None, False, [])]
     if given:
         warn(config, f"{', '.join(given)} has no effect without --fsdpcheck")
+
+#: the options whose value is a file the run writes
+WRITTEN_BY = tuple(option.flag for option in OPTIONS if option.writes)
 
 
 @dataclass(frozen=True)
