@@ -8,18 +8,54 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
+import re
 import subprocess
 import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+#: where .ci/run and tox install HypoFuzz with the Hypothesis it works with
+#: (pip --target), beside the project's own newer Hypothesis; unset: this
+#: environment's HypoFuzz, if any
+SITE = os.environ.get("FSDPCHECK_TESTS_HYPOFUZZ_SITE", "")
+CLI = os.path.join(SITE, "bin", "hypothesis") if SITE else os.path.join(os.path.dirname(sys.executable), "hypothesis")
+
+
+def _python_path(*more) -> str:
+    return os.pathsep.join(filter(None, [SITE, *more, os.environ.get("PYTHONPATH", "")]))
+
+
 pytestmark = [pytest.mark.process, pytest.mark.skipif(
-    shutil.which("hypothesis", path=os.path.dirname(sys.executable)) is None
-    or subprocess.run([sys.executable, "-c", "import hypofuzz"], capture_output=True).returncode != 0,
+    not os.path.exists(CLI)
+    or subprocess.run([sys.executable, "-c", "import hypofuzz"], capture_output=True,
+                      env={**os.environ, "PYTHONPATH": _python_path()}).returncode != 0,
     reason="HypoFuzz is not installed (pip install hypofuzz)",
 )]
+
+#: what a HypoFuzz worker raises when the hub, done, closes the manager it
+#: polls: its normal end, printed as a traceback
+HUB_CLOSED = ("EOFError", "BrokenPipeError", "ConnectionResetError", "ConnectionRefusedError")
+
+
+#: the last line of a traceback: the exception's (dotted) name, then its message
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def _worker_deaths(output: str) -> list[str]:
+    """The exceptions HypoFuzz's workers died of, other than the hub's end
+    (the hub's own lines may land inside a worker's traceback: both write
+    to one stream)."""
+    deaths, in_traceback = [], False
+    for line in output.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and (match := EXCEPTION_LINE.match(line)):
+            in_traceback = False
+            if match[1].rpartition(".")[2] not in HUB_CLOSED:
+                deaths.append(line)
+    return deaths
+
 
 COLLECT = """
 import json, sys
@@ -31,7 +67,7 @@ print("RESULT" + json.dumps({"targets": [t.nodeid for t in found.fuzz_targets],
 
 
 def _env(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": _python_path(str(REPO))}
     env.pop("FSDPCHECK_IMPL", None)
     # Where CI is set Hypothesis loads its database-less 'ci' profile, which
     # HypoFuzz cannot run under (see the test of that case below).
@@ -67,7 +103,7 @@ def test_hypofuzz_fuzzes_a_property_with_the_plugin_options(tmp_path):
     """The implementation named by --fsdpcheck-impl is the one fuzzed, and a
     bug in it is found: HypoFuzz stops once every test has a failing input."""
     out = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "hypothesis"), "fuzz", "-n", "1", "--no-dashboard", "--",
+        [CLI, "fuzz", "-n", "1", "--no-dashboard", "--",
          "--fsdpcheck", "--fsdpcheck-impl", "tests.planted.replay:LosesAState", "--fsdpcheck-no-known-bugs",
          "-p", "no:randomly", "-k", "test_states_with_modules"],
         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
@@ -75,6 +111,12 @@ def test_hypofuzz_fuzzes_a_property_with_the_plugin_options(tmp_path):
     output = out.stdout + out.stderr
     assert "fuzz 1 test" in output and "skipped" not in output, output[-3000:]
     assert "Found a failing input for every test" in output, output[-3000:]
+    # HypoFuzz prints that line too when its worker died: only a worker that
+    # lived to shrink and save the failure found it (HypoFuzz 25.11.1 under
+    # Hypothesis >= 6.157.1 dies there, reading ConjectureResult.slice_comments)
+    assert not _worker_deaths(output), (
+        f"a HypoFuzz worker died: {_worker_deaths(output)} (HypoFuzz with a Hypothesis it does not "
+        "work with? docs/scale.md#fuzzing)\n" + output[-3000:])
     assert (tmp_path / "calls.log").read_text().count("\n") > 1
 
 
@@ -82,7 +124,7 @@ def test_hypofuzz_without_a_database_is_refused_with_its_cause(tmp_path):
     """Hypothesis' 'ci' profile (loaded where CI is set) keeps no database; HypoFuzz's
     workers would die on it and report "a failing input for every test"."""
     out = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "hypothesis"), "fuzz", "-n", "1", "--no-dashboard", "--",
+        [CLI, "fuzz", "-n", "1", "--no-dashboard", "--",
          "--fsdpcheck", "--fsdpcheck-impl", "tests.planted.replay:LosesAState", "-p", "no:randomly",
          "-k", "test_states_with_modules"],
         cwd=tmp_path, env={**_env(tmp_path), "CI": "true"}, capture_output=True, text=True, timeout=300,
@@ -92,3 +134,21 @@ def test_hypofuzz_without_a_database_is_refused_with_its_cause(tmp_path):
     assert "HypoFuzz needs an example database" in output and "'ci' profile" in output, output[-3000:]
     assert "Found a failing input" not in output and "Traceback" not in output, output[-3000:]
     assert not (tmp_path / "calls.log").exists()
+
+
+@pytest.mark.unit
+def test_a_worker_that_died_is_told_from_the_hubs_end():
+    """The output of the three ends this module meets: the hub's end inside
+    a worker's traceback (both write to stderr), a worker dead of HypoFuzz
+    under a Hypothesis it does not work with, a chained death."""
+    hub_end = ("Process Process-2:\nTraceback (most recent call last):\nFound a failing input for every test!\n"
+               '  File "managers.py", line 399, in _recv\n    raise EOFError\nEOFError\n')
+    died = ("Traceback (most recent call last):\n  File \"hypofuzz.py\", line 352, in run_one\n"
+            "AttributeError: 'ConjectureResult' object has no attribute 'slice_comments'\n"
+            "Found a failing input for every test!\n")
+    chained = ("Traceback (most recent call last):\n  File \"a.py\"\nKeyError: 'x'\n\nDuring handling of the above "
+               "exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b.py\"\n"
+               "multiprocessing.managers.RemoteError: boom\n")
+    assert _worker_deaths(hub_end) == []
+    assert _worker_deaths(died) == ["AttributeError: 'ConjectureResult' object has no attribute 'slice_comments'"]
+    assert _worker_deaths(chained) == ["KeyError: 'x'", "multiprocessing.managers.RemoteError: boom"]
