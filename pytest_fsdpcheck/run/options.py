@@ -137,6 +137,7 @@ def warn_if_given_while_disabled(config) -> None:
     if given:
         warn(config, f"{', '.join(given)} has no effect without --fsdpcheck")
 
+
 #: the options whose value is a file the run writes
 WRITTEN_BY = tuple(option.flag for option in OPTIONS if option.writes)
 
