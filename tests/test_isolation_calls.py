@@ -132,3 +132,84 @@ def test_a_leak_fails_a_passing_known_or_skipped_test_and_is_named_on_a_failing_
     verdicts._charge_leak(item, leak, failure, True)
     assert [note.startswith("LeakedGlobalState: ANN-7: planted left process-wide state changed: dynamo.config")
             for note in failure.__notes__] == [True]
+
+
+# --- a run of calls contained as one (generators.trees.attach_states) ---------
+
+
+class _Attaching:
+    """new_state/attach_state with a body run on every call to attach_state."""
+
+    def __init__(self, body):
+        from pytest_fsdpcheck.reference.traversal import ReferenceTraversal
+
+        self._reference, self.body, self.calls = ReferenceTraversal(), body, 0
+
+    def new_state(self, handle, is_root):
+        return self._reference.new_state(handle, is_root)
+
+    def attach_state(self, module, state):
+        self.calls += 1
+        self.body(self.calls)
+        return self._reference.attach_state(module, state)
+
+
+def _build_chain(body, timeout, depth=12):
+    from pytest_fsdpcheck.generators.trees import build_tree, deep_chain
+
+    class Impl:
+        traversal = _Attaching(body)
+
+    guarded = Guarded(Impl(), "planted", timeout=timeout)
+    return guarded, lambda: build_tree(deep_chain(depth, state_every=1), guarded.traversal)
+
+
+def test_a_tree_built_of_slow_calls_each_within_the_limit_passes():
+    """One limit per call, not per tree: 12 calls of 40 ms under a 0.25 s
+    limit take twice the limit in all and every one of them is in time."""
+    import time
+
+    guarded, build = _build_chain(lambda n: time.sleep(0.04), timeout=0.25)
+    tree = build()
+    assert len(tree.states) == 12 and guarded.hung is None and guarded.span is None
+
+
+def test_a_call_that_hangs_while_a_tree_is_built_fails_naming_it():
+    import signal
+    import time
+
+    from pytest_fsdpcheck.run.isolation import ImplementationTimeout
+
+    def hangs_at_the_fifth(n):
+        while n == 5:
+            pass
+
+    guarded, build = _build_chain(hangs_at_the_fifth, timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(ImplementationTimeout, match=r"^planted: traversal.attach_state did not return within 0.3 s"):
+        build()
+    assert time.monotonic() - started < 10
+    assert guarded.hung and guarded.span is None
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left armed
+    with pytest.raises(ImplementationTimeout, match="an earlier call hung; not called again"):
+        build()
+
+
+def test_a_call_that_reseeds_or_exits_while_a_tree_is_built_fails_naming_the_build():
+    before = random.getstate()
+
+    def reseeds_at_the_third(n):
+        if n == 3:
+            random.seed(7)
+
+    _, build = _build_chain(reseeds_at_the_third, timeout=5)
+    with pytest.raises(LeakedGlobalState, match=r"^planted: traversal \(building a 12-module tree\) left process-wide "
+                                                r"state changed: random \(reseeded\)"):
+        build()
+    assert random.getstate() == before
+    real = os._exit
+    _, build = _build_chain(lambda n: n == 2 and os._exit(4), timeout=5)
+    with pytest.raises(ImplementationExit, match=r"^planted: traversal \(building a 12-module tree\) tried to exit "
+                                                 r"the process with status 4"):
+        build()
+    assert os._exit is real

@@ -44,17 +44,24 @@ class LeakedGlobalState(AssertionError):
     """An implementation left process-wide state changed after a check."""
 
 
+def _timeout_message(what: str, seconds: float) -> str:
+    return f"{what} did not return within {seconds:g} s (per-call limit; --fsdpcheck-timeout to change)"
+
+
+def _alarm_usable(seconds: float) -> bool:
+    return bool(seconds and seconds > 0 and hasattr(signal, "setitimer")
+                and threading.current_thread() is threading.main_thread())
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str):
-    usable = seconds and seconds > 0 and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    usable = _alarm_usable(seconds)
     if not usable:
         yield
         return
 
     def on_alarm(signum, frame):
-        raise ImplementationTimeout(
-            f"{what} did not return within {seconds:g} s (per-call limit; --fsdpcheck-timeout to change)"
-        )
+        raise ImplementationTimeout(_timeout_message(what, seconds))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     remaining, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -189,10 +196,70 @@ def _same_state(a, b) -> bool:
     return a == b
 
 
+class _Span:
+    """A run of cheap calls the suite makes in a row (a tree's ``new_state``
+    and ``attach_state``: two per module, 200,000 on a 100,000-module tree)
+    under one containment. Entering and leaving :class:`_Contained` costs
+    about 20 us a call, most of a large tree's build; here its patches and
+    its generator checks hold for the whole run (what it reports names the
+    run), and each call keeps its own time limit through a watchdog timer
+    armed once: a call only notes when it started, and the alarm fails the
+    call running when it rings if that call has taken the limit, else sets
+    itself for when the running (or next) call could."""
+
+    def __init__(self, guard: Guarded, what: str, timeout: float):
+        self.guard, self.what, self.timeout = guard, what, timeout
+        self.call_what: str | None = None
+        self.started: float | None = None
+
+    def __enter__(self):
+        self.contained = _Contained(self.what, 0)  # no limit on the run: each call has its own
+        self.contained.__enter__()
+        self.alarm = _alarm_usable(self.timeout)
+        if self.alarm:
+            self.previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            self.remaining, _ = signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self.guard.span = self
+        return self
+
+    def call(self, what: str, function, args, kwargs):
+        self.call_what, self.started = what, time.monotonic()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            self.started = None
+
+    def _on_alarm(self, signum, frame):
+        started = self.started
+        if started is None:  # between calls: the suite's own code is running
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            return
+        taken = time.monotonic() - started
+        if taken >= self.timeout:
+            raise ImplementationTimeout(_timeout_message(self.call_what, self.timeout))
+        signal.setitimer(signal.ITIMER_REAL, self.timeout - taken)
+
+    def __exit__(self, kind, exc, tb):
+        self.guard.span = None
+        if self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+            if self.remaining:  # an outer limit (e.g. pytest-timeout) was running: give it back
+                signal.setitimer(signal.ITIMER_REAL, self.remaining)
+        return self.contained.__exit__(kind, exc, tb)
+
+
 class _GuardedArea:
     def __init__(self, area, name: str, impl_name: str, timeout: float, guard: Guarded):
         self._area, self._name, self._impl, self._timeout = area, name, impl_name, timeout
         self._guard = guard
+
+    def _fsdpcheck_span(self, what: str):
+        """The calls made inside, to any of the implementation's areas, as
+        one :class:`_Span` (see :func:`pytest_fsdpcheck.generators.trees.attach_states`)."""
+        if self._guard.span is not None:  # already inside one: it contains these calls too
+            return contextlib.nullcontext()
+        return _Span(self._guard, f"{self._impl}: {self._name} ({what})", self._timeout)
 
     def __getattr__(self, attr):
         value = getattr(self._area, attr)
@@ -208,8 +275,11 @@ class _GuardedArea:
                 # hang per test is enough to know, not one per attempt.
                 raise ImplementationTimeout(guard.hung + " (an earlier call hung; not called again in this test)")
             try:
-                with _Contained(what, self._timeout):
-                    result = value(*args, **kwargs)
+                if guard.span is not None:
+                    result = guard.span.call(what, value, args, kwargs)
+                else:
+                    with _Contained(what, self._timeout):
+                        result = value(*args, **kwargs)
             except ImplementationTimeout as exc:
                 guard.hung = str(exc)
                 raise
@@ -244,6 +314,7 @@ class Guarded:
         self._fsdpcheck_spec = impl_name
         self.calls = 0  # implementation calls in the current test: a determinism fingerprint
         self.hung: str | None = None  # set once a call timed out in the current test
+        self.span: _Span | None = None  # the run of calls being contained as one, if any
         #: what importing is the implementation's own doing (see FirstImports)
         self._fsdpcheck_own = OwnCode.of(impl, impl_name)
         for area in AREAS:

@@ -30,6 +30,19 @@ class Hangs(Implementation):
     traversal = _HangingTraversal()
 
 
+class _AttachHangingTraversal(ReferenceTraversal):
+    def attach_state(self, module, state):
+        while True:
+            pass
+
+
+class HangsAttaching(Implementation):
+    """Hangs in a call the suite makes while it builds a tree, among the
+    calls contained as one run (run/isolation.py's _Span)."""
+
+    traversal = _AttachHangingTraversal()
+
+
 class _TracerPatchingTraversal(ReferenceTraversal):
     def states_with_modules(self, root):
         import torch.fx
