@@ -89,6 +89,31 @@ def schema_errors(folders) -> list[str]:
     return errors
 
 
+@pytest.fixture(scope="session")
+def _hypothesis_constants(tmp_path_factory):
+    """One folder for Hypothesis' cache of the constants it mines from local
+    source files, shared by every inner run of the session (xdist workers
+    included: the base temp's parent is theirs in common)."""
+    shared = tmp_path_factory.getbasetemp().parent / "hypothesis-constants"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture
+def pytester(pytester, _hypothesis_constants):
+    """pytester, with its folder's Hypothesis cache of mined constants linked
+    to the session's. Hypothesis parses every local module's source for
+    constants to draw, once per process, and keeps the result under
+    ``.hypothesis/constants`` of the working directory, keyed by the
+    source's hash and written atomically (as its own xdist workers share
+    it): an inner run in a new folder parsed the package again, about a
+    second of CPU each. The folder's example database stays its own."""
+    cache = pytester.path / ".hypothesis"
+    cache.mkdir(exist_ok=True)
+    (cache / "constants").symlink_to(_hypothesis_constants, target_is_directory=True)
+    return pytester
+
+
 @pytest.fixture(autouse=True)
 def _reports_match_the_schema(request):
     """Every JSON report a test's runs leave in its temporary folders
