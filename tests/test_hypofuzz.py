@@ -66,6 +66,20 @@ print("RESULT" + json.dumps({"targets": [t.nodeid for t in found.fuzz_targets],
 """
 
 
+#: ``hypothesis fuzz`` as its command runs it, with the hub's check for
+#: "every test has a failing input" made every second instead of every 60 s
+#: (hypofuzz.hypofuzz.FuzzWorkerHub.start: ``time.sleep(60)``): the test
+#: otherwise waited most of a minute after its worker had saved the failure
+FUZZ = """
+import sys, time, types
+import hypofuzz.hypofuzz as hub
+hub.time = types.SimpleNamespace(**{**vars(time), "sleep": lambda seconds: time.sleep(min(seconds, 1))})
+from hypothesis.extra.cli import main
+sys.argv[0] = "hypothesis"
+main()
+"""
+
+
 def _env(tmp_path):
     env = {**os.environ, "PYTHONPATH": _python_path(str(REPO))}
     env.pop("FSDPCHECK_IMPL", None)
@@ -103,7 +117,7 @@ def test_hypofuzz_fuzzes_a_property_with_the_plugin_options(tmp_path):
     """The implementation named by --fsdpcheck-impl is the one fuzzed, and a
     bug in it is found: HypoFuzz stops once every test has a failing input."""
     out = subprocess.run(
-        [CLI, "fuzz", "-n", "1", "--no-dashboard", "--",
+        [sys.executable, "-c", FUZZ, "fuzz", "-n", "1", "--no-dashboard", "--",
          "--fsdpcheck", "--fsdpcheck-impl", "tests.planted.replay:LosesAState", "--fsdpcheck-no-known-bugs",
          "-p", "no:randomly", "-k", "test_states_with_modules"],
         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
