@@ -90,6 +90,18 @@ def schema_errors(folders) -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def run_script():
+    """``run_script(script, cwd, env, timeout)``: ``python SCRIPT`` as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives it, forked
+    from a process that ran ``import torch`` (tests/preloaded.py's ScriptRunner)."""
+    from tests.preloaded import ScriptRunner
+
+    runner = ScriptRunner()
+    yield runner.run
+    runner.close()
+
+
+@pytest.fixture(scope="session")
 def _hypothesis_constants(tmp_path_factory):
     """One folder for Hypothesis' cache of the constants it mines from local
     source files, shared by every inner run of the session (xdist workers

@@ -12,6 +12,10 @@ import. It is the pattern of Android's zygote and of multiprocessing's
 command line, a folder and an environment instead of a pickled function, so
 the child runs ``python -m pytest ARGS`` as a subprocess would.
 
+Scripts (reproducers) run the same way, from a zygote of their own that ran
+``import torch`` alone, the first line of every one of them
+(:class:`ScriptRunner`).
+
 What stays on a real subprocess: runs that judge a fresh interpreter itself
 (what the idle plugin imports, a first compile's bookkeeping), runs whose
 environment must be read while torch imports, and runs of another Python or
@@ -72,16 +76,30 @@ for line in sys.stdin:
             os.environ.clear()
             os.environ.update(request["env"])
             python_path = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-            sys.path[:] = [request["cwd"], *python_path, *base_path]
+            script = request.get("script")
+            # sys.path[0]: the script's folder for `python SCRIPT`, the working directory for `python -m pytest`
+            first = os.path.dirname(os.path.abspath(script)) if script else request["cwd"]
+            sys.path[:] = [first, *python_path, *base_path]
             for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
                 os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
             sys.stdin = open(os.devnull)
-            sys.argv = [sys.executable, *request["args"]]
-            import pytest
-            code = pytest.main(request["args"])
-            code = int(code)
+            if script:
+                import runpy
+                sys.argv = [script]
+                runpy.run_path(script, run_name="__main__")
+                code = 0
+            else:
+                sys.argv = [sys.executable, *request["args"]]
+                import pytest
+                code = pytest.main(request["args"])
+                code = int(code)
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            # as the interpreter ends on it: None is 0, a message is printed and is 1
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
         except BaseException:
             import traceback
             traceback.print_exc()
@@ -101,11 +119,12 @@ for line in sys.stdin:
 
 class Zygote:
     """One preloaded process; ``run(args, cwd, env, stdout, stderr, timeout)``
-    returns the child's exit status (negative: the signal that ended it)."""
+    returns the child's exit status (negative: the signal that ended it).
+    ``run_script`` runs ``python SCRIPT`` instead of ``python -m pytest ARGS``."""
 
-    def __init__(self):
+    def __init__(self, preload=PRELOAD):
         env = _zygote_env()
-        self._process = subprocess.Popen([sys.executable, "-c", _ZYGOTE, *PRELOAD], stdin=subprocess.PIPE,
+        self._process = subprocess.Popen([sys.executable, "-c", _ZYGOTE, *preload], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True, env=env, cwd="/")
         self._read(timeout=300)
 
@@ -121,9 +140,11 @@ class Zygote:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def run(self, args, cwd, env, stdout, stderr, timeout):
+    def run(self, args, cwd, env, stdout, stderr, timeout, script=None):
         request = {"args": [os.fspath(a) for a in args], "cwd": os.fspath(cwd), "env": dict(env),
                    "stdout": os.fspath(stdout), "stderr": os.fspath(stderr)}
+        if script is not None:
+            request["script"] = os.fspath(script)
         self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
         pid = self._read(timeout=60)["pid"]
@@ -192,6 +213,46 @@ _READ_AT_USE = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
 def _differs_at_import(env, zygote_env) -> list[str]:
     keys = {k for k in (*env, *zygote_env) if k.startswith(_READ_AT_IMPORT) and k not in _READ_AT_USE}
     return sorted(k for k in keys if env.get(k) != zygote_env.get(k))
+
+
+#: what a script zygote imports: what every reproducer script does first, and
+#: nothing more, so a child is the script's own process from its first line on
+#: (a script that used a submodule it never imported fails here as it would
+#: alone)
+SCRIPT_PRELOAD = ("torch",)
+
+
+class ScriptRunner:
+    """``run(script, cwd, env, timeout)``: ``python SCRIPT`` as
+    ``subprocess.run(..., capture_output=True, text=True)`` gives it, forked
+    from a process that has run ``import torch`` (the first line of every
+    reproducer; about 2.5 s of CPU a script) -- or a real subprocess where
+    the environment differs in what torch reads as it imports, or
+    FSDPCHECK_TESTS_SUBPROCESS=1."""
+
+    def __init__(self):
+        self._zygote: Zygote | None = None
+
+    def run(self, script, cwd, env, timeout: float = 300) -> subprocess.CompletedProcess:
+        command = [sys.executable, os.fspath(script)]
+        if os.environ.get("FSDPCHECK_TESTS_SUBPROCESS") == "1" or _differs_at_import(env, _zygote_env()):
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        if self._zygote is None or not self._zygote.alive():
+            self._zygote = Zygote(SCRIPT_PRELOAD)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as streams:
+            stdout, stderr = os.path.join(streams, "stdout"), os.path.join(streams, "stderr")
+            try:
+                code = self._zygote.run((), cwd, env, stdout, stderr, timeout, script=script)
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(command, timeout) from None
+            with open(stdout, encoding="utf8", errors="replace") as out, open(stderr, encoding="utf8", errors="replace") as err:
+                return subprocess.CompletedProcess(command, code, out.read(), err.read())
+
+    def close(self):
+        if self._zygote is not None:
+            self._zygote.close()
 
 
 def install():

@@ -251,13 +251,12 @@ def first_compile(monkeypatch, tmp_path):
     the recursion limit Python starts with. Put back after."""
     import sys
 
-    import torch._dynamo
-    import torch._inductor.config as inductor_config
-
     # setuptools extends sys.path as it is first imported, and a compile may
     # import it (in one CI order it did, its first import read as a leak);
     # imported here, so these tests see Inductor's own bookkeeping alone
     import setuptools  # noqa: F401
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     limit = sys.getrecursionlimit()

@@ -1,8 +1,7 @@
 """The known-bug catalog: consistent, runnable, and its reproducers agree with
 it on the installed torch (exit 1 where a bug is in range, 0 where it is not)."""
 
-import subprocess
-import sys
+import os
 
 import pytest
 
@@ -25,10 +24,10 @@ def test_ids_are_unique_and_every_bug_is_complete():
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("bug", TORCH_BUGS, ids=IDS)
-def test_reproducer_agrees_with_the_catalog_on_this_torch(bug):
+def test_reproducer_agrees_with_the_catalog_on_this_torch(bug, run_script, tmp_path):
     import torch
 
-    done = subprocess.run([sys.executable, str(reproducer_path(bug))], capture_output=True, text=True, timeout=120)
+    done = run_script(reproducer_path(bug), cwd=tmp_path, env=dict(os.environ), timeout=120)
     # in range: the bug shows; out of range: fixed, or not reachable on this torch (n/a)
     expected = {1: "BUG: "} if bug.applies_to_version(torch.__version__) else {0: "fixed: ", 2: "n/a: "}
     assert done.returncode in expected, (done.returncode, done.stdout, done.stderr[-2000:])

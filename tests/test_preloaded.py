@@ -123,3 +123,48 @@ def test_where():
 """)
     result = pytester.runpytest_subprocess("-p", "no:randomly")
     assert result.ret == 0, result.stdout.str()
+
+
+SCRIPT = """
+import json, os, sys
+import torch
+print(json.dumps({"modules": sorted(sys.modules), "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(),
+                  "value": os.environ.get("ZYGOTE_TEST_VALUE")}))
+ending = os.environ.get("ZYGOTE_TEST_ENDING")
+if ending == "status":
+    sys.exit(3)
+elif ending == "message":
+    sys.exit("stopped: with a message")
+elif ending == "assertion":
+    assert False, "SPL-4: planted"
+elif ending == "hang":
+    import time
+    time.sleep(600)
+"""
+
+
+def test_a_script_runs_as_python_script_runs_it(tmp_path, run_script):
+    """What the script sees and how it ends, against a real ``python SCRIPT``:
+    after its ``import torch`` the same modules (nothing the zygote imported
+    beyond it), its argv, sys.path[0], folder and environment; its exit
+    status for each way a script ends; a hang is killed at the time-out."""
+    import json
+    import subprocess
+
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for ending, status in ((None, 0), ("status", 3), ("message", 1), ("assertion", 1)):
+        env = {**os.environ, "ZYGOTE_TEST_VALUE": "42", **({"ZYGOTE_TEST_ENDING": ending} if ending else {})}
+        forked = run_script(script, cwd=folder, env=env, timeout=120)
+        fresh = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
+                               timeout=120)
+        assert (forked.returncode, fresh.returncode) == (status, status), (ending, forked.stderr[-2000:])
+        assert json.loads(forked.stdout.splitlines()[0]) == json.loads(fresh.stdout.splitlines()[0])
+        last = fresh.stderr.strip().splitlines()[-1] if fresh.stderr.strip() else ""
+        assert forked.stderr.strip().splitlines()[-1:] == ([last] if last else []), (forked.stderr, fresh.stderr)
+    seen = json.loads(forked.stdout.splitlines()[0])
+    assert seen["argv"] == [str(script)] and seen["path0"] == str(tmp_path) and seen["cwd"] == str(folder)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_script(script, cwd=folder, env={**os.environ, "ZYGOTE_TEST_ENDING": "hang"}, timeout=3)

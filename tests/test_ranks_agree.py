@@ -10,7 +10,11 @@ the ranks named, in the spawned ranks (here) and under torchrun
 
 import pytest
 
-from pytest_fsdpcheck.checks.distributed import agreement_not_provided, check_ranks_agree, rank_entries
+from pytest_fsdpcheck.checks.distributed import (
+    agreement_not_provided,
+    check_ranks_agree,
+    rank_entries,
+)
 from tests.demands import demand_failures
 
 pytestmark = pytest.mark.unit

@@ -73,16 +73,19 @@ def _reproducers(lines) -> dict[str, tuple[str, set[str]]]:
     return found
 
 
-def _run(script: Path):
+def _env() -> dict:
     # From an unrelated directory, as a user would: only the repo (for the
     # planted implementation's module) is importable.
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, str(script)], cwd=script.parent, env=env, capture_output=True,
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _run(script: Path):
+    return subprocess.run([sys.executable, str(script)], cwd=script.parent, env=_env(), capture_output=True,
                           text=True, timeout=300)
 
 
 @pytest.mark.parametrize("area", list(CASES))
-def test_every_printed_reproducer_reproduces(run_suite, tmp_path, area):
+def test_every_printed_reproducer_reproduces(run_suite, run_script, tmp_path, area):
     planted = CASES[area]
     k = " or ".join(f"({spec.rpartition(':')[2]} and ({tests}))" for spec, tests in planted.items())
     result, report = run_suite(*planted, k=k, extra=("-p", "no:xdist", *NO_SHRINK))
@@ -94,7 +97,7 @@ def test_every_printed_reproducer_reproduces(run_suite, tmp_path, area):
         assert ids, f"{name}: its failure names no invariant"
         script = tmp_path / f"repro{n}.py"
         script.write_text(snippet)
-        proc = _run(script)
+        proc = run_script(script, cwd=script.parent, env=_env())
         out = proc.stdout + proc.stderr
         if proc.returncode == 0:
             problems.append(f"{name}: its reproducer passes\n{snippet}")

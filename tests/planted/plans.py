@@ -96,19 +96,6 @@ def good():
     return _case("good", good_plan, fsdp1_units=("layers.0", "layers.1", ("embed", "lm_head")))
 
 
-def slow_in_ranks():
-    """``good``, but built slowly wherever a process group is up (in FS2-9's
-    ranks, never in the parent that records its plan): a world that cannot
-    start within its time limit, whatever the machine's speed."""
-    import time
-
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        time.sleep(60)
-    return good()
-
-
 def tied_split():
     return _case("tied_split", tied_split_plan)
 
