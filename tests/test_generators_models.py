@@ -26,6 +26,33 @@ FEATURES = {
     "module-list": (lambda s: "list" in s.kinds, 2),
     "batch-norm": (lambda s: "norm" in s.kinds, 2),
 }
+@pytest.fixture(scope="session")
+def shrunk(tmp_path_factory):
+    """``shrunk(feature)``: the minimal spec with the feature, as the
+    derandomized search finds it. The two tests of a feature ask for the
+    same search (seconds each): the first asker's result is kept for the
+    session, in a folder its xdist workers share."""
+    import os
+    import pickle
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if worker else base) / "shrunk-model-specs"
+    folder.mkdir(exist_ok=True)
+
+    def get(feature):
+        kept = folder / f"{feature}.pickle"
+        if kept.exists():
+            return pickle.loads(kept.read_bytes())
+        spec = find(model_specs(), FEATURES[feature][0], settings=SETTINGS)
+        partial = folder / f".{feature}.{os.getpid()}"
+        partial.write_bytes(pickle.dumps(spec))
+        os.replace(partial, kept)  # whole or not at all, for the other worker
+        return spec
+
+    return get
+
+
 # Module programs are drawn after all modules, the root's last: deleting a
 # module shifts every program drawn after it, and for these features the
 # shrinker stops at a few spare modules. Measured with the derandomized
@@ -42,9 +69,8 @@ SPARE_MODULES = {"buffer-next-to-param", "transposed-view", "slice", "child-buff
         for f in FEATURES
     ],
 )
-def test_feature_shrinks_to_its_one_step(feature):
-    has, _ = FEATURES[feature]
-    spec = find(model_specs(), has, settings=SETTINGS)
+def test_feature_shrinks_to_its_one_step(feature, shrunk):
+    spec = shrunk(feature)
     assert len(_steps(spec)) <= 1, spec.to_source()
     build_model(spec)  # the minimal example builds
 
@@ -58,9 +84,9 @@ def test_feature_shrinks_to_its_one_step(feature):
         for f in FEATURES
     ],
 )
-def test_feature_shrinks_to_the_fewest_modules(feature):
-    has, size = FEATURES[feature]
-    spec = find(model_specs(), has, settings=SETTINGS)
+def test_feature_shrinks_to_the_fewest_modules(feature, shrunk):
+    _, size = FEATURES[feature]
+    spec = shrunk(feature)
     assert spec.size == size, spec.to_source()
 
 
