@@ -102,11 +102,20 @@ def run_script():
 
 
 @pytest.fixture(scope="session")
-def _hypothesis_constants(tmp_path_factory):
+def session_folder(tmp_path_factory):
+    """A folder of this test session's, shared by its xdist workers (their
+    base temps sit side by side in the controller's)."""
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def _hypothesis_constants(session_folder):
     """One folder for Hypothesis' cache of the constants it mines from local
-    source files, shared by every inner run of the session (xdist workers
-    included: the base temp's parent is theirs in common)."""
-    shared = tmp_path_factory.getbasetemp().parent / "hypothesis-constants"
+    source files, shared by every inner run of the session."""
+    shared = session_folder / "hypothesis-constants"
     shared.mkdir(exist_ok=True)
     return shared
 

@@ -33,6 +33,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 #: what every inner suite run imports before its first test: torch's, not the
@@ -119,8 +120,9 @@ for line in sys.stdin:
 
 class Zygote:
     """One preloaded process; ``run(args, cwd, env, stdout, stderr, timeout)``
-    returns the child's exit status (negative: the signal that ended it).
-    ``run_script`` runs ``python SCRIPT`` instead of ``python -m pytest ARGS``."""
+    returns the child's exit status (negative: the signal that ended it);
+    with ``script``, the child runs ``python SCRIPT`` instead of
+    ``python -m pytest ARGS``."""
 
     def __init__(self, preload=PRELOAD):
         env = _zygote_env()
@@ -239,8 +241,6 @@ class ScriptRunner:
             return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         if self._zygote is None or not self._zygote.alive():
             self._zygote = Zygote(SCRIPT_PRELOAD)
-        import tempfile
-
         with tempfile.TemporaryDirectory() as streams:
             stdout, stderr = os.path.join(streams, "stdout"), os.path.join(streams, "stderr")
             try:

@@ -27,7 +27,7 @@ FEATURES = {
     "batch-norm": (lambda s: "norm" in s.kinds, 2),
 }
 @pytest.fixture(scope="session")
-def shrunk(tmp_path_factory):
+def shrunk(session_folder):
     """``shrunk(feature)``: the minimal spec with the feature, as the
     derandomized search finds it. The two tests of a feature ask for the
     same search (seconds each): the first asker's result is kept for the
@@ -35,9 +35,7 @@ def shrunk(tmp_path_factory):
     import os
     import pickle
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if worker else base) / "shrunk-model-specs"
+    folder = session_folder / "shrunk-model-specs"
     folder.mkdir(exist_ok=True)
 
     def get(feature):

@@ -54,16 +54,10 @@ def _alarm_usable(seconds: float) -> bool:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, what: str):
-    usable = _alarm_usable(seconds)
-    if not usable:
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise ImplementationTimeout(_timeout_message(what, seconds))
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+def _alarm(handler, seconds: float):
+    """SIGALRM goes to ``handler`` in ``seconds``, for the block; an outer
+    timer (pytest-timeout's) is put back after it."""
+    previous = signal.signal(signal.SIGALRM, handler)
     remaining, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
@@ -72,6 +66,19 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
         if remaining:  # an outer limit (e.g. pytest-timeout) was running: give it back
             signal.setitimer(signal.ITIMER_REAL, remaining)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    if not _alarm_usable(seconds):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise ImplementationTimeout(_timeout_message(what, seconds))
+
+    with _alarm(on_alarm, seconds):
+        yield
 
 
 class ImplementationExit(Exception):
@@ -215,10 +222,8 @@ class _Span:
     def __enter__(self):
         self.contained = _Contained(self.what, 0)  # no limit on the run: each call has its own
         self.contained.__enter__()
-        self.alarm = _alarm_usable(self.timeout)
-        if self.alarm:
-            self.previous = signal.signal(signal.SIGALRM, self._on_alarm)
-            self.remaining, _ = signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        self.alarm = _alarm(self._on_alarm, self.timeout) if _alarm_usable(self.timeout) else contextlib.nullcontext()
+        self.alarm.__enter__()
         self.guard.span = self
         return self
 
@@ -241,11 +246,7 @@ class _Span:
 
     def __exit__(self, kind, exc, tb):
         self.guard.span = None
-        if self.alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
-            if self.remaining:  # an outer limit (e.g. pytest-timeout) was running: give it back
-                signal.setitimer(signal.ITIMER_REAL, self.remaining)
+        self.alarm.__exit__(None, None, None)
         return self.contained.__exit__(kind, exc, tb)
 
 
