@@ -40,19 +40,30 @@ HUB_CLOSED = ("EOFError", "BrokenPipeError", "ConnectionResetError", "Connection
 
 #: the last line of a traceback: the exception's (dotted) name, then its message
 EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+#: a traceback's frame line, naming its file
+FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line \d+')
+#: where a worker's call to the hub's manager raises once the hub has shut
+#: it down (its socket file gone: FileNotFoundError in the connection's
+#: connect, after the thread-local connection is found missing)
+MANAGER_FILES = ("multiprocessing/managers.py", "multiprocessing/connection.py")
 
 
 def _worker_deaths(output: str) -> list[str]:
-    """The exceptions HypoFuzz's workers died of, other than the hub's end
-    (the hub's own lines may land inside a worker's traceback: both write
-    to one stream)."""
-    deaths, in_traceback = [], False
+    """The exceptions HypoFuzz's workers died of, other than the hub's end:
+    an exception of HUB_CLOSED's types, or any raised inside the manager
+    connection itself (its innermost frame in multiprocessing's managers or
+    connection: the manager the hub closed). The hub's own lines may land
+    inside a worker's traceback: both write to one stream."""
+    deaths, in_traceback, innermost = [], False, ""
     for line in output.splitlines():
         if line.startswith("Traceback (most recent call last):"):
-            in_traceback = True
+            in_traceback, innermost = True, ""
+        elif in_traceback and (frame := FRAME_LINE.match(line)):
+            innermost = frame[1]
         elif in_traceback and (match := EXCEPTION_LINE.match(line)):
             in_traceback = False
-            if match[1].rpartition(".")[2] not in HUB_CLOSED:
+            hub_closed = match[1].rpartition(".")[2] in HUB_CLOSED or innermost.endswith(MANAGER_FILES)
+            if not hub_closed:
                 deaths.append(line)
     return deaths
 
@@ -67,13 +78,33 @@ print("RESULT" + json.dumps({"targets": [t.nodeid for t in found.fuzz_targets],
 
 
 #: ``hypothesis fuzz`` as its command runs it, with the hub's check for
-#: "every test has a failing input" made every second instead of every 60 s
-#: (hypofuzz.hypofuzz.FuzzWorkerHub.start: ``time.sleep(60)``): the test
-#: otherwise waited most of a minute after its worker had saved the failure
+#: "every test has a failing input" (hypofuzz.hypofuzz.FuzzWorkerHub.start:
+#: ``time.sleep(60)``, then exit where no worker has a test left) made every
+#: second instead of every 60 s once every worker has reported: the test
+#: otherwise waited most of a minute after its worker had saved the failure.
+#: Before its first report a worker has no test listed either (it is still
+#: collecting), so the hub waits for that, as long as it would have anyway.
 FUZZ = """
 import sys, time, types
 import hypofuzz.hypofuzz as hub
-hub.time = types.SimpleNamespace(**{**vars(time), "sleep": lambda seconds: time.sleep(min(seconds, 1))})
+
+hubs = []
+_init = hub.FuzzWorkerHub.__init__
+
+def _recording_init(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    hubs.append(self)
+
+def _sleep(seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(1, max(0, deadline - time.monotonic())))
+        states = [state for h in hubs for state in h.shared_states]
+        if states and all(state["worker_state"]["current_lifetime"] > 0 for state in states):
+            return
+
+hub.FuzzWorkerHub.__init__ = _recording_init
+hub.time = types.SimpleNamespace(**{**vars(time), "sleep": _sleep})
 from hypothesis.extra.cli import main
 sys.argv[0] = "hypothesis"
 main()
@@ -152,9 +183,10 @@ def test_hypofuzz_without_a_database_is_refused_with_its_cause(tmp_path):
 
 @pytest.mark.unit
 def test_a_worker_that_died_is_told_from_the_hubs_end():
-    """The output of the three ends this module meets: the hub's end inside
-    a worker's traceback (both write to stderr), a worker dead of HypoFuzz
-    under a Hypothesis it does not work with, a chained death."""
+    """The output of the ends this module meets: the hub's end inside a
+    worker's traceback (both write to stderr), or the hub's manager gone
+    under a worker's call to it, a worker dead of HypoFuzz under a
+    Hypothesis it does not work with, a chained death."""
     hub_end = ("Process Process-2:\nTraceback (most recent call last):\nFound a failing input for every test!\n"
                '  File "managers.py", line 399, in _recv\n    raise EOFError\nEOFError\n')
     died = ("Traceback (most recent call last):\n  File \"hypofuzz.py\", line 352, in run_one\n"
@@ -163,6 +195,18 @@ def test_a_worker_that_died_is_told_from_the_hubs_end():
     chained = ("Traceback (most recent call last):\n  File \"a.py\"\nKeyError: 'x'\n\nDuring handling of the above "
                "exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"b.py\"\n"
                "multiprocessing.managers.RemoteError: boom\n")
-    assert _worker_deaths(hub_end) == []
+    # the hub shut its manager down (its socket file gone) while the worker polled it: seen under load
+    manager_gone = (
+        "Process Process-2:\nTraceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/multiprocessing/managers.py", line 814, in _callmethod\n'
+        "    conn = self._tls.connection\n"
+        "AttributeError: 'ForkAwareLocal' object has no attribute 'connection'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/site/hypofuzz/hypofuzz.py", line 610, in start\n'
+        '  File "/usr/lib/python3.11/multiprocessing/managers.py", line 805, in _connect\n'
+        '  File "/usr/lib/python3.11/multiprocessing/connection.py", line 646, in SocketClient\n'
+        "    s.connect(address)\nFileNotFoundError: [Errno 2] No such file or directory\n")
+    assert _worker_deaths(hub_end) == [] and _worker_deaths(manager_gone) == []
     assert _worker_deaths(died) == ["AttributeError: 'ConjectureResult' object has no attribute 'slice_comments'"]
     assert _worker_deaths(chained) == ["KeyError: 'x'", "multiprocessing.managers.RemoteError: boom"]
