@@ -367,6 +367,8 @@ FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
     ("fsdp2-frozen-latched", ("eager", "compiled")),
     # pytorch#183702's shape: a grouped call's guard against a second post-backward registration gone
     ("fsdp2-grouped-reuse", ()),
+    # pytorch#186998's silent form: the latch fixed, the bf16 group's gradients reduced in bf16 (fp32 steps right)
+    ("fsdp2-bf16-reduced", ()),
 ])
 @pytest.mark.e2e
 def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monkeypatch, fault, modes):
@@ -404,10 +406,33 @@ def test_fs2_9_a_fault_in_torchs_runtime_fails_in_torchs_column(run_suite, monke
         for line in ("FS2-9: ranks 0, 1: fully_shard driven by torch failed: RuntimeError: ",
                      "FS2-9: world size 3, ranks 0, 1, 2: fully_shard driven by torch failed: RuntimeError: "):
             assert line in torch_says, (line, torch_says[-3000:])
+    if fault == "fsdp2-bf16-reduced":
+        # the mixed step runs and is wrong: never fs2-frozen-mp-latched, which reads only the step's error
+        for rank in (0, 1):
+            assert f"FS2-9: rank {rank}, bf16: gradient of " in torch_says, torch_says[-3000:]
+        assert "bf16: the step with" not in torch_says, torch_says[-3000:]
+        assert "known: fs2-frozen-mp-latched" not in result.stdout.str()
     if fault == "summing-fsdp2":
         assert ("every sharded gradient is 2 times the unsharded gradient of the global batch, as torch's own walk "
                 "gives in the same run (fully_shard summed over the 2 ranks instead of averaged, on gloo)") in torch_says
     assert _reproduces(torch_says, "torch", "fsdp2")
+
+
+@pytest.mark.e2e
+def test_fs2_9_mixed_step_passes_where_the_latch_is_fixed_and_its_known_bug_says_not_reproduced(run_suite, monkeypatch):
+    """torch 2.14's fix of pytorch#186998 put into the installed release:
+    the mixed-precision step (a bf16 group frozen at its first forward)
+    runs, and its control at that precision agrees with FSDP2's step in
+    every column, after the step too; fs2-frozen-mp-latched, declared for
+    this release by torch and the reference, explains nothing and is
+    reported as not reproduced (a FAIL of the run under strict)."""
+    _planted_world(monkeypatch, "fsdp2-latch-fixed")
+    impls = ["torch", "reference"]
+    result, report = run_suite(*impls, k="test_fully_shard_end_to_end")
+    outcomes = {impl: report["matrix"][impl]["FS2-9"]["outcome"] for impl in impls}
+    assert outcomes == dict.fromkeys(impls, "pass"), (outcomes, result.stdout.str()[-3000:])
+    unreproduced = {(b["implementation"], b["id"]) for b in report["known_bugs"] if b.get("not_reproduced")}
+    assert {("torch", "fs2-frozen-mp-latched"), ("reference", "fs2-frozen-mp-latched")} <= unreproduced, report["known_bugs"]
 
 
 #: torch itself, in a world whose DDPOptimizer plans by the rank
@@ -464,6 +489,37 @@ def _summed(prefix: str, rank: int, mode: str, world: int) -> Violation:
                               f"summed over the {world} ranks instead of averaged, on gloo)")
 
 
+def _latched(rank: int, walk: str = ", as torch's own walk does in the same run",
+             error: str = "RuntimeError: attempting to assign a gradient with dtype 'c10::BFloat16' to a tensor "
+                          "with grad_dtype 'Float'. The gradient must match the tensor's grad_dtype") -> Violation:
+    return Violation("FS2-9", f"rank {rank}, bf16: the step with fully_shard([a, b]) in bf16 (reduced in fp32) after "
+                              f"a first forward with that group frozen failed: {error}{walk}")
+
+
+def test_fs2_frozen_mp_latched_reads_only_the_mixed_steps_error_on_every_rank():
+    """fs2-frozen-mp-latched explains the mixed-precision step failing with
+    torch 2.13's gradient-dtype error on every rank, as torch's own walk
+    does in the same run, and nothing else: one rank only, an error torch's
+    own walk does not share or fails otherwise, another error, the silent
+    form (a wrong gradient) or any finding beside it is not that bug."""
+    from pytest_fsdpcheck.impls.torch_bugs import _mixed_step_latched as explains
+
+    both = [_latched(0), _latched(1)]
+    assert explains(both)
+    assert not explains(both[1:]) and not explains(both[:1])
+    assert not explains([_latched(0), _latched(1, walk=", where torch's own walk in the same run takes the step")])
+    assert not explains([_latched(0), _latched(1, walk=", and torch's own walk took no step to compare")])
+    other = "RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float"
+    assert not explains([_latched(0, error=other), _latched(1, error=other)])
+    silent = Violation("FS2-9", "rank 0, bf16: gradient of m7.w0: expected the unsharded gradient of the global "
+                                "batch, max abs difference 0.0078125")
+    assert not explains(both + [silent])
+    eager = Violation("FS2-9", "rank 0, eager: gradient of m7.w0: expected the unsharded gradient of the global "
+                               "batch, max abs difference 0.5")
+    assert not explains(both + [eager])
+    assert not explains([Violation("FS2-11", v.message) for v in both])
+
+
 def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
     """fs2-gloo-grads-summed explains the runner's world (every rank, both
     modes) and FS2-9's second world (``world size 3, ``: every rank, the
@@ -475,6 +531,10 @@ def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
     runner = [_summed("", r, m, 2) for r in (0, 1) for m in ("eager", "compiled")]
     second = [_summed("world size 3, ", r, "eager", 3) for r in (0, 1, 2)]
     assert explains(runner) and explains(runner + second)
+    # where the mixed-precision step runs (no latched dtype), its fp32 reduction sums alike, on every rank
+    mixed = [_summed("", r, "bf16", 2) for r in (0, 1)]
+    assert explains(runner + mixed + second)
+    assert not explains(runner + mixed[:1] + second)
     assert not explains(runner + second[:2])  # rank 2 of the second world is right: not the reduction
     assert not explains(runner + second + [_summed("world size 3, ", 0, "compiled", 3)])
     assert not explains(second)  # the runner's world must show it too

@@ -190,6 +190,50 @@ def test_fs2_9_checker_catches_each_part():
     assert violation.message == "rank 1: expected a training step, but the rank failed: RuntimeError: gloo timeout"
 
 
+def _fs2_mixed_rank(rank=0, step=None, walk=None):
+    """A rank that also took the mixed-precision step (``bf16``), judged
+    against its own control: ``m0.w0``'s gradient there is 1.5, not the
+    fp32 control's 1."""
+    record = _fs2_rank(rank)
+    record["modes"] = ["eager", "compiled", "bf16"]
+    record["reference"]["bf16"] = {"global": {"m0.w0": torch.full((2,), 1.5), "m1.w0": torch.zeros(2)},
+                                   "local": record["reference"]["local"]}
+    right = dict(record["impls"]["impl"]["eager"], grads={"m0.w0": torch.full((2,), 1.5), "m1.w0": torch.full((2,), 2.0)})
+    record["impls"]["impl"]["bf16"] = right if step is None else step
+    if walk is not None:
+        record["torch_walk"] = {"bf16": walk}
+    return record
+
+
+def test_fs2_9_mixed_step_is_judged_against_its_own_control_and_fails_as_its_own_step():
+    """The mixed-precision step is compared with the control at its
+    precision (the fp32 control's gradients there fail), and a failure of
+    that step is one finding per rank naming the step and what torch's own
+    walk did in the same run, beside the fp32 steps, which are judged
+    whatever it did."""
+    assert check_fsdp2_end_to_end([_fs2_mixed_rank(0), _fs2_mixed_rank(1)], "impl") == []
+    fp32_answer = _fs2_mixed_rank(0, step=_fs2_rank(0)["impls"]["impl"]["eager"])
+    (wrong,) = check_fsdp2_end_to_end([fp32_answer], "impl")
+    assert wrong.message.startswith("rank 0, bf16: gradient of m0.w0: expected the unsharded gradient of the global batch")
+    failed = {"error": "Traceback ...\nRuntimeError: attempting to assign a gradient"}
+    same = check_fsdp2_end_to_end([_fs2_mixed_rank(r, step=failed, walk=failed) for r in (0, 1)], "impl")
+    assert [v.message for v in same] == [
+        f"rank {r}, bf16: the step with fully_shard([a, b]) in bf16 (reduced in fp32) after a first forward with that "
+        "group frozen failed: RuntimeError: attempting to assign a gradient, as torch's own walk does in the same run"
+        for r in (0, 1)]
+    (alone,) = check_fsdp2_end_to_end([_fs2_mixed_rank(0, step=failed, walk={"grads": {}})], "impl")
+    assert alone.message.endswith("failed: RuntimeError: attempting to assign a gradient, where torch's own walk in "
+                                  "the same run takes the step")
+    other = {"error": "Traceback ...\nValueError: no"}
+    (otherwise,) = check_fsdp2_end_to_end([_fs2_mixed_rank(0, step=failed, walk=other)], "impl")
+    assert otherwise.message.endswith(", where torch's own walk in the same run fails otherwise: ValueError: no")
+    eager_wrong = _fs2_mixed_rank(0, step=failed, walk=failed)
+    eager_wrong["impls"]["impl"]["eager"]["grads"] = {"m0.w0": torch.zeros(2), "m1.w0": torch.full((2,), 2.0)}
+    messages = [v.message for v in check_fsdp2_end_to_end([eager_wrong], "impl")]
+    assert any(m.startswith("rank 0, eager: every sharded gradient is 0 times") for m in messages), messages
+    assert any(m.startswith("rank 0, bf16: the step with") for m in messages), messages
+
+
 @pytest.mark.e2e
 def test_world_size_option_reaches_the_checks(run_suite):
     # One rank cannot check FS2-9: not provided, with the reason and the option to change it.

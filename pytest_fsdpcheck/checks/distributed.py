@@ -142,6 +142,14 @@ def _check_ranks_agree(results: list[dict], rtol: float, atol: float) -> list[Vi
 
 # --- FS2-9: a real fully_shard step driven by the implementation ---------------------
 
+#: FS2-9's third step (eager, first world): the grouped call
+#: ``fully_shard([a, b])`` in mixed precision (bf16 parameters, fp32
+#: reduction) after a first forward with that group frozen, judged against
+#: the control at that precision (``reference[MIXED_MODE]``)
+MIXED_MODE = "bf16"
+#: how its findings name the step
+MIXED_STEP = "the step with fully_shard([a, b]) in bf16 (reduced in fp32) after a first forward with that group frozen"
+
 
 def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, atol: float = 1e-5,
                            where: str = "") -> list[Violation]:
@@ -169,7 +177,10 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
             violations.append(Violation("FS2-9", f"rank {rank}: fully_shard driven by {spec} failed: {_first_line(record['error'])}"))
         elif not record.get("not_provided"):
             for mode in result.get("modes", ("eager", "compiled")):
-                step = _fsdp2_step(result, record[mode], mode, len(results), rtol, atol)
+                if (record[mode] or {}).get("error"):
+                    step = [_step_failed(result, mode, record[mode]["error"])]
+                else:
+                    step = _fsdp2_step(_judged_against(result, mode), record[mode], mode, len(results), rtol, atol)
                 steps += [Violation("FS2-9", f"rank {rank}, {mode}: {m}") for m in step]
     # What the ranks failed with alike is one line; the steps' findings stay
     # per rank and mode: fs2-gloo-grads-summed is that very pattern on every
@@ -198,6 +209,32 @@ def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: floa
     # gradients already say why the parameters are wrong
     after = [] if grads else _after_step(result, step, world_size, rtol, atol)
     return out + grads + after
+
+
+def _judged_against(result: dict, mode: str) -> dict:
+    """``result`` with the control of ``mode`` as its ``reference``: the
+    mixed-precision step's own, the fp32 control for the others."""
+    if mode != MIXED_MODE:
+        return result
+    return {**result, "reference": result["reference"][MIXED_MODE]}
+
+
+def _step_failed(result: dict, mode: str, error: str) -> str:
+    """A step that raised (recorded per step for ``MIXED_MODE``), and what
+    torch's own walk did with the same step in the same run: the same
+    failure there says the runtime's, never excuses it."""
+    first = _first_line(error)
+    control = result.get("torch_walk", {}).get(mode)
+    if control is None:
+        said = ", and torch's own walk took no step to compare"
+    elif control.get("error"):
+        theirs = _first_line(control["error"])
+        said = (", as torch's own walk does in the same run" if theirs == first else
+                f", where torch's own walk in the same run fails otherwise: {theirs}")
+    else:
+        said = ", where torch's own walk in the same run takes the step"
+    what = MIXED_STEP if mode == MIXED_MODE else "the step"
+    return f"{what} failed: {first}{said}"
 
 
 def _after_step(result: dict, step: dict, world_size: int, rtol: float, atol: float) -> list[str]:
@@ -240,12 +277,14 @@ def _after_step(result: dict, step: dict, world_size: int, rtol: float, atol: fl
                           f", max abs difference {(have - expected).abs().max().item():.3g}"))
     # the parameters as the forward after the step all-gathered them, one
     # line per finding (a runtime fault repeats it for every parameter)
+    # as the forward computes with them: the mixed step's group in its dtype
+    computed, computed_before = want.get("gathered", want["params"]), want.get("gathered_before", want["before"])
     alike: dict[str, list[str]] = {}
-    for label, full in want["params"].items():
+    for label, full in computed.items():
         used = got.get("gathered", {}).get(label)
         if used is None or used.shape != full.shape or torch.allclose(used, full, rtol=rtol, atol=atol):
             continue
-        alike.setdefault(_stale_rows(used, full, want["before"][label], world_size, label in sharded, rtol, atol),
+        alike.setdefault(_stale_rows(used, full, computed_before[label], world_size, label in sharded, rtol, atol),
                          []).append(label)
     for finding, labels in alike.items():
         out.append(f"the forward after the optimizer step computes with {short(labels)}, not the unsharded "
@@ -396,7 +435,7 @@ def fsdp2_unchecked(results: list[dict], spec: str) -> list[str]:
             continue
         reasons.update(result.get("unchecked") or {})
         record = result["impls"].get(spec) or {}
-        for mode in ("eager", "compiled"):
+        for mode in result.get("modes", ("eager", "compiled")):
             for call in (record.get(mode) or {}).get("calls", ()):
                 if call.get("impl_params") is None and "managed parameters" not in reasons:
                     reasons["managed parameters"] = ("torch's fully_shard never asked _get_managed_states: the "
@@ -515,7 +554,7 @@ def rank_entries(result: dict, spec: str, area: str) -> list[str] | str | None:
                 + [f"parameter {i}: {name}" for i, name in enumerate(record["params"])])
     entries = []
     for mode in result.get("modes", ("eager", "compiled")):
-        for c, call in enumerate(record[mode]["calls"]):
+        for c, call in enumerate((record[mode] or {}).get("calls", ())):  # a failed step has none
             entries.append(f"{mode}, call {c}: modules {' '.join(call['impl_modules'])}")
             params = call.get("impl_params")
             entries.append(f"{mode}, call {c}: parameters {'(not asked)' if params is None else ' '.join(params)}")

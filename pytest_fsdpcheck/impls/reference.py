@@ -1,6 +1,19 @@
 """The ``reference`` implementation: the project's executable specification
-(defined with it, in :mod:`pytest_fsdpcheck.reference`)."""
+(defined with it, in :mod:`pytest_fsdpcheck.reference`), declaring the known
+bugs of ``fully_shard``'s runtime, which FS2-9 drives with the reference's
+walk as with torch's."""
 
-from ..reference import ReferenceImplementation
+from ..reference import ReferenceImplementation as _Specification
+from .torch_bugs import FULLY_SHARD_RUNTIME_BUGS
+
+
+class ReferenceImplementation(_Specification):
+    # FS2-9 judges a walk by a real fully_shard step, taken by torch's
+    # runtime whatever the walk: a fault there shows in the reference's
+    # column as in torch's. Only these are declared (their signatures
+    # require torch's own walk to fail the same way in the same run); the
+    # reference's own code declares nothing.
+    known_bugs = FULLY_SHARD_RUNTIME_BUGS
+
 
 __all__ = ["ReferenceImplementation"]

@@ -14,7 +14,7 @@ import re
 from ..core.bugs import KnownBug
 
 _SUMMED_ON_GLOO = re.compile(
-    r"(world size \d+, )?rank (\d+), (eager|compiled): every sharded gradient is (\d+) times the unsharded "
+    r"(world size \d+, )?rank (\d+), (eager|compiled|bf16): every sharded gradient is (\d+) times the unsharded "
     r"gradient of the global batch, as torch's own walk gives in the same run \(fully_shard summed over the \4 "
     r"ranks instead of averaged, on gloo\)"
 )
@@ -27,8 +27,11 @@ def _sharded_gradients_summed_on_gloo(violations) -> bool:
     mode and nothing else. A scaling in one mode or on one rank, by another
     factor, or one torch's own walk does not share (a gradient hook firing
     twice at world size 2) is worded otherwise, or is not all of it: not
-    explained. FS2-9's second world (its findings prefixed ``world size N,
-    ``) takes the eager step only: there every rank in eager mode."""
+    explained. The first world's mixed-precision step (``bf16``, reduced in
+    fp32: the same reduction) shows it too where it runs; a world whose
+    ``bf16`` step failed otherwise is not this bug alone. FS2-9's second
+    world (its findings prefixed ``world size N, ``) takes the eager step
+    only: there every rank in eager mode."""
     seen: dict[bool, list] = {False: [], True: []}
     for v in violations:
         match = _SUMMED_ON_GLOO.fullmatch(v.message) if v.invariant == "FS2-9" else None
@@ -41,11 +44,37 @@ def _sharded_gradients_summed_on_gloo(violations) -> bool:
         if not found:
             continue
         world_size = found[0][2]
-        modes = ("eager",) if second else ("eager", "compiled")
-        every = {(rank, mode, world_size) for rank in range(world_size) for mode in modes}
-        if len(found) != len(every) or set(found) != every:
+        steps = [("eager",)] if second else [("eager", "compiled"), ("eager", "compiled", "bf16")]
+        if not any(len(found) == len(every) and set(found) == every
+                   for every in ({(rank, mode, world_size) for rank in range(world_size) for mode in modes}
+                                 for modes in steps)):
             return False
     return True
+
+
+_LATCHED_MIXED = re.compile(
+    r"rank (\d+), bf16: the step with fully_shard\(\[a, b\]\) in bf16 \(reduced in fp32\) after a first forward "
+    r"with that group frozen failed: RuntimeError: attempting to assign a gradient with dtype 'c10::BFloat16' to a "
+    r"tensor with grad_dtype 'Float'\..*, as torch's own walk does in the same run"
+)
+
+
+def _mixed_step_latched(violations) -> bool:
+    """FS2-9's statement that the mixed-precision step (a group in bf16,
+    reduced in fp32, frozen at its first forward) raised torch 2.13's
+    gradient-dtype error at its backward, on every rank of the first world,
+    as torch's own walk does in the same run, and nothing else failed: the
+    fp32 steps, the second world and the walk all right. The error on one
+    rank only, another error, a wrong gradient (the silent form, which
+    this release does not have), or an error torch's own walk does not
+    share is worded otherwise, or is not all of it: not explained."""
+    ranks = []
+    for v in violations:
+        match = _LATCHED_MIXED.fullmatch(v.message) if v.invariant == "FS2-9" else None
+        if match is None:
+            return False
+        ranks.append(int(match[1]))
+    return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
 
 
 TORCH_BUGS: tuple[KnownBug, ...] = (
@@ -315,6 +344,26 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#162338",),
     ),
     KnownBug(
+        id="fs2-frozen-mp-latched",
+        invariants=("FS2-9",),
+        reason="FSDPParamGroup._init_mp_dtypes (torch.distributed.fsdp._fully_shard._fsdp_param_group), run "
+        "at the group's lazy init (its first forward), takes the group's original and reduce dtypes from the "
+        "parameters that require grad at that moment only, and latches None where none does. A group with an "
+        "mp_policy (bf16 parameters, fp32 reduction) frozen at its first forward and unfrozen for training "
+        "then fails its first backward: the reduce-scatter hands the bf16 gradient back uncast, and torch "
+        "2.13 raises \"attempting to assign a gradient with dtype 'c10::BFloat16' to a tensor with grad_dtype "
+        "'Float'\". It is torch's runtime, not the walk: any implementation driving fully_shard meets it. "
+        "Read in the source: 2.8.0 … 2.13.0 take the trainable parameters only (2.4 … 2.7 read every "
+        "parameter); 2.14.0 takes them all again (PR 187376). Measured on 2.13.0 only; a release without "
+        "the gradient-dtype check may show it as a reduction in bf16 instead, which this signature does "
+        "not read.",
+        affects=">=2.8,<2.14",
+        seen=("2.13.0",),
+        predicate=_mixed_step_latched,
+        reproducer="fs2-frozen-mp-latched.py",
+        upstream=("pytorch/pytorch#186998", "pytorch/pytorch#187376"),
+    ),
+    KnownBug(
         id="exo-method-target-taken-as-param",
         invariants=("EXO-3", "EXO-4"),
         reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
@@ -326,4 +375,13 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"exec_order": {"param_nodes": "any_target"}},
         reproducer="exo-method-target-taken-as-param.py",
     ),
+)
+
+
+#: the known bugs of ``fully_shard``'s runtime (not of its walk): every
+#: implementation whose walk FS2-9 drives through that runtime meets them
+#: as torch's own walk does (the signatures require torch's own walk to
+#: fail the same way in the same run), so the reference declares them too
+FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
+    bug for bug in TORCH_BUGS if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched"}
 )

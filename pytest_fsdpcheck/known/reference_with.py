@@ -7,7 +7,7 @@ def reference_with(bugs, like=None):
     """A fresh :class:`ReferenceImplementation` whose areas carry the switches
     of ``bugs``. ``like`` is the implementation being explained: the replay
     feeds the reference the same graph form it was fed."""
-    from ..impls.reference import ReferenceImplementation
+    from ..reference import ReferenceImplementation
 
     switches: dict[str, dict] = {}
     for bug in bugs:

@@ -47,6 +47,7 @@ import traceback
 import torch
 from torch import nn
 
+from ..checks.distributed import MIXED_MODE
 from ..checks.fsdp2 import expected_managed, expected_states
 from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec, ignored_parameters
 from ..generators.trees import BuiltTree, TreeSpec
@@ -61,6 +62,12 @@ BATCH = 4
 STEP_SEED = 1000
 #: the plain SGD step taken after the backward, on both sides
 LEARNING_RATE = 0.5
+#: the mixed precision of FS2-9's third step (``MIXED_MODE``, eager): the
+#: grouped call ``fully_shard([a, b])`` computes in bf16 and reduces its
+#: gradients in fp32, after the same frozen first forward as every step
+#: (pytorch#186998: the dtypes a group latched while it had no trainable
+#: parameter); every other call keeps fp32
+MIXED_PARAM_DTYPE, MIXED_REDUCE_DTYPE = torch.bfloat16, torch.float32
 
 
 def model_width(seed: int = 0) -> int:
@@ -151,7 +158,7 @@ class Block(nn.Module):
         y = x
         seen = self.__dict__.get("_fsdpcheck_seen")  # set for the forward after the step only (eager)
         if seen is not None:
-            seen.update((name, w.detach().cpu().clone()) for name, w in self._parameters.items())
+            seen.update((name, w.detach().float().cpu().clone()) for name, w in self._parameters.items())
         for weight in self._parameters.values():
             if weight.shape[0] == weight.shape[-1]:
                 y = torch.tanh(y @ weight)
@@ -307,6 +314,14 @@ def _sharded_by_group(root_module, built: BuiltFsdp2, names: dict) -> list[str] 
     return out
 
 
+def mixed_precision_policy():
+    """``MixedPrecisionPolicy`` beside this release's ``fully_shard``."""
+    for module in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        with contextlib.suppress(ImportError, AttributeError):
+            return importlib.import_module(module).MixedPrecisionPolicy
+    raise ImportError(f"torch {torch.__version__} has no MixedPrecisionPolicy beside fully_shard")
+
+
 def compile_backend() -> str:
     """``inductor`` where a C++ compiler is on the path (it compiles CPU
     kernels with one), else ``aot_eager`` (Dynamo and AOTAutograd, no codegen).
@@ -356,7 +371,7 @@ def probe_internals(device) -> dict:
 
 
 def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
-               progress: dict | None = None, modes=("eager", "compiled")) -> dict:
+               progress: dict | None = None, modes=("eager", "compiled", MIXED_MODE)) -> dict:
     """This rank's records for every implementation (process group up);
     the model is :func:`end_to_end_model` of ``seed`` (the same on every rank).
 
@@ -376,7 +391,11 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     every sharded parameter after it, and the outputs of one more forward
     (which all-gathers what the step left), beside the control's updated
     model (:func:`_control_after_step`). ``modes``: the steps taken (FS2-9's
-    second world, at 3 ranks, takes the eager one only)."""
+    second world, at 3 ranks, takes the eager one only); ``MIXED_MODE`` is
+    the eager step with the grouped call in mixed precision, judged against
+    the control at that precision (``reference[MIXED_MODE]``), and a failure
+    of that step is recorded as its own (``{"error": ...}``), so the fp32
+    steps are judged whatever it does."""
     from ..impls import load_implementation
     from .selftest import FSDP2_COLLECTIVES, self_test
 
@@ -401,7 +420,10 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
                  **{f"rank {r}'s batch": x for r, x in enumerate(inputs)}}
     progress["phase"] = "selftest"
     self_test(device, FSDP2_COLLECTIVES, agreement, real=control_on_real_gradients)
+    progress["phase"] = "control"  # the world passed its self-test: a failure from here on is the check's
     reference["after_step"] = _control_after_step(base, reference, inputs[rank], ignored)
+    if MIXED_MODE in modes:
+        reference[MIXED_MODE] = _control_mixed(base, inputs, rank, world_size, ignored, device)
     progress["phase"] = "probe"  # torch's fully_shard on a throwaway model: a failure here is the check's
     backend = compile_backend()
     unchecked = probe_internals(device)
@@ -419,12 +441,14 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
                 continue
             record = {"error": None, "not_provided": False}
             for mode in modes:
-                record[mode] = _step(area, base, calls, names, inputs[rank].to(device), device, mode, backend)
+                record[mode] = _mode_step(area, base, calls, names, inputs[rank].to(device), device, mode, backend)
             result["impls"][spec] = record
         except BaseException:  # noqa: BLE001 - the checker turns it into a violation
             result["impls"][spec] = {"error": traceback.format_exc(limit=8), "not_provided": False}
     for mode in modes:
-        wrong = any(_sharded_grads_wrong(record.get(mode), result) for record in result["impls"].values())
+        expected = {**result, "reference": reference[MIXED_MODE] if mode == MIXED_MODE else reference}
+        wrong = any("error" in (record.get(mode) or {}) or _sharded_grads_wrong(record.get(mode), expected)
+                    for record in result["impls"].values())
         # every rank takes the second opinion's step or none does (it runs collectives)
         flag = torch.tensor([float(wrong)], device=device)
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
@@ -434,6 +458,17 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
             except Exception:  # noqa: BLE001 - recorded: the checker says torch's own step failed
                 result["torch_walk"][mode] = {"error": traceback.format_exc(limit=8)}
     return result
+
+
+def _mode_step(area, base, calls, names, x, device, mode: str, backend: str) -> dict:
+    """One mode's step; the mixed-precision step's failure is that step's
+    record (``{"error": traceback}``), the others' the implementation's."""
+    if mode != MIXED_MODE:
+        return _step(area, base, calls, names, x, device, mode, backend)
+    try:
+        return _step(area, base, calls, names, x, device, mode, backend)
+    except Exception:  # noqa: BLE001 - the checker turns it into a violation of this step
+        return {"error": traceback.format_exc(limit=8)}
 
 
 #: how far the control's all-reduced fp32 gradients may be from the same
@@ -481,13 +516,64 @@ def _control_grads(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored
     return {"global": everyone, "local": local}
 
 
-def _control_after_step(base: BuiltFsdp2, reference: dict, x, ignored: set) -> dict:
+def _control_mixed(base: BuiltFsdp2, inputs, rank: int, world_size: int, ignored: set, device) -> dict:
+    """The control of the mixed-precision step (``MIXED_MODE``), which runs
+    nothing of ``fully_shard``: as :func:`_control_grads` and
+    :func:`_control_after_step`, with the grouped call's parameters in
+    ``MIXED_PARAM_DTYPE`` for the whole step and its roots' inputs cast to
+    it (:func:`_at_group_precision`, as FSDP2 gives them), each gradient
+    averaged over the ranks in ``MIXED_REDUCE_DTYPE`` and kept in the
+    parameter's own dtype (fp32), as FSDP2 reduces and stores it."""
+    from .selftest import averaged
+
+    model = copy.deepcopy(base.modules[0])
+    hooks = _at_group_precision(model, base)
+    try:
+        model(inputs[rank]).square().mean().backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    local = {label: grad.float() for label, grad in _grads(model, base).items()}
+    everyone = averaged(local, world_size, reduce_dtype=MIXED_REDUCE_DTYPE, skip=ignored, device=device)
+    reference = {"global": everyone, "local": local}
+    reference["after_step"] = _control_after_step(base, reference, inputs[rank], ignored, mixed=True)
+    return reference
+
+
+def _at_group_precision(model, base: BuiltFsdp2) -> list:
+    """The control's copy ``model`` as FSDP2 runs the grouped call in mixed
+    precision: every parameter of the group's modules replaced by one leaf
+    in ``MIXED_PARAM_DTYPE`` (a tied one by one leaf wherever it is held),
+    for the whole step, and floating inputs cast to it at each call of the
+    call's roots (``cast_forward_inputs``). Returns the hooks to remove."""
+    modules = _like_base(model, base)
+    leaves: dict[int, nn.Parameter] = {}
+    for i in _tied_group(base):
+        for p in modules[i]._parameters.values():
+            if p is not None and id(p) not in leaves:
+                leaves[id(p)] = nn.Parameter(p.detach().to(MIXED_PARAM_DTYPE), requires_grad=p.requires_grad)
+    for module in _modules_in_order(model):
+        for name, p in list(module._parameters.items()):
+            if p is not None and id(p) in leaves:
+                module._parameters[name] = leaves[id(p)]
+
+    def cast_inputs(module, args):
+        return tuple(a.to(MIXED_PARAM_DTYPE) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                     for a in args)
+
+    return [modules[i].register_forward_pre_hook(cast_inputs) for i in _pair_call(base)]
+
+
+def _control_after_step(base: BuiltFsdp2, reference: dict, x, ignored: set, mixed: bool = False) -> dict:
     """The control's SGD step, by hand (nothing of ``fully_shard``, nor of
     ``torch.optim``): every parameter minus ``LEARNING_RATE`` times the
     control's gradient (the ranks' average; an ignored parameter's this
     rank's own), and the updated unsharded model's outputs on this rank's
     batch. ``before``: the parameters before the step (a shard still
-    holding them was never updated)."""
+    holding them was never updated). ``mixed``: the step of ``MIXED_MODE``:
+    the forward after it runs at the group's precision, and ``gathered``/
+    ``gathered_before`` are the parameters as that forward computes with
+    them (the group's cast to ``MIXED_PARAM_DTYPE``, read back in fp32)."""
     model = copy.deepcopy(base.modules[0])
     labels = _labels_like(model, base)
     before, after = {}, {}
@@ -502,8 +588,21 @@ def _control_after_step(base: BuiltFsdp2, reference: dict, x, ignored: set) -> d
                 if grad is not None:
                     p.sub_(LEARNING_RATE * grad)
                 after[label] = p.detach().clone()
-        output = model(x).detach().clone()
-    return {"before": before, "params": after, "output": output}
+        if not mixed:
+            return {"before": before, "params": after, "output": model(x).detach().clone()}
+        low = set(_labels_of_group(base))
+        hooks = _at_group_precision(model, base)
+        try:
+            output = model(x).detach().float().clone()
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def as_computed(values):
+        return {label: v.to(MIXED_PARAM_DTYPE).float() if label in low else v for label, v in values.items()}
+
+    return {"before": before, "params": after, "output": output,
+            "gathered": as_computed(after), "gathered_before": as_computed(before)}
 
 
 def _local_mean_grads(base: BuiltFsdp2, inputs) -> dict:
@@ -570,6 +669,22 @@ def _labels_like(model, base: BuiltFsdp2) -> dict:
     return labels
 
 
+def _like_base(model, base: BuiltFsdp2) -> list:
+    """The modules of ``model`` (a copy of the base model) by the base's indices."""
+    by_path = dict(zip((id(m) for m in _modules_in_order(base.modules[0])), _modules_in_order(model), strict=True))
+    return [by_path[id(m)] for m in base.modules]
+
+
+def _pair_call(base: BuiltFsdp2) -> set[int]:
+    """The roots of the grouped call ``fully_shard([a, b])`` (the tied pair)."""
+    return {i for pair in base.spec.tree.tied for i in pair}
+
+
+def _labels_of_group(base: BuiltFsdp2) -> list[str]:
+    """The labels of the parameters the grouped call's modules hold."""
+    return [base.label(p) for i in _tied_group(base) for p in base.modules[i]._parameters.values() if p is not None]
+
+
 def _tied_group(base: BuiltFsdp2) -> list[int]:
     """The modules of the grouped call that holds the tied pair ``[a, b]``
     and what it manages below them (a's children), by index."""
@@ -591,8 +706,7 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
     fully_shard = fully_shard_function()
     model = copy.deepcopy(base.modules[0]).to(device)
     # the copy's modules and ignored parameters, by the base's indices
-    by_path = dict(zip((id(m) for m in _modules_in_order(base.modules[0])), _modules_in_order(model), strict=True))
-    modules = [by_path[id(m)] for m in base.modules]
+    modules = _like_base(model, base)
     ignored = None
     if base.ignored is not None:
         ignored = set()
@@ -605,11 +719,15 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     record: list = []
     calls = []
+    mixed = {}
+    if mode == MIXED_MODE:
+        mixed = {"mp_policy": mixed_precision_policy()(param_dtype=MIXED_PARAM_DTYPE, reduce_dtype=MIXED_REDUCE_DTYPE)}
     # area None: torch's own walk (the control step)
     with driven_by(area, record) if area is not None else contextlib.nullcontext():
         for call in calls_made:
             targets = [modules[i] for i in call]
-            fully_shard(targets[0] if len(targets) == 1 else targets, mesh=mesh, ignored_params=ignored)
+            fully_shard(targets[0] if len(targets) == 1 else targets, mesh=mesh, ignored_params=ignored,
+                        **(mixed if set(call) == _pair_call(base) else {}))
             # what torch's walk reads from the module's FSDP state, the area
             # learns through its contract (the roots of the call own the group)
             for i in call:
@@ -669,7 +787,7 @@ def _step(area, base: BuiltFsdp2, calls_made, names: dict, x, device, mode: str,
         module.__dict__["_fsdpcheck_seen"] = found
     try:
         with torch.no_grad():
-            output = model(x).detach().cpu().clone()
+            output = model(x).detach().float().cpu().clone()
     finally:
         for module in modules:
             module.__dict__.pop("_fsdpcheck_seen", None)

@@ -28,6 +28,16 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
   when FSDP2's lazy init ran stays frozen to the group's backward after it
   is unfrozen: its gradient is dropped before the reduce-scatter, so its
   sharded gradient is never set and the step leaves it as it was.
+- ``fsdp2-latch-fixed``: not a fault: torch 2.14's fix of pytorch#186998
+  (PR 187376) put into the installed release: a group's original and
+  reduce dtypes are taken from every parameter at its lazy init, not only
+  from those that require grad then, so a group frozen at its first forward
+  does not latch ``None``. FS2-9's mixed-precision step then runs as on a
+  fixed release: what proves its control right where torch is.
+- ``fsdp2-bf16-reduced``: the latch fixed as above, but the group's
+  gradients are reduced in bf16 whatever its ``reduce_dtype`` (the silent
+  form of pytorch#186998's report): the step runs, each mixed group's
+  sharded gradient is off by bf16's rounding of the sum.
 - ``fsdp2-grouped-reuse``: pytorch#183702's shape: a module of a grouped
   ``fully_shard([a, b])`` called again after the group's forward completed
   (resharded) in the same step is not unsharded again: it computes on its
@@ -114,6 +124,23 @@ if "fsdp2-last-shard-stale" in _FAULTS:
             self._sharded_param_data = self._sharded_param_data.clone()
 
     _fsdp_param.FSDPParam.reset_sharded_param = _reset_leaving_last_shard_stale
+
+if _FAULTS & {"fsdp2-latch-fixed", "fsdp2-bf16-reduced"}:
+    import torch
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    _reduced_in_bf16 = "fsdp2-bf16-reduced" in _FAULTS
+
+    def _init_mp_dtypes_from_every_param(self):
+        for fsdp_param in self.fsdp_params:
+            fsdp_param.init_dtype_attrs(self.mp_policy)
+        params = self.fsdp_params
+        self._orig_dtype = params[0].orig_dtype if params else None
+        self._reduce_dtype = params[0].reduce_dtype if params else None
+        if _reduced_in_bf16 and self.mp_policy.param_dtype == torch.bfloat16:
+            self._reduce_dtype = torch.bfloat16
+
+    _fsdp_param_group.FSDPParamGroup._init_mp_dtypes = _init_mp_dtypes_from_every_param
 
 if "fsdp2-frozen-latched" in _FAULTS:
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group
