@@ -175,3 +175,16 @@ class OthersWritesHere:
         name = created_name(event, args, folder)
         if name is not None and by_others(ours):
             names.add(name)
+
+
+def fs2_9_on_this_torch() -> str:
+    """FS2-9's cell for a walk that is right (torch's own, the reference's):
+    ``known`` where fully_shard's runtime has fs2-frozen-mp-latched (torch
+    2.8 ... 2.13: FS2-9's mixed-precision step fails in every walk's
+    column), else ``pass``."""
+    import torch
+
+    from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
+
+    (latched,) = [b for b in FULLY_SHARD_RUNTIME_BUGS if b.id == "fs2-frozen-mp-latched"]
+    return "known" if latched.applies_to_version(torch.__version__) else "pass"

@@ -7,6 +7,7 @@ import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from tests.demands import demand_failures
+from tests.helpers import fs2_9_on_this_torch
 
 pytestmark = pytest.mark.unit
 
@@ -138,7 +139,8 @@ def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
     control = PLANTED + "ReferenceControl"
     result, report = run_suite(control, *FS29_PLANTED, k="test_fully_shard_end_to_end")
     demand_failures(result, report, FS29_PLANTED, control=None)
-    assert report["matrix"][control]["FS2-9"]["outcome"] == "pass", report["matrix"][control]
+    # the reference's walk passes, or meets fully_shard's runtime bug as torch's own walk does
+    assert report["matrix"][control]["FS2-9"]["outcome"] == fs2_9_on_this_torch(), report["matrix"][control]
     out = result.stdout.str()
     spec, calls = end_to_end_model(0)  # the ci profile's model
     want = oracle(build_model(spec, 0), calls)

@@ -62,6 +62,7 @@ class MissingBucket(Implementation):
 
 # --- FS2-9: walks that drive a real fully_shard wrongly ------------------------------
 
+from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS  # noqa: E402
 from pytest_fsdpcheck.reference.fsdp2 import ReferenceFsdp2  # noqa: E402
 
 
@@ -87,11 +88,13 @@ class _ParentFirst(ReferenceFsdp2):
         return got[-1:] + got[:-1]
 
 
-def _fsdp2_impl(cls, name):
-    return type(name, (Implementation,), {"name": name, "__init__": lambda self: setattr(self, "fsdp2", cls())})
+def _fsdp2_impl(cls, name, known_bugs=()):
+    return type(name, (Implementation,), {"name": name, "known_bugs": known_bugs,
+                                          "__init__": lambda self: setattr(self, "fsdp2", cls())})
 
 
-ReferenceControl = _fsdp2_impl(ReferenceFsdp2, "ReferenceControl")
+# the reference's walk: it meets fully_shard's runtime bugs as the reference does
+ReferenceControl = _fsdp2_impl(ReferenceFsdp2, "ReferenceControl", FULLY_SHARD_RUNTIME_BUGS)
 DropsFirstLeaf = _fsdp2_impl(_DropsFirstLeaf, "DropsFirstLeaf")
 ShardsIgnored = _fsdp2_impl(_ShardsIgnored, "ShardsIgnored")
 ParentFirst = _fsdp2_impl(_ParentFirst, "ParentFirst")
