@@ -520,6 +520,34 @@ def test_fs2_frozen_mp_latched_reads_only_the_mixed_steps_error_on_every_rank():
     assert not explains([Violation("FS2-11", v.message) for v in both])
 
 
+def test_a_walk_meeting_a_runtime_bug_is_told_to_declare_the_runtime_bugs_and_fails():
+    """A walk (not torch's) whose FS2-9 is exactly fs2-frozen-mp-latched,
+    declaring nothing: a FAIL, whose hint names fully_shard's runtime bugs
+    to declare (not all of torch's); declaring them explains it, where the
+    installed torch is in the bug's range."""
+    import dataclasses
+
+    from pytest_fsdpcheck.checks import ConformanceFailure
+    from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
+    from pytest_fsdpcheck.known import judge
+    from pytest_fsdpcheck.reference import ReferenceImplementation as Specification
+
+    judge.configure(enabled=True)
+    judge.reset()
+    try:
+        with pytest.raises(ConformanceFailure) as failure:
+            judge.conform(Specification(), [_latched(0), _latched(1)])
+        told = "\n".join(getattr(failure.value, "__notes__", ()))
+        assert ("torch's known bug fs2-frozen-mp-latched gives, in fully_shard's runtime" in told
+                and "known_bugs = FULLY_SHARD_RUNTIME_BUGS" in told and 'known_bugs = "torch"' not in told), told
+        declaring = Specification()
+        declaring.known_bugs = tuple(dataclasses.replace(b, affects="") for b in FULLY_SHARD_RUNTIME_BUGS)
+        judge.conform(declaring, [_latched(0), _latched(1)])
+        assert judge.explained()["fs2-frozen-mp-latched"]["examples"] == 1
+    finally:
+        judge.reset()
+
+
 def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
     """fs2-gloo-grads-summed explains the runner's world (every rank, both
     modes) and FS2-9's second world (``world size 3, ``: every rank, the

@@ -105,7 +105,7 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
     one of them explains the failure exactly, how to say so. The failure
     stays a failure: only the implementation's own declaration excuses."""
     from ..core.bugs import known_bugs_of
-    from ..impls.torch_bugs import TORCH_BUGS
+    from ..impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS, TORCH_BUGS
 
     if not current().known_bugs or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
         return None
@@ -119,6 +119,13 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
     if not bugs:
         return None
     ids = ", ".join(bug.id for bug in bugs)
+    if all(bug in FULLY_SHARD_RUNTIME_BUGS for bug in bugs):
+        # in fully_shard's runtime, which FS2-9 drives with any walk: whose
+        # walk it is does not matter, and torch's other bugs are not its own
+        return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives, in fully_shard's runtime, which "
+                f"FS2-9 drives with this walk as with torch's; an implementation meets it there too and can declare "
+                f"it: known_bugs = FULLY_SHARD_RUNTIME_BUGS (from pytest_fsdpcheck.impls.torch_bugs) "
+                f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
     return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives; an implementation that runs "
             f"torch's own code has it too and can declare it: known_bugs = \"torch\" "
             f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
