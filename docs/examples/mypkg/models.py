@@ -1,6 +1,10 @@
 import hypothesis.strategies as st
 import torch
-from torch.distributed.fsdp import fully_shard
+
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch 2.3 and 2.4 (the recipe's oldest jobs) keep it in the composable package
+    from torch.distributed._composable.fsdp import fully_shard
 
 from pytest_fsdpcheck.cases import ModelCase, model_factory
 
