@@ -94,3 +94,21 @@ def test_cuda_module_loading_set_by_torchs_own_cuda_init_is_not_a_leak_but_anoth
     assert isolation.leaks(before, isolation._process_state()) == [f"environ ({name})"]
     isolation._restore_process(before, isolation.FirstImports())
     assert name not in os.environ
+
+
+@pytest.mark.parametrize("check", ["check_fsdp2_walk", "check_fsdp2_recorded", "check_fully_shard_calls"])
+def test_a_plan_with_a_grouped_call_is_np_where_fully_shard_takes_one_module(check, monkeypatch):
+    """torch 2.3 and 2.4's fully_shard takes one module: a framework's plan
+    with ``fully_shard([embed, lm_head])`` (its plan for a newer release) is
+    n/p there, naming why, never torch's FS2-7 FAIL (measured on 2.4.1:
+    torch raised AttributeError on the list, charged to torch before). The
+    gate is the adapter's ``several_roots``, from the version alone."""
+    from pytest_fsdpcheck.cases import checks
+    from pytest_fsdpcheck.core.not_provided import NotProvided
+    from pytest_fsdpcheck.impls.torch_impl import TorchImplementation
+    from tests.planted import plans
+
+    impl = TorchImplementation()
+    monkeypatch.setattr(impl.fsdp2, "several_roots", False)  # as on 2.3 and 2.4
+    with pytest.raises(NotProvided, match="several modules in one call; this implementation's fully_shard takes one"):
+        getattr(checks, check)(plans.good(), impl)

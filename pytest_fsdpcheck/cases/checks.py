@@ -239,10 +239,7 @@ def check_fsdp2_walk(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
-    if any(len(c.roots) > 1 for c in record.calls) and not getattr(impl.fsdp2, "several_roots", True):
-        raise NotProvided("the plan shards several modules in one call; this implementation's fully_shard takes one")
-    if any(c.ignored is not None for c in record.calls) and not getattr(impl.fsdp2, "takes_ignored_params", True):
-        raise NotProvided("the plan passes ignored_params; this implementation's fully_shard takes none")
+    _require_calls_taken(record, impl)
 
     def body(impl):
         area = impl.fsdp2
@@ -257,6 +254,17 @@ def check_fsdp2_walk(case, impl=None):
         return violations
 
     _judge(impl, case, "check_fsdp2_walk", body)
+
+
+def _require_calls_taken(record, impl) -> None:
+    """n/p where the plan's calls use what this implementation's (this
+    torch's) fully_shard does not take: several modules in one call (2.5+),
+    ``ignored_params`` (2.7+). The plan is the framework's for a newer
+    release; its calls are no FAIL of this one."""
+    if any(len(c.roots) > 1 for c in record.calls) and not getattr(impl.fsdp2, "several_roots", True):
+        raise NotProvided("the plan shards several modules in one call; this implementation's fully_shard takes one")
+    if any(c.ignored is not None for c in record.calls) and not getattr(impl.fsdp2, "takes_ignored_params", True):
+        raise NotProvided("the plan passes ignored_params; this implementation's fully_shard takes none")
 
 
 def check_fsdp2_recorded(case, impl=None):
@@ -274,6 +282,7 @@ def check_fsdp2_recorded(case, impl=None):
     if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
         raise NotProvided("the recorded fully_shard calls are the installed torch's own")
     record = recorded(case)
+    _require_calls_taken(record, impl)
     violations: list[Violation] = []
     managed_by: set[int] = set()
     sharded: set[int] = set()
@@ -320,6 +329,7 @@ def check_fully_shard_calls(case, impl=None):
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
     record = recorded(case)
+    _require_calls_taken(record, impl)
 
     def body(impl):
         area = impl.fsdp2
