@@ -51,6 +51,7 @@ from ..checks.distributed import MIXED_MODE
 from ..checks.fsdp2 import expected_managed, expected_states
 from ..generators.fsdp2 import BuiltFsdp2, Fsdp2Spec, ignored_parameters
 from ..generators.trees import BuiltTree, TreeSpec
+from .precision import cast_inputs_hook, low_leaf, swap_in_leaves
 
 #: the square weights' widths drawn (by the seed): odd and no multiple of
 #: 3, so neither world FS2-9 runs (2 and 3 ranks) divides them and the
@@ -551,17 +552,9 @@ def _at_group_precision(model, base: BuiltFsdp2) -> list:
     for i in _tied_group(base):
         for p in modules[i]._parameters.values():
             if p is not None and id(p) not in leaves:
-                leaves[id(p)] = nn.Parameter(p.detach().to(MIXED_PARAM_DTYPE), requires_grad=p.requires_grad)
-    for module in _modules_in_order(model):
-        for name, p in list(module._parameters.items()):
-            if p is not None and id(p) in leaves:
-                module._parameters[name] = leaves[id(p)]
-
-    def cast_inputs(module, args):
-        return tuple(a.to(MIXED_PARAM_DTYPE) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                     for a in args)
-
-    return [modules[i].register_forward_pre_hook(cast_inputs) for i in _pair_call(base)]
+                leaves[id(p)] = low_leaf(p, MIXED_PARAM_DTYPE)
+    swap_in_leaves(model, leaves)
+    return [cast_inputs_hook(modules[i], MIXED_PARAM_DTYPE) for i in _pair_call(base)]
 
 
 def _control_after_step(base: BuiltFsdp2, reference: dict, x, ignored: set, mixed: bool = False) -> dict:

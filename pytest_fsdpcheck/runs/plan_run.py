@@ -63,6 +63,7 @@ import torch
 
 from .ddp_run import free_port, spawn_ranks
 from .fsdp2_run import compile_backend, dtensor_class
+from .precision import cast_inputs_hook, cast_outputs_hook, low_leaf, swap_in_leaves
 
 BUILD_SEED = 0
 STEP_SEED = 28
@@ -495,12 +496,12 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None)
             compute = param_dtype or p.dtype
             plan_of[name] = (compute, group.reduce_dtype or compute)
             if param_dtype is not None:
-                low[name] = torch.nn.Parameter(p.detach().to(param_dtype), requires_grad=p.requires_grad)
+                low[name] = low_leaf(p, param_dtype)
         for root in group.roots:
             module = modules.get(root)
             if module is not None:
                 hooks.extend(_precision_hooks(module, group))
-    _cast_for_the_step(model, {id(params[name]): leaf for name, leaf in low.items()})
+    swap_in_leaves(model, {id(params[name]): leaf for name, leaf in low.items()})
     if dtypes_seen is not None:
         def record_dtypes(module, args, output):
             dtypes_seen.update(t.dtype for t in output_tensors(output) if t.is_floating_point())
@@ -521,37 +522,14 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None)
     return grads, plan_of
 
 
-def _cast_for_the_step(model, leaf_of: dict) -> None:
-    """Every module's own parameter whose ``id`` is in ``leaf_of`` replaced
-    by its leaf (``model`` is the control's own copy)."""
-    if not leaf_of:
-        return
-    for module in model.modules():
-        for key, param in list(module._parameters.items()):
-            if param is not None and id(param) in leaf_of:
-                module._parameters[key] = leaf_of[id(param)]
-
-
 def _precision_hooks(module, group):
     """FSDP2's casts at a group's modules: floating inputs to ``param_dtype``
     (``cast_forward_inputs``), outputs to ``output_dtype``."""
-    def cast(dtype, obj):
-        if isinstance(obj, torch.Tensor):
-            return obj.to(dtype) if obj.is_floating_point() and obj.dtype != dtype else obj
-        if isinstance(obj, (tuple, list)):
-            return type(obj)(cast(dtype, x) for x in obj) if not hasattr(obj, "_fields") else type(obj)(
-                *(cast(dtype, x) for x in obj))
-        if isinstance(obj, dict):
-            return {k: cast(dtype, v) for k, v in obj.items()}
-        return obj
-
     hooks = []
     if group.param_dtype is not None and group.cast_forward_inputs:
-        hooks.append(module.register_forward_pre_hook(
-            lambda m, args, kwargs: (cast(group.param_dtype, args), cast(group.param_dtype, kwargs)),
-            with_kwargs=True))
+        hooks.append(cast_inputs_hook(module, group.param_dtype))
     if group.output_dtype is not None:
-        hooks.append(module.register_forward_hook(lambda m, args, out: cast(group.output_dtype, out)))
+        hooks.append(cast_outputs_hook(module, group.output_dtype))
     return hooks
 
 
