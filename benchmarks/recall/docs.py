@@ -1,0 +1,54 @@
+"""Writes the recall table and its headline into ``docs/recall.md``, between
+its markers, from a results file of ``run.py`` (the text around them is the
+page's own)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from benchmarks.recall.table import rows
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "recall.md"
+START, END = "<!-- recall table: start -->", "<!-- recall table: end -->"
+
+
+def _link(ref: str) -> str:
+    repo, _, number = ref.partition("#")
+    return f"[{ref}](https://github.com/{repo}/issues/{number})"
+
+
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return "not run"
+    if entry["verdict"] == "flagged":
+        parts = [entry["failed"] and "FAIL " + ", ".join(entry["failed"]),
+                 entry["known"] and "known " + ", ".join(f"`{k}`" for k in entry["known"])]
+        return "**flagged**: " + "; ".join(p for p in parts if p)
+    return f"{entry['verdict']}: {entry.get('why', '')}".rstrip(": ")
+
+
+def table(results: dict) -> str:
+    table_rows = rows()
+    measured = results["rows"]
+    judged = [r for r in table_rows if measured.get(r.id, {}).get("verdict") in ("flagged", "missed")]
+    flagged = [r for r in judged if measured[r.id]["verdict"] == "flagged"]
+    lines = [f"**The suite flags {len(flagged)} of {len(judged)} bugs torch really had** "
+             f"(torch {results['torch']} with each old behaviour patched in; "
+             f"{len(table_rows) - len(judged)} more rows not judged, listed below).", "",
+             "| # | row | area | had | fixed in | upstream | behaviour | suite's verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for number, bug in enumerate(table_rows, 1):
+        upstream = ", ".join(_link(u) for u in bug.upstream) or "none found"
+        known = f" (modelled: `{bug.known}`)" if bug.known else ""
+        lines.append(f"| {number} | `{bug.id}` | {bug.area} | {bug.had} | {bug.fixed_in} | {upstream} | "
+                     f"{bug.behaviour.replace('|', '/')}{known} | {_cell(measured.get(bug.id))} |")
+    return "\n".join(lines)
+
+
+def write(results: dict) -> None:
+    text = PAGE.read_text()
+    pattern = re.compile(re.escape(START) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{PAGE} has no {START} … {END} markers")
+    PAGE.write_text(pattern.sub(lambda _: f"{START}\n{table(results)}\n{END}", text))
