@@ -7,6 +7,7 @@ from hypothesis import given
 from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.fsdp2 import (
     check_fully_shard,
+    check_fully_shard_released,
     check_managed,
     check_states,
     expected_managed,
@@ -44,6 +45,13 @@ CALLS = {
         "with world_of_one() as mesh:",
         "    violations = check_fully_shard(built, impl.fsdp2, mesh)",
     ],
+    # the model is handed over and dropped (FS2-7's lifetime): nothing here may hold it
+    "fully_shard_released": [
+        "holder = [built]",
+        "del built",
+        "with world_of_one() as mesh:",
+        "    violations = check_fully_shard_released(holder, impl.fsdp2, mesh)",
+    ],
 }
 
 
@@ -55,7 +63,8 @@ def reproducer(impl, spec, call, groups=True):
         imports=[
             "from pytest_fsdpcheck.generators.trees import TreeSpec",
             "from pytest_fsdpcheck.generators.fsdp2 import Fsdp2Spec, build_fsdp2",
-            "from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, check_fully_shard, expected_managed, world_of_one",
+            "from pytest_fsdpcheck.checks.fsdp2 import check_managed, check_states, check_fully_shard, "
+            "check_fully_shard_released, expected_managed, world_of_one",
         ],
     )
 
@@ -173,11 +182,10 @@ def test_ignored_scalars(fsdpcheck_impl, case):
 def test_fully_shard_flags(fsdpcheck_impl, spec):
     spec = _takes(fsdpcheck_impl, spec)
     def body(impl):
-        built = build_fsdp2(spec, impl.fsdp2, groups=False)
         with world_of_one() as mesh:
-            return check_fully_shard(built, impl.fsdp2, mesh)
+            return check_fully_shard_released([build_fsdp2(spec, impl.fsdp2, groups=False)], impl.fsdp2, mesh)
 
-    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "fully_shard", groups=False))
+    conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, "fully_shard_released", groups=False))
 
 
 @pytest.mark.invariant("FS2-8")
@@ -291,3 +299,36 @@ def test_linear_growth_deep_ignored(fsdpcheck_impl):
     except RecursionError:
         violations = [Violation("FS2-6", f"managed_modules raised RecursionError on chains {deep} deep")]
     conform(fsdpcheck_impl, violations)
+
+
+def _frozen_step_violations(impl, case) -> list:
+    """FS2-12's records of ``case`` for ``impl``, judged; where its step
+    failed, the same step driven by torch's own walk is its second opinion."""
+    from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step
+    from pytest_fsdpcheck.impls import load_implementation
+    from pytest_fsdpcheck.runs.frozen_step import control_case, run_case
+
+    with world_of_one() as mesh:
+        got = run_case(case, impl.fsdp2, mesh)
+        torch_own = None
+        if "error" in got and getattr(impl, "_fsdpcheck_spec", None) != "torch":
+            torch_own = run_case(case, load_implementation("torch").fsdp2, mesh)
+    return check_frozen_step(got, control_case(case), torch_own)
+
+
+@pytest.mark.invariant("FS2-12")
+@pytest.mark.parametrize("case", ["frozen-low-base", "frozen-index"])
+def test_frozen_params_step(fsdpcheck_impl, case):
+    """A group holding a frozen bf16 base beside a trainable fp32 adapter,
+    and one holding a frozen integer index, each takes a step under an
+    mp_policy (bf16, reduced in fp32) as its control does. fully_shard's
+    runtime on CPU ranks is the release's (provided.py), as for FS2-9."""
+    from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
+
+    if not expected_provided("fsdp2.cpu_runtime", installed_torch()):
+        raise NotProvided("the step runs on a CPU rank (gloo), and fully_shard's runtime runs on CPU from torch "
+                          f"{first_release('fsdp2.cpu_runtime')} (provided.py)", release_lacks="fsdp2.cpu_runtime")
+    conform(fsdpcheck_impl, _frozen_step_violations(fsdpcheck_impl, case),
+            snippet(fsdpcheck_impl, [f"violations = _frozen_step_violations(impl, {case!r})"],
+                    ["assert not violations, violations"],
+                    imports=["from pytest_fsdpcheck.conformance.test_fsdp2 import _frozen_step_violations"]))

@@ -175,48 +175,39 @@ def _witness_frozen_mp_latched():
         return (str(group._orig_dtype), str(group._reduce_dtype))
 
 
-def _patch_int_param_cast(mp) -> None:
-    """torch 2.3 … 2.11's ``FSDPParam.init_dtype_attrs``: ``param_dtype`` is
-    kept for any parameter whose dtype differs from it, integer ones
-    included, so an integer parameter is all-gathered and computed with in
-    the policy's floating dtype (2.12 clamps it to None for non-floating
-    parameters). Wraps 2.13's method and puts the old choice back."""
+def _patch_int_param_rejected(mp) -> None:
+    """torch 2.3 … 2.11's ``FSDPParam._init_sharded_param``: the sharded
+    DTensor is wrapped in ``nn.Parameter`` with its default
+    ``requires_grad=True`` before the original flag is set, which an integer
+    tensor refuses. Put back as that refusal, ahead of 2.13's method."""
+    import torch
+
     param_cls = _mod(_PARAM).FSDPParam
-    original = param_cls.init_dtype_attrs
+    original = param_cls._init_sharded_param
 
-    def init_dtype_attrs(self, mp_policy):
-        original(self, mp_policy)
-        if mp_policy.param_dtype is not None and mp_policy.param_dtype != self.orig_dtype:
-            self.param_dtype = mp_policy.param_dtype
+    def _init_sharded_param(self, param, *args, **kwargs):
+        if not (param.is_floating_point() or param.is_complex()):
+            torch.nn.Parameter(torch.empty(0, dtype=param.dtype))  # raises as 2.11's wrapping did
+        return original(self, param, *args, **kwargs)
 
-    mp.setattr(param_cls, "init_dtype_attrs", init_dtype_attrs)
+    mp.setattr(param_cls, "_init_sharded_param", _init_sharded_param)
 
 
-def _witness_int_param_cast():
-    """The dtype and values an integer (frozen) parameter has inside the
-    forward of a ``fully_shard`` group with ``param_dtype=bf16``: an index
-    257 is not representable in bf16."""
+def _witness_int_param_rejected():
+    """``fully_shard`` on a module holding a frozen integer parameter (an
+    index): whether it is sharded, or what it raises."""
     import torch
     import torch.nn as nn
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
     class Indexed(nn.Module):
         def __init__(self):
             super().__init__()
             self.lin = nn.Linear(4, 4)
-            self.idx = nn.Parameter(torch.tensor([1, 257]), requires_grad=False)
-            self.seen = None
-
-        def forward(self, x):
-            self.seen = (str(self.idx.dtype), [int(v) for v in self.idx.tolist()])
-            return self.lin(x)
+            self.idx = nn.Parameter(torch.tensor([1, 3]), requires_grad=False)
 
     with _one_rank_world() as mesh:
-        torch.manual_seed(0)
-        model = Indexed()
-        fully_shard(model, mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))
-        model(torch.randn(2, 4))
-        return model.seen
+        return _outcome(lambda: type(fully_shard(Indexed(), mesh=mesh)).__name__ != "")
 
 
 def _patch_grad_sync_recurse_ignored(mp) -> None:
@@ -386,8 +377,8 @@ ROWS: tuple[RealBug, ...] = (
         "#175033 fix it. The witness calls the check as fully_shard does (no process group).",
     ),
     RealBug(
-        id="fs2-frozen-dtype-asserted",
-        area="fsdp2_runtime",
+        id="fs2-frozen-dtypes-asserted",
+        area="fsdp2",
         behaviour="A fully_shard group whose frozen parameters have another dtype than its trainable ones (a frozen "
         "bf16 base beside fp32 adapters) fails its first forward with AssertionError 'FSDP expects uniform original "
         "parameter dtype', though frozen parameters are never reduced.",
@@ -396,11 +387,12 @@ ROWS: tuple[RealBug, ...] = (
         upstream=("pytorch/pytorch#154082", "pytorch/pytorch#154103"),
         patch=_patch_frozen_dtype_asserted,
         witness=_witness_frozen_dtype_asserted,
-        invariants=("FS2-9",),
+        invariants=("FS2-12",),
+        known="fs2-frozen-dtypes-asserted",
         note="Read from the source: FSDPParamGroup._init_mp_dtypes takes every fsdp_param's orig and reduce dtype "
         "in 2.3.1 … 2.7.1 and only `sharded_param.requires_grad` ones from 2.8.0 (PR #154103, fixing #154082). "
-        "That same change introduced fs2-frozen-mp-latched (a group frozen at lazy init latches None). FS2-9's "
-        "generated models use one dtype per group, so its step may not reach this; runs in a one-rank gloo world.",
+        "That same change introduced fs2-frozen-mp-latched (a group frozen at lazy init latches None). The witness "
+        "runs in a one-rank gloo world.",
     ),
     RealBug(
         id="fs2-frozen-mp-latched",
@@ -422,21 +414,23 @@ ROWS: tuple[RealBug, ...] = (
         "back to the group's floating-point parameters.",
     ),
     RealBug(
-        id="fs2-int-param-cast-to-param-dtype",
-        area="fsdp2_runtime",
-        behaviour="Under an mp_policy with param_dtype (e.g. bf16), a fully_shard group all-gathers an integer "
-        "parameter cast to that floating dtype: the module's forward sees a bf16 tensor instead of its integers, "
-        "and values bf16 cannot hold (257) come back changed.",
+        id="fs2-int-param-rejected",
+        area="fsdp2",
+        behaviour="fully_shard cannot shard a module holding an integer parameter (a frozen index): it raises "
+        "RuntimeError 'Only Tensors of floating point and complex dtype can require gradients'.",
         had="2.3.1 … 2.11.0",
         fixed_in="2.12.1",
         upstream=(),
-        patch=_patch_int_param_cast,
-        witness=_witness_int_param_cast,
-        invariants=("FS2-9",),
-        note="Read from the source: FSDPParam.init_dtype_attrs clamps param_dtype to None only when it equals the "
-        "parameter's dtype in 2.3.1 … 2.11.0; 2.12.1 also clamps it for non-floating parameters. No upstream "
-        "issue or PR found (searched 'FSDP2 mixed precision integer parameter param_dtype'). FS2-9's models hold "
-        "floating parameters only; runs in a one-rank gloo world.",
+        patch=_patch_int_param_rejected,
+        witness=_witness_int_param_rejected,
+        invariants=("FS2-12",),
+        known="fs2-int-param-rejected",
+        note="Read from the source: FSDPParam._init_sharded_param does `nn.Parameter(dtensor)` then "
+        "`requires_grad_(param.requires_grad)` in 2.3.1 … 2.11.0; 2.12.1 passes requires_grad to nn.Parameter "
+        "and also clamps param_dtype to None for non-floating parameters (init_dtype_attrs). Before 2.12 the cast "
+        "of an integer parameter to param_dtype was never reached: sharding it failed first (measured on 2.4.1). "
+        "No upstream issue or PR found (searched 'FSDP2 integer parameter', 'fully_shard int parameter "
+        "requires_grad').",
     ),
     RealBug(
         id="fs2-grad-sync-recurse-ignored",
@@ -472,7 +466,7 @@ ROWS: tuple[RealBug, ...] = (
         "ranks got.",
     ),
     RealBug(
-        id="fs2-state-mapping-keeps-modules-alive",
+        id="fs2-state-mapping-keeps-modules",
         area="fsdp2",
         behaviour="Every module fully_shard (or replicate) gave a state stays alive, with its parameters, after the "
         "caller drops the model: the composable-state mapping holds modules and states strongly, so `del model` "
@@ -483,6 +477,7 @@ ROWS: tuple[RealBug, ...] = (
         patch=_patch_state_mapping_strong,
         witness=_witness_state_mapping_strong,
         invariants=("FS2-7",),
+        known="fs2-state-mapping-keeps-modules",
         note="Read from the source: torch/distributed/_composable_state.py keeps `Dict[nn.Module, _State]` through "
         "2.5.1 and a WeakKeyDictionary of weak references from 2.6.0 (PR #139650: 'Without this, del model does "
         "not free memory of a module with FSDP2 applied'). The patch keeps a strong reference beside 2.13's weak "

@@ -77,13 +77,6 @@ def _fsdp2_types() -> dict:
     return found
 
 
-def _rejects_containers() -> bool:
-    """Whether the installed fully_shard refuses a container without a
-    forward of its own as a group (read from the release: its module has
-    the validation; older releases shard such a container)."""
-    return any(hasattr(_mod(home), "_validate_module") for home in _INIT_MODULES if _mod(home) is not None)
-
-
 def _names_only(signature) -> str:
     """``fully_shard(module, *, mesh, ...)``: the signature in one short line."""
     import inspect
@@ -117,12 +110,13 @@ def rejected_arguments(fn, module, args, kwargs, names) -> str | None:
     roots = [module] if isinstance(module, nn.Module) else list(module) if isinstance(module, (list, tuple)) else None
     if not roots or not all(isinstance(m, nn.Module) for m in roots):
         return f"module must be an nn.Module or a non-empty list of them, got {type(module).__name__}"
-    if _rejects_containers():
-        for m in roots:
-            if isinstance(m, (nn.ModuleList, nn.ModuleDict)) and type(m).forward is nn.Module.forward:
-                return (f"{names.get(id(m)) or '<root>'} is a {type(m).__name__}, a container without a forward of "
-                        "its own, which fully_shard does not take as a group: shard the modules in it, or the module "
-                        "that runs them")
+    # every release's fully_shard refuses such a container (2.3-2.11 one
+    # with a forward of its own too: torch's known bug, not the plan's mistake)
+    for m in roots:
+        if isinstance(m, (nn.ModuleList, nn.ModuleDict)) and type(m).forward is nn.Module.forward:
+            return (f"{names.get(id(m)) or '<root>'} is a {type(m).__name__}, a container without a forward of "
+                    "its own, which fully_shard does not take as a group: shard the modules in it, or the module "
+                    "that runs them")
     given = bound.arguments
     reshard = given.get("reshard_after_forward")
     if reshard is not None and not isinstance(reshard, (bool, int)):

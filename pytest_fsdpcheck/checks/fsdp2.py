@@ -5,7 +5,9 @@ never on an implementation's storage; everything is iterative."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
+import weakref
 from collections import Counter
 
 from . import Violation, error_of, first_difference, one_line, short
@@ -355,6 +357,29 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
     return out
 
 
+def check_fully_shard_released(holder: list, area, mesh) -> list[Violation]:
+    """FS2-7 with the model's lifetime: :func:`check_fully_shard` on the one
+    ``BuiltFsdp2`` in ``holder`` (taken out of it, so the caller keeps no
+    reference), then the model dropped and the garbage collector run: every
+    module must be freed. ``fully_shard`` may keep its state on the modules,
+    never the modules anywhere else (torch 2.3-2.5's composable-state
+    mapping held every module given a state for the life of the process,
+    pytorch#139650). Judged only where the calls raised nothing: a caught
+    exception's traceback may hold the model itself."""
+    built = holder.pop()
+    violations = check_fully_shard(built, area, mesh)
+    if violations:
+        return violations
+    alive = [weakref.ref(m) for m in built.modules]
+    del built
+    gc.collect()
+    kept = [f"m{i}" for i, ref in enumerate(alive) if ref() is not None]
+    if kept:
+        return [Violation("FS2-7", f"the model outlives its caller: {short(kept)} still alive after fully_shard's caller "
+                                   "dropped it and the garbage collector ran (a module is held outside the model)")]
+    return []
+
+
 def accepted(kind, index, param=None) -> str:
     """What a call that raised nothing took on, for an FS2-8 message."""
     if kind == "root":
@@ -377,3 +402,61 @@ def structure(built) -> list:
         )
         for m in built.modules
     ]
+
+
+#: FS2-12's tolerance, in bf16 epsilons of the control's largest entry: the
+#: step and its control compute the same bf16 operations (measured equal on
+#: torch 2.13), so this only allows a kernel's other summation order
+FROZEN_STEP_EPS = 4
+
+
+def check_frozen_step(got: dict, control: dict, torch_own: dict | None = None) -> list[Violation]:
+    """FS2-12 on one case's records (``runs/frozen_step``): the step with
+    ``fully_shard`` (``got``) raised nothing, its forward saw each frozen
+    integer parameter in its own dtype, and its output and trainable
+    gradients are the control's. ``torch_own``: the same step driven by
+    torch's own walk in the same run, named beside a failure (a second
+    opinion, never the verdict)."""
+    import torch
+
+    case = got["case"]
+    out = []
+    if control.get("seen") is not None and got.get("seen") not in (None, control["seen"]):
+        dtype, values = got["seen"]
+        out.append(Violation("FS2-12", f"{case}: the forward got the frozen integer parameter as {dtype} {values}, "
+                                       f"not {control['seen'][0]} {control['seen'][1]}"))
+    if "error" in got:
+        kind, text = got["error"]
+        if torch_own is None or torch_own.get("error") == got["error"]:
+            beside = ", as torch's own walk does in the same run"
+        else:
+            beside = f"; torch's own walk: {_step_outcome(torch_own)}"
+        out.append(Violation("FS2-12", f"{case}: fully_shard with mp_policy bf16 (reduced in fp32) and one step "
+                                       f"raised {kind}: {text}{beside}", error=(kind, text)))
+        return out
+    eps = torch.finfo(torch.bfloat16).eps
+    pairs = [("the output", got["output"], control["output"])]
+    pairs += [(f"the gradient of {name}", got["grads"].get(name), grad) for name, grad in control["grads"].items()]
+    for what, mine, theirs in pairs:
+        if mine is None or theirs is None:
+            if (mine is None) != (theirs is None):
+                out.append(Violation("FS2-12", f"{case}: {what} is {'missing' if mine is None else 'present'}, "
+                                               f"the control's {'present' if mine is None else 'missing'}"))
+            continue
+        if mine.shape != theirs.shape:
+            out.append(Violation("FS2-12", f"{case}: {what} has shape {tuple(mine.shape)}, the control's "
+                                           f"{tuple(theirs.shape)}"))
+            continue
+        tolerance = FROZEN_STEP_EPS * eps * max(1.0, theirs.abs().max().item())
+        difference = (mine - theirs).abs().max().item() if mine.numel() else 0.0
+        if difference > tolerance:
+            out.append(Violation("FS2-12", f"{case}: {what} differs from the control's by {difference:.3g} "
+                                           f"(tolerance {tolerance:.3g}: {FROZEN_STEP_EPS} bf16 epsilons of its "
+                                           "largest entry)"))
+    return out
+
+
+def _step_outcome(result: dict) -> str:
+    if "error" in result:
+        return f"raises {result['error'][0]}: {result['error'][1]}"
+    return "runs the step"

@@ -60,11 +60,12 @@ INVARIANTS: dict[str, str] = {
     "FS2-4": "states: params and buffers in managed-module order, each once, ignored absent; scalars rejected",
     "FS2-5": "several roots: shared modules listed once; nested roots handled as torch documents",
     "FS2-6": "deep, wide and diamond-chain trees: no RecursionError, linear time",
-    "FS2-7": "after a real fully_shard, exactly the managed modules carry the Dynamo flags; nothing else changes",
+    "FS2-7": "after a real fully_shard, exactly the managed modules carry the Dynamo flags; nothing else changes, and the model is freed once dropped",
     "FS2-8": "a module or parameter shared with another group's subtree is rejected with a clear error naming it",
     "FS2-9": "world size >= 2 (and 3, uneven dims): fully_shard driven by the walk shards what it should; one step's gradients, each rank's shard after the optimizer step and the next forward equal the unsharded model's, eager, compiled and with a bf16 group frozen at its first forward",
     "FS2-10": "simulated worlds (8 to 1024 ranks, HSDP): each parameter in one group, each rank's dim-0 rows as torch.chunk gives them, padded only on the last ranks; every rank agrees",
     "FS2-11": "every rank of a real world manages the same modules and parameters in each fully_shard call",
+    "FS2-12": "a group's frozen parameters of other dtypes (a bf16 base, an integer index) take a mixed-precision step as the control does",
     # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own mistakes
     "PLN-1": "tied parameters (one Parameter registered by several modules) are managed by one group",
     "PLN-2": "no module or parameter is reachable from two groups (managed twice)",

@@ -99,6 +99,7 @@ INVARIANT_FEATURE: dict[str, str] = {
     # the ranks' agreement compares the records FS2-9's worlds gathered: none
     # where FS2-9 has none (measured: n/p on 2.4.1, strict then failed on it)
     "FS2-11": "fsdp2.ignored_params",
+    "FS2-12": "fsdp2.cpu_runtime",
 }
 
 

@@ -37,6 +37,11 @@ class Fsdp2Spec:
     #: modules of a class whose instances all compare equal (``==``) while
     #: hashing by identity: only identity tells them apart, as it must (FS2-1)
     equal: frozenset[int] = frozenset()
+    #: modules of a container class with a forward of its own (an
+    #: ``nn.ModuleList`` subclass that runs its modules in turn, as model
+    #: zoos write their stages): ``fully_shard`` takes one like any module
+    #: (FS2-7; torch 2.3-2.11 refused every ModuleList/ModuleDict)
+    containers: frozenset[int] = frozenset()
 
     @property
     def size(self) -> int:
@@ -58,7 +63,7 @@ class Fsdp2Spec:
         parts = [f"tree={self.tree.to_source()}"]
         if self.roots != (0,):
             parts.append(f"roots={self.roots!r}")
-        for name in ("groups", "scalars", "equal"):
+        for name in ("groups", "scalars", "equal", "containers"):
             value = getattr(self, name)
             if value:
                 parts.append(f"{name}=frozenset({sorted(value)!r})")
@@ -119,6 +124,8 @@ def build_fsdp2(spec: Fsdp2Spec, area=None, groups: bool = True) -> BuiltFsdp2:
         modules[i].register_parameter("s", nn.Parameter(torch.tensor(float(i))))
     for i in sorted(spec.equal):
         modules[i].__class__ = equal_module_class()
+    for i in sorted(spec.containers - spec.equal):
+        modules[i].__class__ = container_module_class()
     ignored = ignored_parameters(spec, modules)
     if area is not None:
         for i in sorted(spec.tree.replicate):
@@ -150,6 +157,27 @@ def equal_module_class():
 
         _EQUAL_MODULE.append(EqualModule)
     return _EQUAL_MODULE[0]
+
+
+#: Not run state: one class a process, as for :data:`_EQUAL_MODULE`.
+_CONTAINER_MODULE: list = []
+
+
+def container_module_class():
+    """An ``nn.ModuleList`` subclass with a forward of its own (its modules
+    in turn): a container that is a module like any other, which
+    ``fully_shard`` must take as a group's root (FS2-7)."""
+    if not _CONTAINER_MODULE:
+        from torch import nn
+
+        class Stage(nn.ModuleList):
+            def forward(self, x):
+                for module in self:
+                    x = module(x)
+                return x
+
+        _CONTAINER_MODULE.append(Stage)
+    return _CONTAINER_MODULE[0]
 
 
 #: ``(module, SCALAR)`` in ``Fsdp2Spec.ignored``: that module's scalar parameter ``s``
@@ -430,8 +458,19 @@ def fully_shard_specs(*, conflicts: bool = False, max_modules: int = 10):
     """Specs for real ``fully_shard`` calls (groups applied inner first). With
     ``conflicts=False``: no shared modules and no tied parameters, so no
     group can reach another's modules; with ``True``: both, so some do."""
-    return fsdp2_specs(max_modules=max_modules, shared=conflicts, scalars=True).map(
+    specs = fsdp2_specs(max_modules=max_modules, shared=conflicts, scalars=True).map(
         lambda s: _for_fully_shard(s, conflicts))
+    # containers with a forward of their own where the calls must succeed (FS2-7)
+    return specs if conflicts else specs.flatmap(_with_containers)
+
+
+def _with_containers(spec: Fsdp2Spec):
+    """Some of the modules a call gives ``fully_shard`` (the spec's roots,
+    the earlier groups) made containers with a forward of their own;
+    shrinks towards none."""
+    given = sorted(set(spec.roots) | spec.groups)
+    return st.sets(st.sampled_from(given), max_size=len(given)).map(
+        lambda picked: dataclasses.replace(spec, containers=frozenset(picked)))
 
 
 # --- whole plans: sequences of fully_shard calls on one model ---------------------

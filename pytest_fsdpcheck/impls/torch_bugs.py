@@ -77,6 +77,44 @@ def _mixed_step_latched(violations) -> bool:
     return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
 
 
+_FROZEN_STEP_RAISED = (r"(frozen-low-base|frozen-index): fully_shard with mp_policy bf16 \(reduced in fp32\) and one "
+                       r"step raised {error}, as torch's own walk does in the same run")
+_FROZEN_DTYPES_ASSERTED = re.compile(_FROZEN_STEP_RAISED.format(
+    error=r"AssertionError: FSDP expects uniform original parameter dtype but got \{.*\}"))
+_INT_PARAM_REJECTED = re.compile(_FROZEN_STEP_RAISED.format(
+    error=r"RuntimeError: [Oo]nly Tensors of floating point (and complex )?dtype can require gradients"))
+
+
+def _frozen_dtypes_asserted(violations) -> bool:
+    """FS2-12's one statement that the group's lazy init asserted one
+    original dtype for all its parameters, frozen ones included, as torch's
+    own walk does in the same run; anything else beside it, or another
+    error, is not this bug."""
+    return len(violations) == 1 and violations[0].invariant == "FS2-12" and bool(
+        _FROZEN_DTYPES_ASSERTED.fullmatch(violations[0].message))
+
+
+def _int_param_rejected(violations) -> bool:
+    """FS2-12's one statement, on the frozen integer index only, that
+    fully_shard could not make the integer parameter a sharded parameter
+    (it asked for a gradient on it), as torch's own walk does."""
+    if len(violations) != 1 or violations[0].invariant != "FS2-12":
+        return False
+    match = _INT_PARAM_REJECTED.fullmatch(violations[0].message)
+    return match is not None and match[1] == "frozen-index"
+
+
+_MODEL_KEPT = re.compile(r"the model outlives its caller: \[m\d+(, m\d+)*\] still alive after fully_shard's caller "
+                         r"dropped it and the garbage collector ran \(a module is held outside the model\)")
+
+
+def _model_kept_alive(violations) -> bool:
+    """FS2-7's one statement that the model outlived its caller, and
+    nothing else wrong (the flags and the structure right)."""
+    return len(violations) == 1 and violations[0].invariant == "FS2-7" and bool(
+        _MODEL_KEPT.fullmatch(violations[0].message))
+
+
 TORCH_BUGS: tuple[KnownBug, ...] = (
     KnownBug(
         id="trv-root-states-walk-modules",
@@ -330,6 +368,68 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#132934",),
     ),
     KnownBug(
+        id="fs2-container-with-forward-rejected",
+        invariants=("FS2-7",),
+        reason="fully_shard given one nn.ModuleList or nn.ModuleDict raises ValueError('fully_shard does not "
+        "support containers that do not implement forward') also when the container's class has a forward of "
+        "its own (a model's stage running its layers in turn), which is a module like any other: the check "
+        "reads only isinstance(module, (nn.ModuleList, nn.ModuleDict)). Read in the source: in fully_shard "
+        "itself 2.3.1 … 2.10.0, in _fsdp_init._validate_module in 2.11.0; 2.12 adds the test that the class's "
+        "forward is nn.Module's (pytorch/pytorch#168905). A list of modules given to one call is not checked.",
+        affects=">=2.3,<2.12",
+        seen=("2.4.1",),
+        reference={"fsdp2": {"containers": "torch"}},
+        reproducer="fs2-container-with-forward-rejected.py",
+        upstream=("pytorch/pytorch#167856", "pytorch/pytorch#168905"),
+    ),
+    KnownBug(
+        id="fs2-state-mapping-keeps-modules",
+        invariants=("FS2-7",),
+        reason="torch.distributed._composable_state keeps a plain dict from every module given a composable state "
+        "(each root of a fully_shard call, or of replicate) to that state, for the life of the process: a model "
+        "given fully_shard is never freed after its caller drops it, nor its parameters. 2.6 holds both weakly "
+        "(pytorch/pytorch#139650: 'Without this, del model does not free memory of a module with FSDP2 "
+        "applied'). Read in the source: a Dict in 2.3.1 … 2.5.1, a WeakKeyDictionary of weak references from "
+        "2.6.0.",
+        affects=">=2.3,<2.6",
+        seen=("2.4.1",),
+        predicate=_model_kept_alive,
+        reproducer="fs2-state-mapping-keeps-modules.py",
+        upstream=("pytorch/pytorch#139650",),
+    ),
+    KnownBug(
+        id="fs2-frozen-dtypes-asserted",
+        invariants=("FS2-12",),
+        reason="FSDPParamGroup._init_mp_dtypes, at a group's lazy init (its first forward), requires one original "
+        "dtype and one reduce dtype over all the group's parameters, frozen ones included, and raises "
+        "AssertionError('FSDP expects uniform original parameter dtype but got {...}') for a frozen bf16 base "
+        "beside trainable fp32 adapters or a frozen integer parameter, though frozen parameters are never "
+        "reduced. Read in the source: every parameter 2.3.1 … 2.7.1; 2.8.0 reads the trainable ones only "
+        "(pytorch/pytorch#154103, fixing #154082; the same change brought fs2-frozen-mp-latched). It is "
+        "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        affects=">=2.3,<2.8",
+        seen=("2.7.1",),
+        predicate=_frozen_dtypes_asserted,
+        reproducer="fs2-frozen-dtypes-asserted.py",
+        upstream=("pytorch/pytorch#154082", "pytorch/pytorch#154103"),
+        raises=(("AssertionError", r"^FSDP expects uniform original parameter dtype but got \{.*\}$"),),
+    ),
+    KnownBug(
+        id="fs2-int-param-rejected",
+        invariants=("FS2-12",),
+        reason="fully_shard cannot shard a module holding an integer parameter (frozen, requires_grad False: an "
+        "index): FSDPParam._init_sharded_param wraps the sharded DTensor in nn.Parameter with its default "
+        "requires_grad=True before setting the original flag, and raises RuntimeError('Only Tensors of floating "
+        "point and complex dtype can require gradients'). Read in the source: 2.3.1 … 2.11.0; 2.12 passes "
+        "requires_grad to nn.Parameter and also keeps a non-floating parameter out of param_dtype's cast. It is "
+        "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        affects=">=2.3,<2.12",
+        seen=("2.7.1",),
+        predicate=_int_param_rejected,
+        reproducer="fs2-int-param-rejected.py",
+        raises=(("RuntimeError", r"^[Oo]nly Tensors of floating point (and complex )?dtype can require gradients$"),),
+    ),
+    KnownBug(
         id="fs2-gloo-grads-summed",
         invariants=("FS2-9",),
         reason="fully_shard's gradient reduce-scatter (foreach_reduce in torch.distributed.fsdp."
@@ -383,5 +483,6 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
 #: as torch's own walk does (the signatures require torch's own walk to
 #: fail the same way in the same run), so the reference declares them too
 FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
-    bug for bug in TORCH_BUGS if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched"}
+    bug for bug in TORCH_BUGS
+    if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected"}
 )

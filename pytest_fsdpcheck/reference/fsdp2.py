@@ -53,6 +53,24 @@ TORCH_REAPPLY_ERROR = (
 )
 
 
+#: what torch 2.3-2.11's ``fully_shard`` raises for any ``nn.ModuleList`` or
+#: ``nn.ModuleDict`` given as its module, one with a forward of its own too
+#: (``fs2-container-with-forward-rejected``); the module follows as its repr
+TORCH_CONTAINER_ERROR = "fully_shard does not support containers that do not implement forward: {module}"
+
+
+def _is_container(module) -> bool:
+    from torch import nn
+
+    return isinstance(module, (nn.ModuleList, nn.ModuleDict))
+
+
+def _own_forward(module) -> bool:
+    from torch import nn
+
+    return type(module).forward is not nn.Module.forward
+
+
 def unique_children(module) -> list:
     """``module.children()``: registration order, a module registered under
     two names once."""
@@ -130,7 +148,7 @@ class ReferenceFsdp2:
     """Keeps FSDP2 states and incompatible marks beside the modules (weakly)."""
 
     def __init__(self, recursive: bool = False, group_conflicts: str = "reject", scalar_params: str = "reject",
-                 reapply: str = "reject"):
+                 reapply: str = "reject", containers: str = "by_forward"):
         """Switches modelling known torch bugs (``pytest_fsdpcheck.known``):
 
         ``recursive=True``: torch's walk (``_get_managed_modules``'s inner
@@ -156,7 +174,16 @@ class ReferenceFsdp2:
         a group of its own raises torch's ``AssertionError`` from the
         composable ``contract`` (naming the module by its repr only), before
         anything else is looked at (FS2-8).
+
+        ``containers="torch"``: a ``nn.ModuleList`` or ``nn.ModuleDict``
+        given alone (not in a list) raises torch 2.3-2.11's ``ValueError``
+        whether or not its class has a forward of its own (FS2-7); the spec
+        (``"by_forward"``) refuses only one without (torch 2.12 on) and takes
+        one that has, like any module.
         """
+        if containers not in ("by_forward", "torch"):
+            raise ValueError(f"containers must be 'by_forward' or 'torch', got {containers!r}")
+        self._containers = containers
         if group_conflicts not in ("reject", "torch"):
             raise ValueError(f"group_conflicts must be 'reject' or 'torch', got {group_conflicts!r}")
         if scalar_params not in ("reject", "accept"):
@@ -314,6 +341,10 @@ class ReferenceFsdp2:
 
     def annotate(self, roots, mesh, ignored_params):
         roots = tuple(roots)
+        if len(roots) == 1 and _is_container(roots[0]) and (self._containers == "torch" or not _own_forward(roots[0])):
+            # a container alone, as torch validates its one module argument
+            # (a list of modules is not looked into)
+            raise ValueError(TORCH_CONTAINER_ERROR.format(module=roots[0]))
         managed = self.managed_modules(roots, ignored_params)
         params, _ = self.managed_states(managed, ignored_params)
         param_ids = {id(p) for p in params}

@@ -215,6 +215,25 @@ class _FlagsWrapperOnly(ReferenceFsdp2):
                     inner.__dict__.pop(flag, None)
 
 
+class _KeepsModules(ReferenceFsdp2):
+    # Keeps every root it was given in a registry of its own, for the life
+    # of the process, as torch 2.3-2.5's composable-state mapping did
+    # (pytorch#139650): the flags are right, the model is never freed.
+    registry: list = []
+
+    def annotate(self, roots, mesh, ignored_params):
+        super().annotate(roots, mesh, ignored_params)
+        self.registry.extend(roots)
+
+
+class _RefusesStages(ReferenceFsdp2):
+    # Refuses a ModuleList subclass with a forward of its own, as torch
+    # 2.3-2.11 did (fs2-container-with-forward-rejected): a stage of a model
+    # is a module like any other.
+    def __init__(self):
+        super().__init__(containers="torch")
+
+
 class _NoConflictCheck(ReferenceFsdp2):
     def __init__(self):
         super().__init__(group_conflicts="torch")
@@ -329,6 +348,8 @@ RecursiveWalk = _impl(_Recursive)
 SkipsNestedRoot = _impl(_SkipsNestedRoot)
 RootsByWalk = _impl(_RootsByWalk)
 NoFlags = _impl(_NoFlags)
+KeepsModules = _impl(_KeepsModules)
+RefusesStages = _impl(_RefusesStages)
 NoConflictCheck = _impl(_NoConflictCheck)
 FirstFullyShard = _impl(_FirstFullyShard)
 PaddingFirst = _impl(_PaddingFirst)
@@ -346,6 +367,8 @@ PLANTED = {
     "tests.planted.fsdp2:RecursiveWalk": ("FS2-6", "test_large_trees and deep"),
     "tests.planted.fsdp2:IgnoreRuleNoMemo": ("FS2-6", "test_linear_growth_shared_ignored"),
     "tests.planted.fsdp2:NoFlags": ("FS2-7", "test_fully_shard_flags"),
+    "tests.planted.fsdp2:KeepsModules": ("FS2-7", "test_fully_shard_flags"),
+    "tests.planted.fsdp2:RefusesStages": ("FS2-7", "test_fully_shard_flags"),
     "tests.planted.fsdp2:NoConflictCheck": ("FS2-8", "test_fully_shard_conflicts"),
 }
 

@@ -41,6 +41,7 @@ TESTS = {
     "fs2-group-conflict-not-rejected": "test_fully_shard_conflicts",
     "fs2-reapply-assertion": "test_plan_conflicts",
     "fs2-scalar-param-accepted": "test_managed_states",
+    "fs2-container-with-forward-rejected": "test_fully_shard_flags",
     "exo-method-target-taken-as-param": "test_real_forward_features and method",
 }
 

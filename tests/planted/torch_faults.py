@@ -404,3 +404,67 @@ class ForwardRaisesMixedDtype:
 
         _fsdp_state.FSDPState._pre_forward = raising
         cls.planted = True
+
+
+class FrozenDtypesAsserted:
+    """FS2-12, next to torch 2.3-2.7's known ``fs2-frozen-dtypes-asserted``
+    (out of range on the installed torch): a group's lazy init asserts one
+    original dtype over its frozen parameters too, as 2.7's
+    ``_init_mp_dtypes`` did. Torch's FS2-12 must FAIL, never be known."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        original = _fsdp_param_group.FSDPParamGroup._init_mp_dtypes
+
+        def asserting(self):
+            dtypes = {p.sharded_param.dtype for p in self.fsdp_params}
+            if len(dtypes) != 1:
+                raise AssertionError(f"FSDP expects uniform original parameter dtype but got {dtypes}")
+            return original(self)
+
+        _fsdp_param_group.FSDPParamGroup._init_mp_dtypes = asserting
+
+
+class IntParamCast:
+    """FS2-12 silently: a frozen integer parameter is all-gathered in the
+    group's ``param_dtype`` (bf16), so the forward gets 256 for 257, as a
+    release that reached the cast would have given it (no exception where
+    the forward does not index with it: here it does, and raises)."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+        original = _fsdp_param.FSDPParam.init_dtype_attrs
+
+        def casting(self, mp_policy):
+            original(self, mp_policy)
+            if mp_policy.param_dtype is not None and mp_policy.param_dtype != self.orig_dtype:
+                self.param_dtype = mp_policy.param_dtype
+
+        _fsdp_param.FSDPParam.init_dtype_attrs = casting
+
+
+class ComposableStateKeepsModules:
+    """FS2-7's lifetime, next to torch 2.3-2.5's known
+    ``fs2-state-mapping-keeps-modules`` (out of range here): every module
+    given a composable state is also kept in a list for the process's life,
+    as 2.5's plain dict kept it. Torch's FS2-7 must FAIL."""
+
+    kept: list = []
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed import _composable_state
+        from torch.distributed.fsdp._fully_shard import _fsdp_state
+
+        original = _composable_state._insert_module_state
+
+        def keeping(module, state):
+            original(module, state)
+            cls.kept.append(module)
+
+        _composable_state._insert_module_state = keeping
+        _fsdp_state._insert_module_state = keeping

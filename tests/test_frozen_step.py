@@ -1,0 +1,107 @@
+"""FS2-12 (a group's frozen parameters of other dtypes through a
+mixed-precision step) and FS2-7's lifetime: the checkers on records, the
+known bugs' signatures as narrow as the bugs, and faults planted in torch
+itself that its column must FAIL."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fsdpcheck.checks import Violation
+from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step
+from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
+from tests.demands import demand_torch_failures
+from tests.planted.torch_faults import FAULT_ENV
+
+BUGS = {bug.id: bug for bug in TORCH_BUGS}
+
+ASSERTED_IN_TORCH = {"tests.planted.torch_faults:FrozenDtypesAsserted": ("FS2-12", "test_frozen_params_step and low")}
+CAST_IN_TORCH = {"tests.planted.torch_faults:IntParamCast": ("FS2-12", "test_frozen_params_step and index")}
+KEPT = {"tests.planted.torch_faults:ComposableStateKeepsModules": ("FS2-7", "test_fully_shard_flags")}
+
+
+def _record(case="frozen-low-base", **extra):
+    return {"case": case, "output": torch.ones(3, 6), "grads": {"adapter.weight": torch.ones(6, 6)}, **extra}
+
+
+@pytest.mark.unit
+def test_the_step_equal_to_its_control_passes_and_each_departure_is_named():
+    control = _record()
+    assert check_frozen_step(_record(), control) == []
+    off = _record(output=torch.ones(3, 6) * 1.5)
+    (v,) = check_frozen_step(off, control)
+    assert v.invariant == "FS2-12" and v.message.startswith("frozen-low-base: the output differs from the control's by 0.5")
+    (v,) = check_frozen_step(_record(grads={"adapter.weight": None}), control)
+    assert "the gradient of adapter.weight is missing" in v.message
+    raised = _record(error=("AssertionError", "FSDP expects uniform original parameter dtype but got {x}"))
+    (v,) = check_frozen_step(raised, control, {"error": ("AssertionError", "something else")})
+    assert v.error[0] == "AssertionError" and "; torch's own walk: raises AssertionError: something else" in v.message
+    index = {"case": "frozen-index", "output": torch.ones(3, 3), "grads": {}, "seen": ("int64", [1.0, 257.0, 3.0])}
+    (v,) = check_frozen_step({**index, "seen": ("bfloat16", [1.0, 256.0, 3.0])}, index)
+    assert "the forward got the frozen integer parameter as bfloat16 [1.0, 256.0, 3.0], not int64" in v.message
+
+
+def _raised(case, error, walk=", as torch's own walk does in the same run"):
+    return Violation("FS2-12", f"{case}: fully_shard with mp_policy bf16 (reduced in fp32) and one step raised "
+                               f"{error}{walk}", error=tuple(error.split(": ", 1)))
+
+
+ASSERTED = "AssertionError: FSDP expects uniform original parameter dtype but got {torch.float32, torch.bfloat16}"
+REJECTED = "RuntimeError: Only Tensors of floating point and complex dtype can require gradients"
+
+
+@pytest.mark.unit
+def test_the_frozen_step_signatures_are_as_narrow_as_the_bugs():
+    asserted, rejected = BUGS["fs2-frozen-dtypes-asserted"].predicate, BUGS["fs2-int-param-rejected"].predicate
+    assert asserted([_raised("frozen-low-base", ASSERTED)]) and asserted([_raised("frozen-index", ASSERTED)])
+    assert rejected([_raised("frozen-index", REJECTED)])
+    assert rejected([_raised("frozen-index", REJECTED.replace("Only", "only").replace(" and complex", ""))])
+    # the base case cannot be this bug, another error is not it, nor one torch's own walk does not share
+    assert not rejected([_raised("frozen-low-base", REJECTED)])
+    assert not asserted([_raised("frozen-low-base", "AssertionError: FSDP expects uniform reduce dtype")])
+    assert not asserted([_raised("frozen-low-base", ASSERTED, walk="; torch's own walk: runs the step")])
+    # nothing may fail beside it
+    beside = Violation("FS2-12", "frozen-index: the output differs from the control's by 0.5 (tolerance 0.03)")
+    assert not asserted([_raised("frozen-index", ASSERTED), beside])
+    assert not rejected([beside])
+
+
+@pytest.mark.unit
+def test_the_lifetime_signature_reads_the_lifetime_alone():
+    kept = BUGS["fs2-state-mapping-keeps-modules"].predicate
+    alive = Violation("FS2-7", "the model outlives its caller: [m0, m2] still alive after fully_shard's caller dropped "
+                               "it and the garbage collector ran (a module is held outside the model)")
+    assert kept([alive])
+    assert not kept([alive, Violation("FS2-7", "flags (_is_fsdp_managed_module, _fsdp_use_orig_params) wrong on [m1]")])
+    assert not kept([Violation("FS2-8", alive.message)])
+
+
+@pytest.fixture
+def run_faulted(run_suite, monkeypatch):
+    def run(table: dict):
+        (killer, (_, selection)), = table.items()
+        monkeypatch.setenv(FAULT_ENV, killer.rpartition(":")[2])
+        return run_suite("torch", k=selection, extra=("-p", "tests.planted.torch_faults"))
+
+    return run
+
+
+@pytest.mark.kill
+def test_torch_asserting_the_frozen_dtypes_fails_fs2_12(run_faulted):
+    """Outside the known bug's range (2.3-2.7), the same shape in torch is a FAIL."""
+    result, report = run_faulted(ASSERTED_IN_TORCH)
+    demand_torch_failures(result, report, ASSERTED_IN_TORCH)
+
+
+@pytest.mark.kill
+def test_torch_casting_a_frozen_index_fails_fs2_12(run_faulted):
+    """The silent form (the index all-gathered in bf16): the forward's view of it is named."""
+    result, report = run_faulted(CAST_IN_TORCH)
+    demand_torch_failures(result, report, CAST_IN_TORCH)
+
+
+@pytest.mark.kill
+def test_torch_keeping_the_model_alive_fails_fs2_7(run_faulted):
+    result, report = run_faulted(KEPT)
+    demand_torch_failures(result, report, KEPT)
