@@ -473,15 +473,18 @@ def _check_higher_order(impl, spec, cap, first, form):
         facts = chk.graph_facts(built.gm, built.example_inputs)
         wrt = _grad_targets(built)
         expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+        bodies = chk.nested_meta(built.gm)
         result = error = None
         try:
             result, _ = split(impl, built, cap, first)
         except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
             error = exc
-        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt)
+        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt, bodies)
 
-    check = f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt)"
-    conform(impl, body, reproducer(impl, spec, cap, first, check, form=form, before=EVALUATE, catch="Exception"), form=form)
+    check = (f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt, "
+             "bodies)")
+    conform(impl, body, reproducer(impl, spec, cap, first, check, form=form,
+                                   before=[*EVALUATE, "bodies = chk.nested_meta(built.gm)"], catch="Exception"), form=form)
 
 
 # --------------------------------------------------------------------------- SPL-1

@@ -750,6 +750,7 @@ ROWS: tuple[RealBug, ...] = (
         patch=_patch_hop_body_meta_clobbered,
         witness=_witness_hop_body_meta_clobbered,
         invariants=("SPL-14", "SPL-10"),
+        known="spl-hop-body-metadata-clobbered",
         note="2.8.0-2.12.1 select children with `'.' not in name and len(name)`; 2.13.0 reads "
         "split_gm.meta['partition_names'], which 2.13's split_module records (pytorch/pytorch#179496, 'Fix SAC "
         "context_fn clobbered by DDPOptimizer's propagate_metadata'). Before 2.8 nothing was propagated at all "

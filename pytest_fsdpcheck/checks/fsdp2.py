@@ -320,8 +320,11 @@ def check_fully_shard(built, area, mesh) -> list[Violation]:
             area.annotate(roots, mesh, built.ignored)
         except Exception as exc:  # noqa: BLE001 - judged below
             if not conflicts:
+                # the first line is the error; what follows is a module's repr,
+                # which names the classes fully_shard swapped in (FSDPLinear)
+                first = (str(exc).splitlines() or [""])[0]
                 return [Violation("FS2-7", f"fully_shard{call_label(call)} raised {type(exc).__name__}: {one_line(exc)}",
-                                  evidence=(str(exc),))]
+                                  error=(type(exc).__name__, first), evidence=(type(exc).__name__, first))]
             kind, i, param = conflicts[0]
             names = set()
             for _kind, j, pn in conflicts:

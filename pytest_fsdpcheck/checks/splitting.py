@@ -703,10 +703,38 @@ _EXTENDED = re.compile(r"\bextended\b", re.IGNORECASE)
 _HEADER_NO_COUNT = re.compile(r"used bucket cap (\d+) and produced the following buckets")
 
 
-def check_higher_order(facts, result, error, bucket_cap, first_cap, expected, example_inputs, wrt) -> list[Violation]:
+def nested_meta(gm) -> dict:
+    """The ``meta`` of each graph module held by ``gm`` (a higher-order op's
+    body), by attribute name, copied: what a split must leave as it is."""
+    import torch
+
+    return {name: dict(m.meta) for name, m in gm.named_children() if isinstance(m, torch.fx.GraphModule)}
+
+
+def check_nested_meta(bodies: dict, split_module) -> list[Violation]:
+    """SPL-10 for nested subgraphs: every body of ``bodies``
+    (:func:`nested_meta` of the captured graph) that the split module holds,
+    at its top level or inside a submodule, keeps its own ``meta``, never
+    the captured graph's (torch 2.8-2.12 gave every child of the split
+    module the captured graph's metadata, HOP bodies included, losing
+    their own: pytorch#179496)."""
+    import torch
+
+    out = []
+    for path, module in split_module.named_modules():
+        name = path.rpartition(".")[2]
+        if name in bodies and isinstance(module, torch.fx.GraphModule) and dict(module.meta) != bodies[name]:
+            out.append(Violation("SPL-10", f"the higher-order op's body {path} has meta keys {sorted(module.meta)} "
+                                           f"after the split, not its own {sorted(bodies[name])}"))
+    return out
+
+
+def check_higher_order(facts, result, error, bucket_cap, first_cap, expected, example_inputs, wrt,
+                       bodies=None) -> list[Violation]:
     """SPL-14 on a graph with a higher-order op: the split ``result`` (None
     when it raised ``error``) is a valid plan computing ``expected``, or the
-    op was rejected with a NotImplementedError that says why."""
+    op was rejected with a NotImplementedError that says why; and the op's
+    body keeps its own metadata (``bodies``, SPL-10)."""
     if result is None:
         if isinstance(error, NotImplementedError):
             return [] if str(error).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
@@ -714,7 +742,8 @@ def check_higher_order(facts, result, error, bucket_cap, first_cap, expected, ex
                                     f"got {type(error).__name__}: {error}")]
     found = check_plan(facts, result.buckets, bucket_cap, first_cap, ids=("SPL-2", "SPL-6"))
     found += compare(expected, evaluate(result.compiled, example_inputs, wrt), "the split module", "SPL-11")
-    return [Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+    return ([Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
+            + check_nested_meta(bodies or {}, result.compiled))
 
 
 def parse_table(lines: list[str]):

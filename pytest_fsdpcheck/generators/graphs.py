@@ -295,7 +295,7 @@ def _hops_to_wrap(gm) -> None:
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is hop_body]
     for i, node in enumerate(calls):
         name = f"wrap_body_{i}"
-        gm.add_submodule(name, _hop_body_graph())
+        gm.add_submodule(name, _hop_body_graph(name))
         with gm.graph.inserting_before(node):
             body = gm.graph.get_attr(name)
         node.target = torch.ops.higher_order.wrap
@@ -394,7 +394,7 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
         elif op.kind == "hop":
             body_name = f"wrap_body_{hop_count}"
             hop_count += 1
-            root.add_module(body_name, _hop_body_graph())
+            root.add_module(body_name, _hop_body_graph(body_name))
             body = graph.get_attr(body_name)
             importlib.import_module("torch._higher_order_ops.wrap")  # registers the op on torch < 2.4
             wrapped = call(torch.ops.higher_order.wrap, (body, h, param(f"p{op.ref}")))
@@ -454,13 +454,21 @@ def _compile_id():
         return "0/0"
 
 
-def _hop_body_graph():
+#: the key of a higher-order op's body's own ``meta`` entry (its name): a
+#: body carries metadata of its own (selective activation checkpointing
+#: keeps its policy there), which a split must leave as it found it (SPL-10)
+HOP_BODY_META = "fsdpcheck_hop_body"
+
+
+def _hop_body_graph(name: str):
     torch = _torch()
     g = torch.fx.Graph()
     h, p = g.placeholder("l_h_"), g.placeholder("l_p_")
     out = g.call_function(operator.matmul, (h, g.call_method("t", (p,))))
     g.output((out,))
-    return torch.fx.GraphModule(torch.nn.Module(), g)
+    body = torch.fx.GraphModule(torch.nn.Module(), g)
+    body.meta[HOP_BODY_META] = name
+    return body
 
 
 # --------------------------------------------------------------------------- strategies

@@ -248,6 +248,20 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#140395", "pytorch/pytorch#155746"),
     ),
     KnownBug(
+        id="spl-hop-body-metadata-clobbered",
+        invariants=("SPL-10",),
+        reason="DDPOptimizer.compile_fn's propagate_metadata (and propagate_dynamo_source) write the captured "
+        "graph's meta and _param_name_to_source onto every top-level child graph module of the split module, "
+        "which includes a higher-order op's body that split_module hoists there (wrap_body_N): the body's own "
+        "meta is replaced (selective activation checkpointing keeps its policy there, _checkpoint_context_fn). "
+        "Read in the source: the helpers arrive in 2.8.0 with pytorch/pytorch#155746; 2.13.0 restricts them to "
+        "the partitions (split_gm.meta['partition_names'], pytorch/pytorch#179496).",
+        affects=">=2.8,<2.13",
+        reference={"splitting": {"submodule_metadata": "every_child"}},
+        reproducer="spl-hop-body-metadata-clobbered.py",
+        upstream=("pytorch/pytorch#179496",),
+    ),
+    KnownBug(
         id="spl-zero-byte-preamble-asserts",
         invariants=("SPL-3", "SPL-8"),
         reason="DDPOptimizer.compile_fn fuses a zero-byte earliest bucket (a parameter-free preamble) "
@@ -381,6 +395,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"fsdp2": {"containers": "torch"}},
         reproducer="fs2-container-with-forward-rejected.py",
         upstream=("pytorch/pytorch#167856", "pytorch/pytorch#168905"),
+        raises=(("ValueError", r"^fully_shard does not support containers that do not implement forward: "),),
     ),
     KnownBug(
         id="fs2-state-mapping-keeps-modules",

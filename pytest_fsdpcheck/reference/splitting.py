@@ -218,7 +218,7 @@ _SWITCHES = {
     "method_args": ("all", "string_receiver_only"),
     "ddp_ignored_from": ("real_inputs", "example_value"),
     "attr_outputs": ("not_counted", "counted"),
-    "submodule_metadata": ("propagated", "dropped"),
+    "submodule_metadata": ("propagated", "dropped", "every_child"),
     "zero_byte_preamble": ("fused", "asserted"),
 }
 
@@ -270,8 +270,18 @@ class ReferenceSplitting:
         # output on some releases: the switch that makes such submodules
         # copies them as torch does, so it fails where torch fails.
         copy_first = self._switches.get("attr_outputs") == "counted"
-        keep_metadata = self._switches.get("submodule_metadata", "propagated") == "propagated"
-        return SplitResult(infos, _split_and_compile(gm, buckets, example_inputs, backend, copy_first, keep_metadata), table)
+        metadata = self._switches.get("submodule_metadata", "propagated")
+        split_gm = _split_and_compile(gm, buckets, example_inputs, backend, copy_first, metadata != "dropped")
+        if metadata == "every_child":
+            # torch 2.8-2.12: the captured graph's metadata onto every child
+            # graph module of the split module, a higher-order op's hoisted
+            # body too (its own meta lost)
+            import torch
+
+            for child in split_gm.children():
+                if isinstance(child, torch.fx.GraphModule):  # the partitions are compiled wrappers by now
+                    child.meta = dict(getattr(gm, "meta", {}))
+        return SplitResult(infos, split_gm, table)
 
 
 def _prepare_submodule(gm, submod, keep_metadata=True) -> bool:
