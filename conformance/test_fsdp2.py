@@ -332,3 +332,30 @@ def test_frozen_params_step(fsdpcheck_impl, case):
             snippet(fsdpcheck_impl, [f"violations = _frozen_step_violations(impl, {case!r})"],
                     ["assert not violations, violations"],
                     imports=["from pytest_fsdpcheck.conformance.test_fsdp2 import _frozen_step_violations"]))
+
+
+def _sync_scope_violations(impl, case) -> list:
+    """FS2-13's records of ``case`` for ``impl``, judged."""
+    from pytest_fsdpcheck.checks.fsdp2 import check_sync_scope
+    from pytest_fsdpcheck.runs.sync_scope import control_case, run_case
+
+    with world_of_one() as mesh:
+        got = run_case(case, impl.fsdp2, mesh)
+    return check_sync_scope(got, control_case(case))
+
+
+@pytest.mark.invariant("FS2-13")
+@pytest.mark.parametrize("case", ["root-only", "recursive"])
+def test_gradient_sync_scope(fsdpcheck_impl, case):
+    """set_requires_gradient_sync(False) on the root stops its own group's
+    reduction alone with recurse=False, and every group's below it with
+    recurse=True (gradient accumulation's micro-batches)."""
+    from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
+
+    if not expected_provided("fsdp2.cpu_runtime", installed_torch()):
+        raise NotProvided("the step runs on a CPU rank (gloo), and fully_shard's runtime runs on CPU from torch "
+                          f"{first_release('fsdp2.cpu_runtime')} (provided.py)", release_lacks="fsdp2.cpu_runtime")
+    conform(fsdpcheck_impl, _sync_scope_violations(fsdpcheck_impl, case),
+            snippet(fsdpcheck_impl, [f"violations = _sync_scope_violations(impl, {case!r})"],
+                    ["assert not violations, violations"],
+                    imports=["from pytest_fsdpcheck.conformance.test_fsdp2 import _sync_scope_violations"]))

@@ -463,3 +463,33 @@ def _step_outcome(result: dict) -> str:
     if "error" in result:
         return f"raises {result['error'][0]}: {result['error'][1]}"
     return "runs the step"
+
+
+def check_sync_scope(got: dict, control: dict) -> list[Violation]:
+    """FS2-13 on one case's records (``runs/sync_scope``): no error; every
+    parameter of a group asked to stop reducing has no sharded gradient
+    after the backward, every other one the control's gradient."""
+    import torch
+
+    case = got["case"]
+    if "error" in got:
+        kind, text = got["error"]
+        return [Violation("FS2-13", f"{case}: set_requires_gradient_sync and one step raised {kind}: {text}",
+                          error=(kind, text))]
+    out = []
+    stopped = control["stopped"]
+    reduced_anyway = sorted(n for n in stopped if got["grads"].get(n) is not None)
+    never_reduced = sorted(n for n in control["grads"] if n not in stopped and got["grads"].get(n) is None)
+    if reduced_anyway:
+        out.append(Violation("FS2-13", f"{case}: {short(reduced_anyway)} got a reduced gradient though their "
+                                       "group's reduction was turned off"))
+    if never_reduced:
+        out.append(Violation("FS2-13", f"{case}: {short(never_reduced)} got no gradient though their group still "
+                                       "reduces (its reduction was turned off beyond what was asked)"))
+    for name, grad in control["grads"].items():
+        mine = got["grads"].get(name)
+        if name in stopped or mine is None:
+            continue
+        if mine.shape != grad.shape or not torch.allclose(mine, grad, rtol=1e-5, atol=1e-6):
+            out.append(Violation("FS2-13", f"{case}: the gradient of {name} is not the control's"))
+    return out

@@ -66,6 +66,7 @@ INVARIANTS: dict[str, str] = {
     "FS2-10": "simulated worlds (8 to 1024 ranks, HSDP): each parameter in one group, each rank's dim-0 rows as torch.chunk gives them, padded only on the last ranks; every rank agrees",
     "FS2-11": "every rank of a real world manages the same modules and parameters in each fully_shard call",
     "FS2-12": "a group's frozen parameters of other dtypes (a bf16 base, an integer index) take a mixed-precision step as the control does",
+    "FS2-13": "turning a group's gradient reduction off (set_requires_gradient_sync) reaches exactly the groups asked",
     # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own mistakes
     "PLN-1": "tied parameters (one Parameter registered by several modules) are managed by one group",
     "PLN-2": "no module or parameter is reachable from two groups (managed twice)",

@@ -100,6 +100,7 @@ INVARIANT_FEATURE: dict[str, str] = {
     # where FS2-9 has none (measured: n/p on 2.4.1, strict then failed on it)
     "FS2-11": "fsdp2.ignored_params",
     "FS2-12": "fsdp2.cpu_runtime",
+    "FS2-13": "fsdp2.cpu_runtime",
 }
 
 

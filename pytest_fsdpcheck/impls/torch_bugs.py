@@ -257,6 +257,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "Read in the source: the helpers arrive in 2.8.0 with pytorch/pytorch#155746; 2.13.0 restricts them to "
         "the partitions (split_gm.meta['partition_names'], pytorch/pytorch#179496).",
         affects=">=2.8,<2.13",
+        seen=("2.12.1",),
         reference={"splitting": {"submodule_metadata": "every_child"}},
         reproducer="spl-hop-body-metadata-clobbered.py",
         upstream=("pytorch/pytorch#179496",),

@@ -468,3 +468,22 @@ class ComposableStateKeepsModules:
 
         _composable_state._insert_module_state = keeping
         _fsdp_state._insert_module_state = keeping
+
+
+class GradientSyncIgnoresRecurse:
+    """FS2-13: ``FSDPModule.set_requires_gradient_sync`` turns reduction off
+    in every group below the module whatever ``recurse`` says (torch 2.3's
+    setter, pytorch/pytorch#124318)."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard._fully_shard import FSDPModule
+
+        def every_group(self, requires_gradient_sync, *, recurse=True):
+            for module in self.modules():
+                if isinstance(module, FSDPModule):
+                    for group in module._get_fsdp_state()._fsdp_param_groups:
+                        group.reduce_grads = requires_gradient_sync
+                        group.all_reduce_grads = requires_gradient_sync
+
+        FSDPModule.set_requires_gradient_sync = every_group

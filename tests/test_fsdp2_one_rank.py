@@ -1,7 +1,8 @@
-"""FS2-12 (a group's frozen parameters of other dtypes through a
-mixed-precision step) and FS2-7's lifetime: the checkers on records, the
-known bugs' signatures as narrow as the bugs, and faults planted in torch
-itself that its column must FAIL."""
+"""The FSDP2 checks in a world of one rank: FS2-12 (a group's frozen
+parameters of other dtypes through a mixed-precision step), FS2-13 (how far
+turning gradient reduction off reaches) and FS2-7's lifetime: the checkers
+on records, the known bugs' signatures as narrow as the bugs, and faults
+planted in torch itself that its column must FAIL."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from pytest_fsdpcheck.checks import Violation
-from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step
+from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step, check_sync_scope
 from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from tests.demands import demand_torch_failures
 from tests.planted.torch_faults import FAULT_ENV
@@ -19,6 +20,7 @@ BUGS = {bug.id: bug for bug in TORCH_BUGS}
 ASSERTED_IN_TORCH = {"tests.planted.torch_faults:FrozenDtypesAsserted": ("FS2-12", "test_frozen_params_step and low")}
 CAST_IN_TORCH = {"tests.planted.torch_faults:IntParamCast": ("FS2-12", "test_frozen_params_step and index")}
 KEPT = {"tests.planted.torch_faults:ComposableStateKeepsModules": ("FS2-7", "test_fully_shard_flags")}
+SYNC_EVERYWHERE = {"tests.planted.torch_faults:GradientSyncIgnoresRecurse": ("FS2-13", "test_gradient_sync_scope")}
 
 
 def _record(case="frozen-low-base", **extra):
@@ -105,3 +107,23 @@ def test_torch_casting_a_frozen_index_fails_fs2_12(run_faulted):
 def test_torch_keeping_the_model_alive_fails_fs2_7(run_faulted):
     result, report = run_faulted(KEPT)
     demand_torch_failures(result, report, KEPT)
+
+
+@pytest.mark.kill
+def test_torch_stopping_every_groups_reduction_fails_fs2_13(run_faulted):
+    """recurse=False ignored: the inner group stops reducing too."""
+    result, report = run_faulted(SYNC_EVERYWHERE)
+    demand_torch_failures(result, report, SYNC_EVERYWHERE)
+
+
+@pytest.mark.unit
+def test_the_sync_scope_check_names_both_directions():
+    grads = {"0.weight": torch.ones(2), "1.weight": None}
+    control = {"grads": {"0.weight": torch.ones(2), "1.weight": torch.ones(2)}, "stopped": {"1.weight"}}
+    assert check_sync_scope({"case": "root-only", "grads": grads}, control) == []
+    (v,) = check_sync_scope({"case": "root-only", "grads": {**grads, "0.weight": None}}, control)
+    assert v.invariant == "FS2-13" and "[0.weight] got no gradient though their group still reduces" in v.message
+    (v,) = check_sync_scope({"case": "root-only", "grads": {**grads, "1.weight": torch.ones(2)}}, control)
+    assert "[1.weight] got a reduced gradient though their group's reduction was turned off" in v.message
+    (v,) = check_sync_scope({"case": "root-only", "grads": {**grads, "0.weight": torch.zeros(2)}}, control)
+    assert "the gradient of 0.weight is not the control's" in v.message
