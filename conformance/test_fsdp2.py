@@ -301,6 +301,16 @@ def test_linear_growth_deep_ignored(fsdpcheck_impl):
     conform(fsdpcheck_impl, violations)
 
 
+def _require_cpu_runtime() -> None:
+    """FS2-12 and FS2-13 take a step on a CPU rank (gloo): n/p by release
+    where fully_shard's runtime does not run there (provided.py)."""
+    from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
+
+    if not expected_provided("fsdp2.cpu_runtime", installed_torch()):
+        raise NotProvided("the step runs on a CPU rank (gloo), and fully_shard's runtime runs on CPU from torch "
+                          f"{first_release('fsdp2.cpu_runtime')} (provided.py)", release_lacks="fsdp2.cpu_runtime")
+
+
 def _frozen_step_violations(impl, case) -> list:
     """FS2-12's records of ``case`` for ``impl``, judged; where its step
     failed, the same step driven by torch's own walk is its second opinion."""
@@ -323,11 +333,7 @@ def test_frozen_params_step(fsdpcheck_impl, case):
     and one holding a frozen integer index, each takes a step under an
     mp_policy (bf16, reduced in fp32) as its control does. fully_shard's
     runtime on CPU ranks is the release's (provided.py), as for FS2-9."""
-    from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
-
-    if not expected_provided("fsdp2.cpu_runtime", installed_torch()):
-        raise NotProvided("the step runs on a CPU rank (gloo), and fully_shard's runtime runs on CPU from torch "
-                          f"{first_release('fsdp2.cpu_runtime')} (provided.py)", release_lacks="fsdp2.cpu_runtime")
+    _require_cpu_runtime()
     conform(fsdpcheck_impl, _frozen_step_violations(fsdpcheck_impl, case),
             snippet(fsdpcheck_impl, [f"violations = _frozen_step_violations(impl, {case!r})"],
                     ["assert not violations, violations"],
@@ -350,11 +356,7 @@ def test_gradient_sync_scope(fsdpcheck_impl, case):
     """set_requires_gradient_sync(False) on the root stops its own group's
     reduction alone with recurse=False, and every group's below it with
     recurse=True (gradient accumulation's micro-batches)."""
-    from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
-
-    if not expected_provided("fsdp2.cpu_runtime", installed_torch()):
-        raise NotProvided("the step runs on a CPU rank (gloo), and fully_shard's runtime runs on CPU from torch "
-                          f"{first_release('fsdp2.cpu_runtime')} (provided.py)", release_lacks="fsdp2.cpu_runtime")
+    _require_cpu_runtime()
     conform(fsdpcheck_impl, _sync_scope_violations(fsdpcheck_impl, case),
             snippet(fsdpcheck_impl, [f"violations = _sync_scope_violations(impl, {case!r})"],
                     ["assert not violations, violations"],

@@ -434,7 +434,7 @@ ROWS: tuple[RealBug, ...] = (
     ),
     RealBug(
         id="fs2-grad-sync-recurse-ignored",
-        area="fsdp2_runtime",
+        area="fsdp2",
         behaviour="FSDPModule.set_requires_gradient_sync(flag, recurse=False) (and set_requires_all_reduce) set "
         "the flag on every FSDP module below too: recurse is ignored, so disabling sync on the root alone also "
         "stops its children's gradient reduction.",
@@ -443,10 +443,10 @@ ROWS: tuple[RealBug, ...] = (
         upstream=("pytorch/pytorch#124318",),
         patch=_patch_grad_sync_recurse_ignored,
         witness=_witness_grad_sync_recurse_ignored,
-        invariants=(),
+        invariants=("FS2-13",),
         note="Read from the source: 2.3.1 loops over `self.modules()` with `recurse` unused; 2.4.1 uses "
-        "`[self]` when recurse is False (PR #124318, 'recurse arg was not being respected'). Not one of the "
-        "suite's invariants (no FS2 statement covers these setters); listed for completeness. One-rank gloo world.",
+        "`[self]` when recurse is False (PR #124318, 'recurse arg was not being respected'). FS2-13 states how far "
+        "turning reduction off reaches. One-rank gloo world.",
     ),
     RealBug(
         id="fs2-gloo-grads-summed",
