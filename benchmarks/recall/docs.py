@@ -33,9 +33,10 @@ def table(results: dict) -> str:
     measured = results["rows"]
     judged = [r for r in table_rows if measured.get(r.id, {}).get("verdict") in ("flagged", "missed")]
     flagged = [r for r in judged if measured[r.id]["verdict"] == "flagged"]
+    unjudged = len(table_rows) - len(judged)
     lines = [f"**The suite flags {len(flagged)} of {len(judged)} bugs torch really had** "
-             f"(torch {results['torch']} with each old behaviour patched in; "
-             f"{len(table_rows) - len(judged)} more rows not judged, listed below).", "",
+             f"(torch {results['torch']} with each old behaviour patched in"
+             + (f"; {unjudged} more rows not judged: their verdict says why" if unjudged else "") + ").", "",
              "| # | row | area | had | fixed in | upstream | behaviour | suite's verdict |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for number, bug in enumerate(table_rows, 1):

@@ -371,6 +371,7 @@ ROWS: tuple[RealBug, ...] = (
         patch=_patch_container_subclass_rejected,
         witness=_witness_container_subclass_rejected,
         invariants=("FS2-7",),
+        known="fs2-container-with-forward-rejected",
         note="Read from the source: `isinstance(module, (nn.ModuleList, nn.ModuleDict))` in fully_shard itself "
         "2.3.1 … 2.10.0, moved to _fsdp_init._validate_module in 2.11.0 unchanged; 2.12.1 adds `and "
         "module.__class__.forward is nn.Module.forward`. Issue #167856 reports it; #168905 and its duplicate "

@@ -219,13 +219,19 @@ def check_states(built, module_indices, call) -> list[Violation]:
 
 @contextlib.contextmanager
 def world_of_one():
-    """A gloo process group of one rank and its 1-D CPU mesh, destroyed after."""
+    """A gloo process group of one rank and its 1-D CPU mesh, destroyed
+    after. A torch without device meshes (before 2.2) has no fully_shard to
+    give one to: the mesh is None there, for areas that need none (the
+    reference's)."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+    except ImportError:
+        init_device_mesh = None
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
     try:
-        yield init_device_mesh("cpu", (1,))
+        yield None if init_device_mesh is None else init_device_mesh("cpu", (1,))
     finally:
         dist.destroy_process_group()
 
