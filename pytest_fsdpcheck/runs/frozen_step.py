@@ -73,14 +73,14 @@ def frozen_input(case: str) -> torch.Tensor:
     return torch.randn(3, 6, generator=torch.Generator().manual_seed(100 + FROZEN_CASES.index(case)))
 
 
-def _full(tensor) -> torch.Tensor:
+def full_value(tensor) -> torch.Tensor:
     """A DTensor's whole value (FSDP2's sharded gradient), or the tensor."""
     full = getattr(tensor, "full_tensor", None)
     return (full() if full is not None else tensor).detach().float()
 
 
 def _trainable_grads(model) -> dict:
-    return {name: None if p.grad is None else _full(p.grad)
+    return {name: None if p.grad is None else full_value(p.grad)
             for name, p in model.named_parameters() if p.requires_grad}
 
 

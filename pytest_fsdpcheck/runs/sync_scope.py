@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .frozen_step import full_value
+
 #: the cases: whether the call on the root recurses
 SYNC_CASES = {"root-only": False, "recursive": True}
 
@@ -32,14 +34,7 @@ def _input() -> torch.Tensor:
 
 
 def _grads(model) -> dict:
-    out = {}
-    for name, p in model.named_parameters():
-        grad = p.grad
-        if grad is not None:
-            full = getattr(grad, "full_tensor", None)
-            grad = (full() if full is not None else grad).detach().float()
-        out[name] = grad
-    return out
+    return {name: None if p.grad is None else full_value(p.grad) for name, p in model.named_parameters()}
 
 
 def run_case(case: str, area, mesh) -> dict:
