@@ -19,6 +19,13 @@ from pytest_fsdpcheck.generators.graphs import (
     graph_specs,
 )
 from pytest_fsdpcheck.known.judge import conform
+from pytest_fsdpcheck.runs.dynamic_split import (
+    DYNAMIC_BACKENDS,
+    DYNAMIC_CASES,
+    judge,
+    reproducer_lines,
+    run_dynamic_split,
+)
 
 # every parameter read by exactly one node: counting-once rules (SPL-4) and
 # parameters as call_method arguments are exercised by their own tests
@@ -370,6 +377,30 @@ def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
                          backend="lambda gm, ex, **kw: configs.append(kw) or calls.append((gm, ex)) or gm",
                          split_kwargs=f", compiler_configs={COMPILER_CONFIGS!r}")
     conform(fsdpcheck_impl, body, example, form=form)
+
+
+@pytest.mark.invariant("SPL-17", "SPL-10", "SPL-11")
+@pytest.mark.parametrize("kind", DYNAMIC_BACKENDS)
+@pytest.mark.parametrize("case", DYNAMIC_CASES)
+def test_dynamic_shapes_cases(fsdpcheck_impl, case, kind):
+    """Inside ``torch.compile(model, dynamic=True)``: every bucket's compile
+    is handed fakes of the compile's fake mode with the symbolic sizes of
+    Dynamo's graph, each bucket is compiled once for every length, and the
+    compiled model computes the eager one's outputs and gradients at each
+    (``runs/dynamic_split.py``)."""
+    from pytest_fsdpcheck.contract import accepted_forms
+    from pytest_fsdpcheck.core.torch_support import compile_unsupported
+
+    if getattr(fsdpcheck_impl, "splitting", None) is None:
+        raise NotProvided("this implementation has no splitting area")
+    reason = compile_unsupported()
+    if reason:
+        raise NotProvided(reason)
+
+    def body(impl):
+        return judge(run_dynamic_split(impl.splitting, case, kind, accepted_forms(impl.splitting)))
+
+    conform(fsdpcheck_impl, body, snippet(fsdpcheck_impl, [], reproducer_lines(case, kind)))
 
 
 def _require_by_release(impl, attribute, default, feature, lacks, provides):

@@ -12,6 +12,7 @@ from tests.planted.splitting import (
     CONFIG_CASE_TARGETS,
     CONTEXT_CASE_TARGETS,
     COUNTLESS_TARGETS,
+    DYNAMIC_CASE_TARGETS,
     FIXED_CASE_TARGETS,
     HOOK_CASE_TARGETS,
     HOP_CASE_TARGETS,
@@ -38,6 +39,9 @@ CONTEXT.update({f"tests.planted.splitting:{name}": (inv, "test_compile_hooks_cas
 
 #: splitters that lose the compiler configs on the way to a bucket's compile (SPL-19)
 CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
+
+#: splitters that hand a bucket's compile static example inputs inside Dynamo's compile (SPL-17)
+DYNAMIC = {f"tests.planted.splitting:{name}": (inv, "test_dynamic_shapes_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
 
 #: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
 LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
@@ -98,6 +102,21 @@ def test_compiler_config_bugs_fail_the_config_cases(run_suite):
     result, report = run_suite("reference", *CONFIGS, k="test_compiler_configs_cases", extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, CONFIGS)
+
+
+def test_static_example_inputs_inside_a_compile_fail_the_dynamic_cases(run_suite):
+    """Inside ``torch.compile(..., dynamic=True)`` a splitter that hands a
+    bucket's compile real values, or fakes of a fake mode of its own (torch
+    2.0's DDPOptimizer, pytorch#98321), FAILs SPL-17 on the dynamic-shape
+    cases, one that reads a symbolic size as a number (Dynamo then
+    recompiles at every length) FAILs SPL-10; each passes every fixed case
+    compiled outside Dynamo; the reference passes both."""
+    result, report = run_suite("reference", *DYNAMIC, k="test_dynamic_shapes_cases or test_split_cases",
+                               extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, DYNAMIC)
+    outside = [line for line in result.outlines if line.startswith("FAILED") and "::test_split_cases[" in line]
+    assert not outside, outside
 
 
 @pytest.mark.plugin

@@ -586,6 +586,64 @@ def check_example_inputs(buckets, calls, gm, layouts) -> list[Violation]:
     return out
 
 
+def dynamo_value_sizes(gm) -> dict:
+    """``value name -> sizes`` in the graph Dynamo captured: a tensor's
+    sizes as Dynamo's metadata gives them (a symbolic size as its symbol,
+    ``"(s0, 4)"``), a size input's symbol (``"s0"``). Values without
+    Dynamo's metadata are left out."""
+    import torch
+
+    sizes = {}
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if isinstance(value, torch.Tensor):
+            sizes[node.name] = _sizes(value)
+        elif isinstance(value, torch.SymInt):
+            sizes[node.name] = str(value)
+    return sizes
+
+
+def _sizes(tensor) -> str:
+    return "(" + ", ".join(str(s) for s in tensor.shape) + ("," if tensor.dim() == 1 else "") + ")"
+
+
+def check_symbolic_example_inputs(calls, sizes) -> list[Violation]:
+    """SPL-17 inside Dynamo's compile (``calls``: ``(submodule, example
+    inputs, the compile's fake mode at the call)``; ``sizes``:
+    :func:`dynamo_value_sizes` of the captured graph): every tensor a
+    backend call is handed is a fake of the compile's fake mode, with the
+    sizes Dynamo's graph gives the value its placeholder takes, symbolic
+    sizes as the same symbols. A real tensor, or a fake of another mode,
+    has static sizes: the bucket is compiled for one length."""
+    import torch
+
+    out = []
+    for i, (called, inputs, fake_mode) in enumerate(calls):
+        graph = getattr(called, "graph", None)
+        if graph is None:
+            continue
+        placeholders = [n.name for n in graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):
+            continue  # SPL-10's to judge
+        wrong = []
+        for name, given in zip(placeholders, inputs, strict=True):
+            if not isinstance(given, torch.Tensor):
+                continue
+            want = sizes.get(name)
+            got = _sizes(given)
+            mode = getattr(given, "fake_mode", None)
+            if fake_mode is not None and mode is not fake_mode:
+                kind = "a real tensor" if mode is None else "a fake of another fake mode than the compile's"
+                wrong.append(f"{name}: {kind} of sizes {got}" + (f" where Dynamo's graph has {want}" if want else ""))
+            elif want is not None and got != want:
+                wrong.append(f"{name}: sizes {got} where Dynamo's graph has {want}")
+        if wrong:
+            out.append(Violation("SPL-17", f"inside Dynamo's compile, backend call {i} should get fakes of the compile's "
+                                           f"fake mode with the sizes of Dynamo's graph (symbolic ones kept), but "
+                                           f"{short(wrong, 3)}", evidence=tuple(wrong)))
+    return out
+
+
 def _attr_value(gm, name):
     node = next((n for n in gm.graph.nodes if n.name == name and n.op == "get_attr"), None)
     if node is None:

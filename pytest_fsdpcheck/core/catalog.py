@@ -39,7 +39,7 @@ INVARIANTS: dict[str, str] = {
     "SPL-14": "higher-order ops are split correctly or rejected with NotImplementedError",
     "SPL-15": "module-chain plans agree with DDP's own bucket assignment",
     "SPL-16": "end to end with real DDP: one compiled subgraph per bucket, gradients equal to a control of plain all_reduce",
-    "SPL-17": "each bucket's compile gets example inputs laid out as the run's: shape, strides, dtype, device, requires_grad",
+    "SPL-17": "each bucket's compile gets example inputs laid out as the run's: shape, strides, dtype, device, requires_grad; inside Dynamo, its symbolic sizes",
     "SPL-18": "compiling the buckets fires no user saved-tensors hook and keeps the caller's grad mode and autocast state",
     "SPL-19": "the compiler configs the split is asked to compile with reach every backend call",
     "SPL-20": "every rank of a real world plans the same buckets (nodes per bucket, per graph)",

@@ -300,18 +300,22 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
     partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
     split_gm = split_module(gm, None, lambda node: partition[node])
 
-    # Real values give the backend each submodule's example inputs; the
-    # graphs run here mutate only their own intermediates. They run in the
-    # caller's grad mode, so each activation requires grad as it will at run
-    # time (SPL-17), and the backend compiles in that mode (SPL-18); a pair
-    # of do-nothing saved-tensors hooks, innermost, keeps any the caller has
-    # active from seeing these runs (SPL-18).
+    # The values that give the backend each submodule's example inputs are
+    # the caller's (real, outside a compile) or, inside Dynamo's compile,
+    # fakes of its fake mode, so that a size it made symbolic stays the same
+    # symbol for every bucket (SPL-17). The graphs run here mutate only their
+    # own intermediates. They run in the caller's grad mode, so each
+    # activation requires grad as it will at run time (SPL-17), and the
+    # backend compiles in that mode (SPL-18); a pair of do-nothing
+    # saved-tensors hooks, innermost, keeps any the caller has active from
+    # seeing these runs (SPL-18).
+    fake = _tracing_fake(example_inputs)
     env: dict = {}
     placeholders = iter(example_inputs)
     with torch.autograd.graph.saved_tensors_hooks(_keep, _keep):
         for node in split_gm.graph.nodes:
             if node.op == "placeholder":
-                env[node] = next(placeholders)
+                env[node] = fake.value(next(placeholders))
             elif node.op == "call_module":
                 submod = split_gm.get_submodule(node.target)
                 if copy_first and not node.users:
@@ -319,20 +323,98 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 single = prepare(gm, submod, keep_metadata)
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 compiled = backend(submod, list(args))
-                env[node] = submod(*args)[0] if single else submod(*args)
+                out = fake.run(submod, args)
+                env[node] = out[0] if single else out
                 setattr(split_gm, node.target, _wrapper_class()(compiled, single))
             elif node.op == "get_attr":
-                env[node] = _fetch_attr(split_gm, node.target)
+                env[node] = fake.attribute(_fetch_attr(split_gm, node.target))
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-                env[node] = node.target(*args, **kwargs)
+                with fake.mode():
+                    env[node] = node.target(*args, **kwargs)
     split_gm.recompile()
     return split_gm
 
 
 def _keep(value):
     return value
+
+
+class _Real:
+    """Example values outside a compile: the caller's own."""
+
+    def value(self, v):
+        return v
+
+    def attribute(self, v):
+        return v
+
+    def run(self, submod, args):
+        return submod(*args)
+
+    def mode(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+class _InFakeMode:
+    """Example values inside Dynamo's compile: every tensor as a fake of the
+    compile's fake mode. Converting the same real tensor again gives the fake
+    Dynamo made of it (the mode keeps them), symbolic sizes and all; a
+    submodule runs on fakes of its own tensors."""
+
+    def __init__(self, fake_mode):
+        self._fake_mode = fake_mode
+
+    def value(self, v, static=False):
+        """``v`` as a fake of the mode: the fake Dynamo made of an input, or
+        with ``static`` (a module's own tensors, which Dynamo did not make
+        symbolic) one of fixed sizes."""
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(v, torch.Tensor) or isinstance(v, FakeTensor):
+            return v
+        fake = self._fake_mode.from_tensor(v, static_shapes=True) if static else self._fake_mode.from_tensor(v)
+        return torch.nn.Parameter(fake, v.requires_grad) if isinstance(v, torch.nn.Parameter) else fake
+
+    def attribute(self, v):
+        return self.value(v, static=True)
+
+    def run(self, submod, args):
+        import copy
+
+        import torch
+
+        # a copy whose every tensor attribute is its fake: a fake mode takes
+        # no real tensors
+        memo: dict = {}
+        for owner in submod.modules():
+            for t in (*owner._parameters.values(), *owner._buffers.values(),
+                      *(v for v in vars(owner).values() if isinstance(v, torch.Tensor))):
+                if t is not None and id(t) not in memo:
+                    memo[id(t)] = self.attribute(t)
+        copied = copy.deepcopy(submod, memo)
+        with self._fake_mode:
+            return copied(*args)
+
+    def mode(self):
+        return self._fake_mode
+
+
+def _tracing_fake(example_inputs):
+    """Fakes of the enclosing compile's fake mode where there is one (the
+    TracingContext Dynamo sets up around its backend) and an example input
+    is real; the caller's values otherwise."""
+    import torch
+
+    context = torch._guards.TracingContext.try_get() if hasattr(torch._guards, "TracingContext") else None
+    fake_mode = getattr(context, "fake_mode", None)
+    if fake_mode is None:
+        return _Real()
+    return _InFakeMode(fake_mode)
 
 
 def _carry_metadata(gm, submod):

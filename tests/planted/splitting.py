@@ -628,6 +628,34 @@ class _CompilesUnderAutocast(_BentCompile):  # SPL-18: each backend call made un
     bent = {"compile_in": _cpu_autocast}
 
 
+class _RealValuesInsideCompile(_BentCompile):  # SPL-17: real values propagated inside Dynamo's compile, as outside
+    bent = {}
+
+
+class _OwnFakeMode(_BentCompile):  # SPL-17: inside Dynamo's compile, activations as fakes of a fake mode of its own
+    def compile(self, gm, buckets, example_inputs, backend):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        own = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def hand(value):
+            return own.from_tensor(value)
+
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return bent_split_and_compile(gm, buckets, example_inputs, backend, hand=hand)
+
+
+class _SpecializesSizes(PlantedSplitting):  # SPL-10: reads each symbolic size as a number, so Dynamo recompiles per length
+    def compile(self, gm, buckets, example_inputs, backend):
+        for value in example_inputs:
+            if isinstance(value, torch.SymInt):
+                int(value)  # a guard on the size's value: the graph holds for this length only
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return ref._split_and_compile(gm, buckets, example_inputs, backend)
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -687,6 +715,9 @@ MetaExampleInputs = _impl(_MetaExampleInputs)
 HooksSeeCompile = _impl(_HooksSeeCompile)
 CompilesWithoutGrad = _impl(_CompilesWithoutGrad)
 CompilesUnderAutocast = _impl(_CompilesUnderAutocast)
+RealValuesInsideCompile = _impl(_RealValuesInsideCompile)
+OwnFakeMode = _impl(_OwnFakeMode)
+SpecializesSizes = _impl(_SpecializesSizes)
 LazyNeverWraps = _impl(_LazyNeverWraps)
 LazyWrapsEveryOutput = _impl(_LazyWrapsEveryOutput)
 LazyKeepsWrappedSingles = _impl(_LazyKeepsWrappedSingles)
@@ -774,6 +805,10 @@ CONTEXT_CASE_TARGETS = {"CompilesWithoutGrad": "SPL-18", "CompilesUnderAutocast"
 
 #: planted implementation name -> the invariant test_compile_hooks_cases fails it on
 HOOK_CASE_TARGETS = {"HooksSeeCompile": "SPL-18"}
+
+#: planted implementation name -> the invariant test_dynamic_shapes_cases fails it on (each passes
+#: every case compiled outside Dynamo: the reference's propagation before SPL-17 looked inside it)
+DYNAMIC_CASE_TARGETS = {"RealValuesInsideCompile": "SPL-17", "OwnFakeMode": "SPL-17", "SpecializesSizes": "SPL-10"}
 
 #: planted implementation name -> the invariant test_compiler_configs_cases fails it on
 CONFIG_CASE_TARGETS = {"ConfigsToOneBucketOnly": "SPL-19"}

@@ -1,0 +1,254 @@
+"""SPL-17 inside Dynamo's compile: a split driven by ``torch.compile(...,
+dynamic=True)``, as a compiled DDP model meets its sequence lengths.
+
+Dynamo hands its backend real tensors and, with dynamic shapes, symbolic
+sizes (``SymInt`` inputs, and fakes with symbols in its graph's metadata).
+DDPOptimizer stands between Dynamo and the user's backend: every bucket's
+compile must see the sizes Dynamo's graph gives the values it takes,
+symbolic ones as the same symbols, as fakes of the compile's own fake mode
+(the TracingContext's). A bucket handed real or otherwise-static example
+inputs is compiled for one length only (a compiler specializes on what it
+sees: pytorch#140229's recompiles); fakes of a mode of the split's own mix
+fake modes in one compile (pytorch#98321).
+
+Two fixed models, each compiled once with ``dynamic=True`` through the
+implementation's split (the cap puts every parameter-holding module in a
+bucket of its own) and then run at several lengths:
+
+- ``linear-chain``: Linear, ReLU, Linear over ``(n, 4)``;
+- ``sequence-mean``: two Linears over ``(2, n, 8)`` and a mean over the
+  sequence that divides by its length, so the last bucket takes the
+  symbolic length itself as an input (pytorch#108877). (No layout change
+  between them: torch 2.4's fake tensors specialize the sizes of a
+  transposed ``contiguous()`` outside a trace, whoever propagates them;
+  SPL-17's strides are the fixed split cases'.)
+
+The control is the same model compiled by Dynamo with a backend that
+splits nothing: it gives the number of graphs Dynamo compiles over the
+lengths by itself (one; more is a graph break or recompile of Dynamo's own
+and the case is not judged). More graphs with the split is the split's: its
+compile made sizes static, and every new length recompiles.
+
+Each with two backends behind the split: one that records and runs the
+submodule as it is, and one that records and hands it to AOTAutograd (a
+compiler that traces symbolically, as inductor does). The results are
+plain records, judged by
+:func:`pytest_fsdpcheck.checks.splitting.check_symbolic_example_inputs`
+and compared with the model run eagerly.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+#: the fixed cases and backends, in the order the suite runs them
+DYNAMIC_CASES = ("linear-chain", "sequence-mean")
+DYNAMIC_BACKENDS = ("eager", "aot")
+
+#: the lengths each compiled model is called with after its compile
+LENGTHS = (7, 12, 5)
+
+
+def _model(case: str):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if case == "linear-chain":
+        return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4))
+
+    class SequenceMean(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            return self.b(h).sum(1) / h.shape[1]
+
+    return SequenceMean()
+
+
+def _input(case: str, length: int):
+    import torch
+
+    gen = torch.Generator().manual_seed(length)
+    shape = (length, 4) if case == "linear-chain" else (2, length, 8)
+    return torch.randn(shape, generator=gen, requires_grad=True)
+
+
+@dataclass
+class Compiled:
+    """One graph Dynamo handed the split: the graph, its form, the split's
+    buckets and its backend calls (submodule, example inputs, the compile's
+    fake mode at the call)."""
+
+    gm: object
+    form: str
+    buckets: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+
+
+@dataclass
+class DynamicSplit:
+    """What one compiled model showed: the graphs Dynamo compiled without the
+    split (the control's count) and with it, and per length the model's
+    outputs and gradients, eager and compiled."""
+
+    control_graphs: int = 0
+    graphs: list = field(default_factory=list)  # Compiled, in compile order
+    runs: list = field(default_factory=list)  # (length, eager, compiled or what the compiled run raised)
+
+
+def _recording(calls: list, kind: str):
+    import torch
+
+    if kind == "aot":
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        after = aot_autograd(fw_compiler=lambda gm, example_inputs: make_boxed_func(gm.forward))
+    else:
+        after = None
+
+    def backend(gm, example_inputs):
+        context = torch._guards.TracingContext.try_get()
+        calls.append((gm, list(example_inputs), getattr(context, "fake_mode", None)))
+        return after(gm, example_inputs) if after else gm
+
+    return backend
+
+
+def _step(call, model, x):
+    """One forward and backward of ``call`` (``model`` or its compiled
+    form): the output, ``model``'s gradients by name and the input's; the
+    gradients are then cleared for the next length."""
+    out = call(x)
+    out.sum().backward()
+    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = None
+    return out.detach(), grads, x.grad.detach().clone()
+
+
+def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo", "module")) -> DynamicSplit:
+    """Compile ``case``'s model with ``dynamic=True`` through ``splitting``
+    (every parameter-holding module its own bucket) with the ``kind``
+    backend behind it, and run it at :data:`LENGTHS`. What the split raises
+    is raised as it is (Dynamo's wrapping taken off)."""
+    import torch
+    import torch._dynamo
+
+    from ..core.not_provided import NotProvided
+
+    model = _model(case)
+    compiled_model = copy.deepcopy(model)
+    record = DynamicSplit(control_graphs=_control_graphs(case))
+    raised: list = []
+
+    def split_backend(gm, example_inputs):
+        form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
+        graph = Compiled(gm, form)
+        record.graphs.append(graph)
+        if form not in accepted_forms:
+            raise NotProvided(f"Dynamo captured {case} as a {form}-form graph, which this implementation's splitting "
+                              "does not accept")
+        try:
+            result = splitting.split(gm, list(example_inputs), bucket_bytes_cap=1, first_bucket_cap=1,
+                                     backend=_recording(graph.calls, kind))
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+        graph.buckets = list(result.buckets)
+        return result.compiled
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(compiled_model, backend=split_backend, dynamic=True)
+        for length in LENGTHS:
+            eager = _step(model, model, _input(case, length))
+            try:
+                got = _step(compiled, compiled_model, _input(case, length))
+            except Exception as exc:  # noqa: BLE001 - the split's own error as it is; a run's is SPL-11's
+                if raised:
+                    raise raised[0] from None
+                got = exc
+            record.runs.append((length, eager, got))
+    finally:
+        torch._dynamo.reset()
+    return record
+
+
+def _control_graphs(case: str) -> int:
+    """How many graphs Dynamo compiles for ``case``'s model over the lengths
+    with a backend that runs each graph as it is (nothing of any split)."""
+    import torch
+    import torch._dynamo
+
+    graphs = []
+
+    def as_captured(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(_model(case), backend=as_captured, dynamic=True)
+        for length in LENGTHS:
+            compiled(_input(case, length))
+    finally:
+        torch._dynamo.reset()
+    return len(graphs)
+
+
+def judge(record: DynamicSplit) -> list:
+    """SPL-17 on the backend calls, SPL-10 on their count over every length
+    (one per bucket: no bucket compiled again for a new length), SPL-11 on
+    outputs and gradients at every length."""
+    import torch
+
+    from ..checks import Violation, error_of
+    from ..checks import splitting as chk
+
+    if record.control_graphs != 1:
+        from ..core.not_provided import NotProvided
+
+        raise NotProvided(f"without any split, Dynamo compiles the model {record.control_graphs} times over the "
+                          f"lengths {LENGTHS} (graph breaks or recompiles of its own); the check takes one graph",
+                          case_input=True)
+    first = record.graphs[0]
+    out = chk.check_symbolic_example_inputs(first.calls, chk.dynamo_value_sizes(first.gm))
+    if len(record.graphs) > 1:
+        out.append(Violation("SPL-10", f"Dynamo compiled the model {len(record.graphs)} times over the lengths "
+                                       f"{LENGTHS} through the split, once without it: the split's compile made sizes "
+                                       "static, so every new length recompiles every bucket"))
+    elif len(first.buckets) > 1 and len(first.calls) != len(first.buckets):
+        out.append(Violation("SPL-10", f"the split planned {len(first.buckets)} buckets, but over the lengths "
+                                       f"{LENGTHS} its backend was called {len(first.calls)} times (one compile per "
+                                       "bucket, whatever the length, under dynamic shapes)"))
+    for length, (want_out, want_grads, want_x), got in record.runs:
+        where = f"at length {length}"
+        if isinstance(got, BaseException):
+            out.append(Violation("SPL-11", f"the compiled model raised {type(got).__name__} {where} (compiled at length "
+                                           f"{LENGTHS[0]} with dynamic shapes)", detail=str(got), error=error_of(got)))
+            continue
+        got_out, got_grads, got_x = got
+        pairs = [("the output", want_out, got_out), ("the input's gradient", want_x, got_x),
+                 *((f"{name}'s gradient", want_grads[name], got_grads.get(name)) for name in want_grads)]
+        for what, want, got in pairs:
+            if got is None or got.shape != want.shape or not torch.allclose(want, got, rtol=1e-4, atol=1e-5):
+                out.append(Violation("SPL-11", f"the compiled model's {what} differs from the eager model's {where}"))
+                break
+    return out
+
+
+def reproducer_lines(case: str, kind: str) -> list[str]:
+    """The lines of a reproducer that run and judge one case."""
+    return [
+        "from pytest_fsdpcheck.contract import accepted_forms",
+        "from pytest_fsdpcheck.runs.dynamic_split import judge, run_dynamic_split",
+        f"violations = judge(run_dynamic_split(impl.splitting, {case!r}, {kind!r}, accepted_forms(impl.splitting)))",
+        "assert not violations, violations",
+    ]
