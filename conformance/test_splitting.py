@@ -117,6 +117,7 @@ EVALUATE = [
 # A bug in any of these fails here in a second, with no search; the
 # properties below look for the rest.
 _CHAIN4 = GraphSpec(4, 2, tuple(ModuleSpec("linear") for _ in range(4)), (), 0, tuple(OpSpec("module", i) for i in range(4)))
+_FORWARD3 = GraphSpec(4, 2, _CHAIN4.modules[:3], (), 0, (OpSpec("module", 0), OpSpec("forward", 1), OpSpec("module", 2)))
 SPLIT_CASES = {
     # buckets [l0] [l1 l2] [l3]: 80 B first, 160 B next (exactly the cap), 80 B left over
     "first-cap-below-cap": (_CHAIN4, 160, 80),
@@ -166,6 +167,12 @@ SPLIT_CASES = {
     "non-contiguous-activations": (GraphSpec(4, 3, _CHAIN4.modules, (), 0,
                                              (OpSpec("module", 0), OpSpec("layout", 0), OpSpec("module", 1), OpSpec("layout", 1),
                                               OpSpec("module", 2), OpSpec("layout", 2), OpSpec("module", 3))), 80, 80),
+    # [l0] [forward] [l2] in module form: the middle linear is read by get_attr and called through its
+    # forward (`self.mods[1].forward(h)`, as torch 2.4's Dynamo captures it), its bytes counted at that
+    # call (SPL-3); the get_attr closes no bucket and stays in the parent graph, handing the module to
+    # the bucket that calls it (SPL-10). In Dynamo form, the same linear inlined.
+    "module-forward-one-bucket": (_FORWARD3, 10**6, 10**6),
+    "module-forward-two-buckets": (_FORWARD3, 80, 80),
 }
 
 

@@ -48,6 +48,7 @@ MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
+SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_dynamic_shapes_cases")}
 
 
 @pytest.fixture
@@ -279,3 +280,12 @@ def test_torchs_buckets_losing_the_compiler_configs_fails_spl19(run_faulted):
     FAIL."""
     result, report = run_faulted(SPLIT_CONFIGS)
     demand_torch_failures(result, report, SPLIT_CONFIGS)
+
+
+def test_torchs_split_recompiling_per_length_fails_spl10(run_faulted):
+    """n/p where Dynamo alone compiles the model more than once: graphs the
+    split adds (torch's compile_fn specializing every symbolic size) are
+    counted against that Dynamo-only control and are torch's FAIL."""
+    result, report = run_faulted(SPLIT_SIZES)
+    demand_torch_failures(result, report, SPLIT_SIZES)
+

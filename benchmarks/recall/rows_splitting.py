@@ -639,6 +639,7 @@ ROWS: tuple[RealBug, ...] = (
         patch=_patch_get_attr_module_raises,
         witness=_witness_get_attr_module_raises,
         invariants=("SPL-3", "SPL-9"),
+        known="spl-get-attr-module-raises",
         note="2.0.1-2.3.1 read `maybe_param.requires_grad` for every get_attr node and have no call_method branch; "
         "2.4.1 checks isinstance(..., nn.Parameter) and counts the module of a call_method receiver (the PR text "
         "gives this exact form, MultiheadAttention calling a Linear's forward). The wrapper makes the old read "

@@ -75,7 +75,12 @@ class OpSpec:
     not contiguous: ref 0 column-major, ``h.t().contiguous().t()``; ref 1
     broadcast, ``h.sum(-1, keepdim=True).expand_as(h)``, a row sum with
     stride 0 along the width; ref 2 a strided slice,
-    ``torch.cat((h, h), 1)[:, ::2]``)."""
+    ``torch.cat((h, h), 1)[:, ::2]``), ``forward`` (ref = a linear module
+    called through its ``forward``, ``self.mods[ref].forward(h)``: in module
+    form a ``get_attr`` of the module and a ``call_method`` ``forward``, as
+    torch 2.4's Dynamo captures it with nn-module inlining off; in Dynamo
+    form the same inlined ``linear`` as ``module``; fixed cases only, the
+    strategies do not draw it)."""
 
     kind: str
     ref: int = 0
@@ -101,7 +106,7 @@ class GraphSpec:
         count: dict = {}
         for op in self.ops:
             keys = []
-            if op.kind == "module":
+            if op.kind in ("module", "forward"):
                 keys.append(("module", op.ref))
                 tied = self.modules[op.ref].tied_to
                 if tied is not None:
@@ -176,7 +181,7 @@ def make_module(spec: GraphSpec, device="cpu"):
             values = [x]
             h = x
             for op in spec.ops:
-                if op.kind == "module":
+                if op.kind in ("module", "forward"):  # forward: rewritten in module form (_calls_to_forward)
                     mod = self.mods[op.ref]
                     kind = spec.modules[op.ref].kind
                     if kind == "conv":
@@ -262,6 +267,8 @@ def build_graph(spec: GraphSpec, form: str = "dynamo", device="cpu") -> BuiltGra
         gm = torch.fx.GraphModule(tracer.root if hasattr(tracer, "root") else module, tracer.trace(module))
         if spec.has_hop:
             _hops_to_wrap(gm)
+        if any(op.kind == "forward" for op in spec.ops):
+            _calls_to_forward(gm, spec)
         if not spec.needs_index:  # symbolic_trace keeps the unused ``idx`` placeholder
             for node in list(gm.graph.nodes):
                 if node.op == "placeholder" and node.target == "idx":
@@ -303,6 +310,30 @@ def _hops_to_wrap(gm) -> None:
         # Else codegen re-registers the new target with fx.wrap by name,
         # which breaks every later trace in the process.
         node.meta.pop("is_wrapped", None)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _calls_to_forward(gm, spec: GraphSpec) -> None:
+    """The module calls of ``forward`` ops as torch 2.4's Dynamo writes
+    ``self.lin.forward(h)`` with nn-module inlining off: a ``get_attr`` of
+    the module under a flat name on the graph module (``L__self___lin``:
+    Dynamo registers what it reads flat), its ``example_value`` the module
+    itself, and a ``call_method`` ``forward`` on it. Each module or forward
+    op traces to one ``call_module`` node, in the ops' order."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_module"]
+    module_ops = [op for op in spec.ops if op.kind in ("module", "forward")]
+    for node, op in zip(calls, module_ops, strict=True):
+        if op.kind != "forward":
+            continue
+        module = gm.get_submodule(node.target)
+        flat = "L__self___" + node.target.replace(".", "_")
+        if not hasattr(gm, flat):
+            gm.add_module(flat, module)
+        with gm.graph.inserting_before(node):
+            attr = gm.graph.get_attr(flat)
+        attr.meta["example_value"] = module
+        node.op, node.target, node.args = "call_method", "forward", (attr, *node.args)
     gm.graph.lint()
     gm.recompile()
 
@@ -355,7 +386,7 @@ def _dynamo_graph(spec: GraphSpec, module, inputs):
     h = x
     hop_count = 0
     for op in spec.ops:
-        if op.kind == "module":
+        if op.kind in ("module", "forward"):  # Dynamo inlines a module's forward called by name alike
             m = spec.modules[op.ref]
             pre = f"mods.{op.ref}."
             if m.kind == "linear":

@@ -263,6 +263,39 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#179496",),
     ),
     KnownBug(
+        id="spl-get-attr-module-raises",
+        invariants=("SPL-3", "SPL-9", "SPL-10", "SPL-11"),
+        reason="Before 2.4, DDPOptimizer.compile_fn reads `requires_grad` off every get_attr target and has "
+        "no branch for a call_method: a graph that calls a submodule through its forward "
+        "(`self.lin.forward(x)`, which Dynamo captures as a get_attr of the module and a call_method "
+        "`forward`) raises AttributeError (\"'Linear' object has no attribute 'requires_grad'\"), with one "
+        "bucket or several. 2.4 counts the module's parameters at the call (pytorch/pytorch#121771). Read in "
+        "the source of 2.0.1 … 2.3.1; run on 2.0.1.",
+        affects="<2.4",
+        seen=("2.0.1", "2.3.1"),
+        forms=("module",),
+        reference={"splitting": {"get_attr_modules": "requires_grad_read"}},
+        reproducer="spl-get-attr-module-raises.py",
+        upstream=("pytorch/pytorch#121771",),
+    ),
+    KnownBug(
+        id="spl-get-attr-module-split-crashes",
+        invariants=("SPL-10", "SPL-11", "SPL-12", "SPL-17"),
+        reason="A graph calling a submodule through its forward (`self.lin.forward(x)`: a get_attr of the "
+        "module, whose `example_value` Dynamo records as the module itself, and a call_method `forward`) "
+        "split into several buckets with the get_attr in an earlier bucket than its call: DDPOptimizer "
+        "hands the graph to torch.fx's split_module, which reads the free symbols of every value a "
+        "partition passes on (record_cross_partition_use) and raises AssertionError ('cannot extract "
+        "sympy expressions from Linear(...)') on the module. One bucket compiles. torch 2.4.1's Dynamo "
+        "(nn-module inlining off, its default) captures that form; 2.13 and 2.15 inline the call and never "
+        "give it. Run on 2.4.1, 2.13.0 and 2.15.0.",
+        affects=">=2.4",
+        seen=("2.4.1", "2.15.0"),
+        forms=("module",),
+        reference={"splitting": {"module_attr_meta": "seen"}},
+        reproducer="spl-get-attr-module-split-crashes.py",
+    ),
+    KnownBug(
         id="spl-zero-byte-preamble-asserts",
         invariants=("SPL-3", "SPL-8"),
         reason="DDPOptimizer.compile_fn fuses a zero-byte earliest bucket (a parameter-free preamble) "

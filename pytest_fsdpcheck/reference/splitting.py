@@ -66,6 +66,12 @@ def _node_params(gm, node, real=None, method_args="all"):
     if node.op == "get_attr":
         value = _fetch_attr(gm, node.target)
         return [(node.target, value)] if isinstance(value, torch.Tensor) else []
+    if node.op == "call_method" and node.args and getattr(node.args[0], "op", None) == "get_attr":
+        # ``self.lin.forward(h)`` in module form: the module read by get_attr,
+        # its parameters used where it is called
+        receiver = _fetch_attr(gm, node.args[0].target)
+        if isinstance(receiver, torch.nn.Module):
+            return [(f"{node.args[0].target}.{n}", p) for n, p in receiver.named_parameters()]
     if node.op in ("call_function", "call_method"):
         found = []
         for arg in (*node.args, *node.kwargs.values()):
@@ -114,6 +120,7 @@ def plan(
     method_receiver: str = "ignored",
     attr_outputs: str = "not_counted",
     zero_byte_preamble: str = "fused",
+    get_attr_modules: str = "called",
 ) -> list[_Bucket]:
     """The buckets in graph order, each with its nodes in graph order.
 
@@ -129,8 +136,19 @@ def plan(
     parameters of the module its receiver's string target names (a called
     module's output, in module-form graphs), once per module;
     ``zero_byte_preamble="asserted"`` raises torch's ``AssertionError`` where
-    the earliest bucket, to be fused, lists a parameter (of zero elements).
+    the earliest bucket, to be fused, lists a parameter (of zero elements);
+    ``get_attr_modules="requires_grad_read"`` reads ``requires_grad`` off
+    every ``get_attr`` target that is not a graph module, as torch < 2.4
+    did, raising its ``AttributeError`` on a module read that way.
     """
+    if get_attr_modules == "requires_grad_read":
+        import torch
+
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = _fetch_attr(gm, node.target)
+                if not isinstance(value, (torch.Tensor, torch.fx.GraphModule)):
+                    raise AttributeError(f"'{type(value).__name__}' object has no attribute 'requires_grad'")
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     real = dict(zip(placeholders, example_inputs, strict=False)) if ddp_ignored_from == "real_inputs" else {}
     per_use = count_each_param in ("per_use", "per_node")
@@ -220,6 +238,8 @@ _SWITCHES = {
     "attr_outputs": ("not_counted", "counted"),
     "submodule_metadata": ("propagated", "dropped", "every_child"),
     "zero_byte_preamble": ("fused", "asserted"),
+    "get_attr_modules": ("called", "requires_grad_read"),
+    "module_attr_meta": ("hidden", "seen"),
 }
 
 
@@ -249,7 +269,7 @@ class ReferenceSplitting:
                 f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
-        planning = {k: v for k, v in self._switches.items() if k != "submodule_metadata"}
+        planning = {k: v for k, v in self._switches.items() if k not in ("submodule_metadata", "module_attr_meta")}
         buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **planning)
         infos = [
             BucketInfo(
@@ -271,7 +291,8 @@ class ReferenceSplitting:
         # copies them as torch does, so it fails where torch fails.
         copy_first = self._switches.get("attr_outputs") == "counted"
         metadata = self._switches.get("submodule_metadata", "propagated")
-        split_gm = _split_and_compile(gm, buckets, example_inputs, backend, copy_first, metadata != "dropped")
+        split_gm = _split_and_compile(gm, buckets, example_inputs, backend, copy_first, metadata != "dropped",
+                                      hide_module_meta=self._switches.get("module_attr_meta", "hidden") == "hidden")
         if metadata == "every_child":
             # torch 2.8-2.12: the captured graph's metadata onto every child
             # graph module of the split module, a higher-order op's hoisted
@@ -293,12 +314,27 @@ def _prepare_submodule(gm, submod, keep_metadata=True) -> bool:
 
 
 def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True,
-                       prepare=_prepare_submodule):
+                       prepare=_prepare_submodule, hide_module_meta=True):
     import torch
     from torch.fx.passes.split_module import split_module
 
     partition = {node: i for i, b in enumerate(buckets) for node in b.nodes}
-    split_gm = split_module(gm, None, lambda node: partition[node])
+    # A get_attr of a module (``self.lin.forward(h)`` in module form) carries
+    # the module as its example value; split_module reads the free symbols of
+    # every value a partition hands on and cannot read a module's, so it is
+    # out of sight while split_module runs (the get_attr stays in the parent
+    # graph, and the submodule calling it reads the module itself).
+    hidden = {}
+    if hide_module_meta:
+        for node in gm.graph.nodes:
+            value = node.meta.get("example_value") if node.op == "get_attr" else None
+            if isinstance(value, torch.nn.Module):
+                hidden[node] = node.meta.pop("example_value")
+    try:
+        split_gm = split_module(gm, None, lambda node: partition[node])
+    finally:
+        for node, value in hidden.items():
+            node.meta["example_value"] = value
 
     # The values that give the backend each submodule's example inputs are
     # the caller's (real, outside a compile) or, inside Dynamo's compile,
@@ -410,8 +446,11 @@ def _tracing_fake(example_inputs):
     is real; the caller's values otherwise."""
     import torch
 
-    context = torch._guards.TracingContext.try_get() if hasattr(torch._guards, "TracingContext") else None
-    fake_mode = getattr(context, "fake_mode", None)
+    context_type = getattr(torch._guards, "TracingContext", None)
+    try_get = getattr(context_type, "try_get", None)  # torch >= 2.1
+    if try_get is None:
+        try_get = getattr(context_type, "get", lambda: None)  # torch 2.0: None outside a compile
+    fake_mode = getattr(try_get(), "fake_mode", None)
     if fake_mode is None:
         return _Real()
     return _InFakeMode(fake_mode)

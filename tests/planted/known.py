@@ -34,6 +34,8 @@ TESTS = {
     "spl-ddp-ignored-lost-on-fake": "test_golden_buckets and frozen_ignored",
     "spl-split-submodules-lose-dynamo-metadata": "test_split_cases",
     "spl-zero-byte-preamble-asserts": "test_split_cases",
+    "spl-get-attr-module-raises": "test_split_cases",
+    "spl-get-attr-module-split-crashes": "test_split_cases",
     # the fixed split cases too: the area's second planted bug shows there (no HOP in them)
     "spl-hop-body-metadata-clobbered": "test_higher_order_cases or test_split_cases",
     "exo-patch-tracer-leaves-bound-methods": "test_tracer_left_clean",

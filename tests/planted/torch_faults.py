@@ -264,6 +264,30 @@ class DDPOptimizerDropsCompilerConfigs:
         distributed.SubmodCompiler.__init__ = dropping
 
 
+class DDPOptimizerSpecializesSizes:
+    """SPL-10 inside Dynamo's compile, next to the dynamic cases' n/p (a
+    model Dynamo alone compiles more than once is not judged): torch's
+    ``compile_fn`` reads every symbolic size it is handed as a number, so
+    the graph holds for one length and Dynamo recompiles at each (the
+    shape of pytorch#140229). The extra graphs are the split's, counted
+    against the Dynamo-only control: torch's FAIL, never n/p."""
+
+    @staticmethod
+    def plant():
+        import torch
+        from torch._dynamo.backends import distributed
+
+        original = distributed.DDPOptimizer.compile_fn
+
+        def specializing(self, gm, example_inputs, *args, **kwargs):
+            for value in example_inputs:
+                if isinstance(value, torch.SymInt):
+                    int(value)
+            return original(self, gm, example_inputs, *args, **kwargs)
+
+        distributed.DDPOptimizer.compile_fn = specializing
+
+
 def plant_in_this_process() -> None:
     """Plant the named fault in a process the suite spawned (FS2-9's ranks),
     where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
