@@ -389,11 +389,13 @@ def test_compiler_configs_cases(fsdpcheck_impl, fsdpcheck_graph_form, case):
 @pytest.mark.invariant("SPL-17", "SPL-10", "SPL-11")
 @pytest.mark.parametrize("kind", DYNAMIC_BACKENDS)
 @pytest.mark.parametrize("case", DYNAMIC_CASES)
-def test_dynamic_shapes_cases(fsdpcheck_impl, case, kind):
+def test_split_inside_compile_cases(fsdpcheck_impl, case, kind):
     """Inside ``torch.compile(model, dynamic=True)``: every bucket's compile
     is handed fakes of the compile's fake mode with the symbolic sizes of
     Dynamo's graph, each bucket is compiled once for every length, and the
-    compiled model computes the eager one's outputs and gradients at each
+    compiled model computes the eager one's outputs and gradients at each;
+    behind AOTAutograd each bucket's backward is compiled against its own
+    forward's metadata (with static shapes, lazily: ``aot-static``)
     (``runs/dynamic_split.py``)."""
     from pytest_fsdpcheck.contract import accepted_forms
     from pytest_fsdpcheck.core.torch_support import compile_unsupported

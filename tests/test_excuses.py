@@ -48,7 +48,7 @@ MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
-SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_dynamic_shapes_cases")}
+SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_split_inside_compile_cases")}
 
 
 @pytest.fixture

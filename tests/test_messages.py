@@ -93,7 +93,12 @@ def test_hypothesis_explanations_keep_the_users_and_torchs_lines_only():
     exc = AssertionError("TRV-1: ...")
     exc.__notes__ = ["Falsifying example: ...", *stub, f"        {own / 'checks' / 'traversal.py'}:110",
                      f"        {torch_file}:42", f"        {own / 'reference' / 'traversal.py'}:7", "after"]
-    group = BaseExceptionGroup("two", [exc, ValueError("x")])
+    import builtins
+
+    group_type = getattr(builtins, "BaseExceptionGroup", None)
+    if group_type is None:  # Python 3.10: Hypothesis raises no exception groups there
+        pytest.skip("exception groups are Python 3.11's")
+    group = group_type("two", [exc, ValueError("x")])
     group.exceptions[1].__notes__ = [*stub, f"        {own / 'strategies.py'}:3"]
     isolation.drop_own_explanations(group)
     assert exc.__notes__ == ["Falsifying example: ...", *stub, f"        {torch_file}:42",

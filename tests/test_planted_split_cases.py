@@ -41,7 +41,7 @@ CONTEXT.update({f"tests.planted.splitting:{name}": (inv, "test_compile_hooks_cas
 CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
 
 #: splitters that hand a bucket's compile static example inputs inside Dynamo's compile (SPL-17)
-DYNAMIC = {f"tests.planted.splitting:{name}": (inv, "test_dynamic_shapes_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
+DYNAMIC = {f"tests.planted.splitting:{name}": (inv, "test_split_inside_compile_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
 
 #: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
 LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
@@ -111,7 +111,7 @@ def test_static_example_inputs_inside_a_compile_fail_the_dynamic_cases(run_suite
     cases, one that reads a symbolic size as a number (Dynamo then
     recompiles at every length) FAILs SPL-10; each passes every fixed case
     compiled outside Dynamo; the reference passes both."""
-    result, report = run_suite("reference", *DYNAMIC, k="test_dynamic_shapes_cases or test_split_cases",
+    result, report = run_suite("reference", *DYNAMIC, k="test_split_inside_compile_cases or test_split_cases",
                                extra=("-p", "no:logging"))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, DYNAMIC)

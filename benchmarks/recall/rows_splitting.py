@@ -731,6 +731,7 @@ ROWS: tuple[RealBug, ...] = (
         patch=_patch_fw_metadata_clobbered,
         witness=_witness_fw_metadata_clobbered,
         invariants=("SPL-10", "SPL-11"),
+        known="spl-backward-compiles-with-last-bucket-fw-metadata",
         note="2.9.1 adds DDPOptimizerContext (one fw_metadata per bucket, installed on the TracingContext by "
         "SubmodCompiler and appended in run_node), which AOTAutograd's lazy backward uses (Note 'DDPOptimizer and "
         "fw_metadata'); no earlier DDPOptimizer source keeps more than the one Dynamo context. Read on the "

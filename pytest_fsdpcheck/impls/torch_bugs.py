@@ -263,6 +263,21 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#179496",),
     ),
     KnownBug(
+        id="spl-backward-compiles-with-last-bucket-fw-metadata",
+        invariants=("SPL-10",),
+        reason="Before 2.9, DDPOptimizer left one forward metadata on Dynamo's TracingContext, the last "
+        "bucket's: AOTAutograd compiles each bucket's backward lazily, at the first backward (static "
+        "shapes), last bucket first, and every one of them was compiled against the last bucket's forward "
+        "metadata (with inductor, the donated buffers of another graph). 2.9 keeps one per bucket "
+        "(DDPOptimizerContext, Note 'DDPOptimizer and fw_metadata'). Run on 2.4.1; read in the source of "
+        "2.5.1 … 2.9.1.",
+        affects="<2.9",
+        seen=("2.4.1", "2.4.1"),
+        reference={"splitting": {"fw_metadata": "last_bucket"}},
+        reproducer="spl-backward-compiles-with-last-bucket-fw-metadata.py",
+        upstream=("pytorch/pytorch#160745",),
+    ),
+    KnownBug(
         id="spl-get-attr-module-raises",
         invariants=("SPL-3", "SPL-9", "SPL-10", "SPL-11"),
         reason="Before 2.4, DDPOptimizer.compile_fn reads `requires_grad` off every get_attr target and has "
@@ -477,6 +492,9 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         predicate=_int_param_rejected,
         reproducer="fs2-int-param-rejected.py",
         raises=(("RuntimeError", r"^[Oo]nly Tensors of floating point (and complex )?dtype can require gradients$"),),
+        # reported against FSDPParam._init_sharded_param (#177844) and fixed by "[FSDP2] support non-float
+        # parameters" (#177948), which also keeps non-float parameters out of param_dtype's cast
+        upstream=("pytorch/pytorch#177844", "pytorch/pytorch#177948"),
     ),
     KnownBug(
         id="fs2-gloo-grads-summed",

@@ -240,6 +240,7 @@ _SWITCHES = {
     "zero_byte_preamble": ("fused", "asserted"),
     "get_attr_modules": ("called", "requires_grad_read"),
     "module_attr_meta": ("hidden", "seen"),
+    "fw_metadata": ("paired", "last_bucket"),
 }
 
 
@@ -269,7 +270,8 @@ class ReferenceSplitting:
                 f"first_bucket_cap ({first_bucket_cap}) must not exceed bucket_bytes_cap "
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
-        planning = {k: v for k, v in self._switches.items() if k not in ("submodule_metadata", "module_attr_meta")}
+        planning = {k: v for k, v in self._switches.items()
+                    if k not in ("submodule_metadata", "module_attr_meta", "fw_metadata")}
         buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **planning)
         infos = [
             BucketInfo(
@@ -292,7 +294,8 @@ class ReferenceSplitting:
         copy_first = self._switches.get("attr_outputs") == "counted"
         metadata = self._switches.get("submodule_metadata", "propagated")
         split_gm = _split_and_compile(gm, buckets, example_inputs, backend, copy_first, metadata != "dropped",
-                                      hide_module_meta=self._switches.get("module_attr_meta", "hidden") == "hidden")
+                                      hide_module_meta=self._switches.get("module_attr_meta", "hidden") == "hidden",
+                                      pair_backwards=self._switches.get("fw_metadata", "paired") == "paired")
         if metadata == "every_child":
             # torch 2.8-2.12: the captured graph's metadata onto every child
             # graph module of the split module, a higher-order op's hoisted
@@ -314,7 +317,7 @@ def _prepare_submodule(gm, submod, keep_metadata=True) -> bool:
 
 
 def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True,
-                       prepare=_prepare_submodule, hide_module_meta=True):
+                       prepare=_prepare_submodule, hide_module_meta=True, pair_backwards=True):
     import torch
     from torch.fx.passes.split_module import split_module
 
@@ -361,7 +364,10 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 compiled = backend(submod, list(args))
                 out = fake.run(submod, args)
                 env[node] = out[0] if single else out
-                setattr(split_gm, node.target, _wrapper_class()(compiled, single))
+                wrapper = _wrapper_class()(compiled, single)
+                if pair_backwards:
+                    wrapper.pair_backward(*fake.forward_metadata())
+                setattr(split_gm, node.target, wrapper)
             elif node.op == "get_attr":
                 env[node] = fake.attribute(_fetch_attr(split_gm, node.target))
             elif node.op == "call_function":
@@ -394,6 +400,9 @@ class _Real:
 
         return contextlib.nullcontext()
 
+    def forward_metadata(self):
+        return None, None
+
 
 class _InFakeMode:
     """Example values inside Dynamo's compile: every tensor as a fake of the
@@ -401,8 +410,10 @@ class _InFakeMode:
     Dynamo made of it (the mode keeps them), symbolic sizes and all; a
     submodule runs on fakes of its own tensors."""
 
-    def __init__(self, fake_mode):
+    def __init__(self, fake_mode, context=None):
         self._fake_mode = fake_mode
+        self._context = context
+        self._last_metadata = getattr(context, "fw_metadata", None)
 
     def value(self, v, static=False):
         """``v`` as a fake of the mode: the fake Dynamo made of an input, or
@@ -439,6 +450,16 @@ class _InFakeMode:
     def mode(self):
         return self._fake_mode
 
+    def forward_metadata(self):
+        """``(context, metadata)``: the forward metadata an AOTAutograd
+        backend left on the compile's TracingContext for the bucket just
+        compiled, where it is new; ``(None, None)`` otherwise."""
+        meta = getattr(self._context, "fw_metadata", None)
+        if meta is None or meta is self._last_metadata:
+            return None, None
+        self._last_metadata = meta
+        return self._context, meta
+
 
 def _tracing_fake(example_inputs):
     """Fakes of the enclosing compile's fake mode where there is one (the
@@ -450,10 +471,11 @@ def _tracing_fake(example_inputs):
     try_get = getattr(context_type, "try_get", None)  # torch >= 2.1
     if try_get is None:
         try_get = getattr(context_type, "get", lambda: None)  # torch 2.0: None outside a compile
-    fake_mode = getattr(try_get(), "fake_mode", None)
+    context = try_get()
+    fake_mode = getattr(context, "fake_mode", None)
     if fake_mode is None:
         return _Real()
-    return _InFakeMode(fake_mode)
+    return _InFakeMode(fake_mode, context)
 
 
 def _carry_metadata(gm, submod):
@@ -506,9 +528,43 @@ def _wrapper_class():
             super().__init__()
             self.fn = fn
             self.single = single  # the submodule was given a one-element tuple to return
+            self.context = self.metadata = None
+
+        def pair_backward(self, context, metadata):
+            """An AOTAutograd backend compiles a bucket's backward lazily, at
+            the first backward, against the forward metadata it finds on the
+            compile's TracingContext: put this bucket's there as the backward
+            reaches it (it is the last bucket's by then)."""
+            self.context, self.metadata = context, metadata
 
         def forward(self, *args):
             out = self.fn(*args)
+            if self.metadata is not None:
+                values = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                paired = _metadata_restorer().apply(self.context, self.metadata, *values)
+                out = type(out)(paired) if isinstance(out, (tuple, list)) else paired[0]
             return out[0] if self.single else out
 
     return CompiledSubmodule
+
+
+@functools.cache
+def _metadata_restorer():
+    import torch
+
+    class RestoreForwardMetadata(torch.autograd.Function):
+        """The identity; on the way back, before the gradients reach the
+        bucket whose outputs these are, its forward metadata onto the
+        TracingContext its backward compile reads."""
+
+        @staticmethod
+        def forward(ctx, context, metadata, *outputs):
+            ctx.tracing_context, ctx.forward_metadata = context, metadata
+            return tuple(o.view_as(o) if isinstance(o, torch.Tensor) else o for o in outputs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            ctx.tracing_context.fw_metadata = ctx.forward_metadata
+            return (None, None, *grads)
+
+    return RestoreForwardMetadata

@@ -42,12 +42,20 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-#: the fixed cases and backends, in the order the suite runs them
+#: the fixed cases and backends, in the order the suite runs them: ``eager``
+#: and ``aot`` compile with ``dynamic=True`` and run at :data:`LENGTHS`;
+#: ``aot-static`` compiles with static shapes and runs twice at the first
+#: length, so AOTAutograd compiles each bucket's backward lazily, at the
+#: first backward (with symbolic sizes it compiles it with the forward)
 DYNAMIC_CASES = ("linear-chain", "sequence-mean")
-DYNAMIC_BACKENDS = ("eager", "aot")
+DYNAMIC_BACKENDS = ("eager", "aot", "aot-static")
 
 #: the lengths each compiled model is called with after its compile
 LENGTHS = (7, 12, 5)
+
+
+def lengths(kind: str) -> tuple:
+    return (LENGTHS[0], LENGTHS[0]) if kind == "aot-static" else LENGTHS
 
 
 def _model(case: str):
@@ -89,6 +97,10 @@ class Compiled:
     form: str
     buckets: list = field(default_factory=list)
     calls: list = field(default_factory=list)
+    forwards: list = field(default_factory=list)  # AOTAutograd's forward metadata, per forward compile
+    #: per backward compile: (the bucket it belongs to, the index of the forward whose metadata it saw)
+    backwards: list = field(default_factory=list)
+    splitting: bool = True  # a backward compiled during the split is the last forward's; after it, lazily, in reverse
 
 
 @dataclass
@@ -98,18 +110,46 @@ class DynamicSplit:
     outputs and gradients, eager and compiled."""
 
     control_graphs: int = 0
+    lengths: tuple = LENGTHS
     graphs: list = field(default_factory=list)  # Compiled, in compile order
     runs: list = field(default_factory=list)  # (length, eager, compiled or what the compiled run raised)
 
 
-def _recording(calls: list, kind: str):
+def _fw_metadata():
     import torch
 
-    if kind == "aot":
+    context = torch._guards.TracingContext.try_get()
+    return getattr(context, "fw_metadata", None)
+
+
+def _recording(calls: list, kind: str, graph: Compiled | None = None):
+    """The backend behind the split: records each call, then returns the
+    submodule as it is (``eager``) or hands it to AOTAutograd (``aot``),
+    whose forward and backward compilers record the forward metadata
+    AOTAutograd left on Dynamo's TracingContext (``graph.forwards``) and,
+    for each lazily compiled backward, which forward's it found there
+    (``graph.backwards``: an index into ``graph.forwards``, or None)."""
+    import torch
+
+    if kind in ("aot", "aot-static"):
         from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
-        after = aot_autograd(fw_compiler=lambda gm, example_inputs: make_boxed_func(gm.forward))
+        def fw_compiler(gm, example_inputs):
+            if graph is not None:
+                graph.forwards.append(_fw_metadata())
+            return make_boxed_func(gm.forward)
+
+        def bw_compiler(gm, example_inputs):
+            if graph is not None:
+                meta = _fw_metadata()
+                seen = next((i for i, m in enumerate(graph.forwards) if m is meta and m is not None), None)
+                lazily_before = sum(1 for _, _, during in graph.backwards if not during)
+                owner = len(graph.forwards) - 1 - (0 if graph.splitting else lazily_before)
+                graph.backwards.append((owner, seen, graph.splitting))
+            return make_boxed_func(gm.forward)
+
+        after = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
     else:
         after = None
 
@@ -134,10 +174,10 @@ def _step(call, model, x):
 
 
 def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo", "module")) -> DynamicSplit:
-    """Compile ``case``'s model with ``dynamic=True`` through ``splitting``
-    (every parameter-holding module its own bucket) with the ``kind``
-    backend behind it, and run it at :data:`LENGTHS`. What the split raises
-    is raised as it is (Dynamo's wrapping taken off)."""
+    """Compile ``case``'s model through ``splitting`` (every
+    parameter-holding module its own bucket) with the ``kind`` backend
+    behind it, and run it at :func:`lengths`. What the split raises is
+    raised as it is (Dynamo's wrapping taken off)."""
     import torch
     import torch._dynamo
 
@@ -145,7 +185,8 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
 
     model = _model(case)
     compiled_model = copy.deepcopy(model)
-    record = DynamicSplit(control_graphs=_control_graphs(case))
+    dynamic = kind != "aot-static"
+    record = DynamicSplit(control_graphs=_control_graphs(case, kind), lengths=lengths(kind))
     raised: list = []
 
     def split_backend(gm, example_inputs):
@@ -157,17 +198,18 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
                               "does not accept")
         try:
             result = splitting.split(gm, list(example_inputs), bucket_bytes_cap=1, first_bucket_cap=1,
-                                     backend=_recording(graph.calls, kind))
+                                     backend=_recording(graph.calls, kind, graph))
         except BaseException as exc:
             raised.append(exc)
             raise
         graph.buckets = list(result.buckets)
+        graph.splitting = False
         return result.compiled
 
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(compiled_model, backend=split_backend, dynamic=True)
-        for length in LENGTHS:
+        compiled = torch.compile(compiled_model, backend=split_backend, dynamic=dynamic)
+        for length in lengths(kind):
             eager = _step(model, model, _input(case, length))
             try:
                 got = _step(compiled, compiled_model, _input(case, length))
@@ -181,9 +223,10 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
     return record
 
 
-def _control_graphs(case: str) -> int:
-    """How many graphs Dynamo compiles for ``case``'s model over the lengths
-    with a backend that runs each graph as it is (nothing of any split)."""
+def _control_graphs(case: str, kind: str) -> int:
+    """How many graphs Dynamo compiles for ``case``'s model over ``kind``'s
+    lengths with a backend that runs each graph as it is (nothing of any
+    split)."""
     import torch
     import torch._dynamo
 
@@ -195,8 +238,8 @@ def _control_graphs(case: str) -> int:
 
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(_model(case), backend=as_captured, dynamic=True)
-        for length in LENGTHS:
+        compiled = torch.compile(_model(case), backend=as_captured, dynamic=kind != "aot-static")
+        for length in lengths(kind):
             compiled(_input(case, length))
     finally:
         torch._dynamo.reset()
@@ -216,23 +259,24 @@ def judge(record: DynamicSplit) -> list:
         from ..core.not_provided import NotProvided
 
         raise NotProvided(f"without any split, Dynamo compiles the model {record.control_graphs} times over the "
-                          f"lengths {LENGTHS} (graph breaks or recompiles of its own); the check takes one graph",
+                          f"lengths {record.lengths} (graph breaks or recompiles of its own); the check takes one graph",
                           case_input=True)
     first = record.graphs[0]
     out = chk.check_symbolic_example_inputs(first.calls, chk.dynamo_value_sizes(first.gm))
     if len(record.graphs) > 1:
         out.append(Violation("SPL-10", f"Dynamo compiled the model {len(record.graphs)} times over the lengths "
-                                       f"{LENGTHS} through the split, once without it: the split's compile made sizes "
+                                       f"{record.lengths} through the split, once without it: the split's compile made sizes "
                                        "static, so every new length recompiles every bucket"))
     elif len(first.buckets) > 1 and len(first.calls) != len(first.buckets):
         out.append(Violation("SPL-10", f"the split planned {len(first.buckets)} buckets, but over the lengths "
-                                       f"{LENGTHS} its backend was called {len(first.calls)} times (one compile per "
+                                       f"{record.lengths} its backend was called {len(first.calls)} times (one compile per "
                                        "bucket, whatever the length, under dynamic shapes)"))
+    out += _pairing(first)
     for length, (want_out, want_grads, want_x), got in record.runs:
         where = f"at length {length}"
         if isinstance(got, BaseException):
             out.append(Violation("SPL-11", f"the compiled model raised {type(got).__name__} {where} (compiled at length "
-                                           f"{LENGTHS[0]} with dynamic shapes)", detail=str(got), error=error_of(got)))
+                                           f"{record.lengths[0]})", detail=str(got), error=error_of(got)))
             continue
         got_out, got_grads, got_x = got
         pairs = [("the output", want_out, got_out), ("the input's gradient", want_x, got_x),
@@ -242,6 +286,28 @@ def judge(record: DynamicSplit) -> list:
                 out.append(Violation("SPL-11", f"the compiled model's {what} differs from the eager model's {where}"))
                 break
     return out
+
+
+def _pairing(graph: Compiled) -> list:
+    """SPL-10 through AOTAutograd: each bucket's backward is compiled
+    against its own forward's metadata, the one AOTAutograd left on the
+    TracingContext when it compiled that bucket's forward (what inductor
+    reads to know, for one, which buffers the backward may donate). A
+    backward compiled with its forward (symbolic sizes) is that forward's; a
+    lazily compiled one, at the first backward, runs the buckets last first
+    (the models are chains)."""
+    from ..checks import Violation
+
+    if len(graph.forwards) < 2 or all(m is None for m in graph.forwards):
+        return []
+    wrong = [f"bucket {owner}'s backward with " + ("no bucket's" if seen is None else f"bucket {seen}'s")
+             + (" (compiled lazily)" if not during else "")
+             for owner, seen, during in graph.backwards if seen != owner]
+    if not wrong:
+        return []
+    return [Violation("SPL-10", "each bucket's backward should be compiled against its own forward's metadata "
+                                f"(AOTAutograd's fw_metadata on the TracingContext), but it compiled {', '.join(wrong)}",
+                      evidence=tuple(wrong))]
 
 
 def reproducer_lines(case: str, kind: str) -> list[str]:

@@ -36,6 +36,8 @@ TESTS = {
     "spl-zero-byte-preamble-asserts": "test_split_cases",
     "spl-get-attr-module-raises": "test_split_cases",
     "spl-get-attr-module-split-crashes": "test_split_cases",
+    # the area's second planted bug (a bucket's size) shows on the fixed split cases
+    "spl-backward-compiles-with-last-bucket-fw-metadata": "test_split_inside_compile_cases or test_split_cases",
     # the fixed split cases too: the area's second planted bug shows there (no HOP in them)
     "spl-hop-body-metadata-clobbered": "test_higher_order_cases or test_split_cases",
     "exo-patch-tracer-leaves-bound-methods": "test_tracer_left_clean",
@@ -83,7 +85,8 @@ class _SplitInflated:
         result = self._inner.split(gm, example_inputs, **kwargs)
         last = result.buckets[-1] if result.buckets else None
         if last is not None and last.param_ids:
-            sizes = {id(t): t.untyped_storage().nbytes() for t in [*gm.parameters(), *example_inputs]}
+            sizes = {id(t): t.untyped_storage().nbytes() for t in [*gm.parameters(), *example_inputs]
+                     if hasattr(t, "untyped_storage")}  # not the sizes Dynamo hands as SymInts
             last.size += sizes.get(last.param_ids[0], 4)
             last.param_ids.append(last.param_ids[0])
             last.params.append(last.params[0])

@@ -656,6 +656,13 @@ class _SpecializesSizes(PlantedSplitting):  # SPL-10: reads each symbolic size a
         return ref._split_and_compile(gm, buckets, example_inputs, backend)
 
 
+class _LastBucketMetadata(PlantedSplitting):  # SPL-10: every lazily compiled backward against the last bucket's forward metadata
+    def compile(self, gm, buckets, example_inputs, backend):
+        if len(buckets) == 1:
+            return backend(gm, list(example_inputs))
+        return ref._split_and_compile(gm, buckets, example_inputs, backend, pair_backwards=False)
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -718,6 +725,7 @@ CompilesUnderAutocast = _impl(_CompilesUnderAutocast)
 RealValuesInsideCompile = _impl(_RealValuesInsideCompile)
 OwnFakeMode = _impl(_OwnFakeMode)
 SpecializesSizes = _impl(_SpecializesSizes)
+LastBucketMetadata = _impl(_LastBucketMetadata)
 LazyNeverWraps = _impl(_LazyNeverWraps)
 LazyWrapsEveryOutput = _impl(_LazyWrapsEveryOutput)
 LazyKeepsWrappedSingles = _impl(_LazyKeepsWrappedSingles)
@@ -806,9 +814,10 @@ CONTEXT_CASE_TARGETS = {"CompilesWithoutGrad": "SPL-18", "CompilesUnderAutocast"
 #: planted implementation name -> the invariant test_compile_hooks_cases fails it on
 HOOK_CASE_TARGETS = {"HooksSeeCompile": "SPL-18"}
 
-#: planted implementation name -> the invariant test_dynamic_shapes_cases fails it on (each passes
+#: planted implementation name -> the invariant test_split_inside_compile_cases fails it on (each passes
 #: every case compiled outside Dynamo: the reference's propagation before SPL-17 looked inside it)
-DYNAMIC_CASE_TARGETS = {"RealValuesInsideCompile": "SPL-17", "OwnFakeMode": "SPL-17", "SpecializesSizes": "SPL-10"}
+DYNAMIC_CASE_TARGETS = {"RealValuesInsideCompile": "SPL-17", "OwnFakeMode": "SPL-17", "SpecializesSizes": "SPL-10",
+                        "LastBucketMetadata": "SPL-10"}
 
 #: planted implementation name -> the invariant test_compiler_configs_cases fails it on
 CONFIG_CASE_TARGETS = {"ConfigsToOneBucketOnly": "SPL-19"}
