@@ -421,7 +421,7 @@ ROWS: tuple[RealBug, ...] = (
         "RuntimeError 'Only Tensors of floating point and complex dtype can require gradients'.",
         had="2.3.1 … 2.11.0",
         fixed_in="2.12.1",
-        upstream=(),
+        upstream=("pytorch/pytorch#177844", "pytorch/pytorch#177948"),
         patch=_patch_int_param_rejected,
         witness=_witness_int_param_rejected,
         invariants=("FS2-12",),

@@ -16,7 +16,7 @@ from pytest_fsdpcheck.reference import splitting as ref
 
 def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_frozen=False,
          per_use=False, fuse=True, close_late=False, first_cap_everywhere=False, close_above=False,
-         size_with_node=False, split=True, fuse_params=True, argument_producers=False):
+         size_with_node=False, split=True, fuse_params=True, argument_producers=False, called_modules=True):
     buckets = [ref._Bucket()]
     index: dict = {}
     counted: set = set()
@@ -41,6 +41,8 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
                     current.size_before_extension = current.size
                 current.extra_ops += 1
         reads = ref._node_params(gm, node)
+        if not called_modules and node.op == "call_method" and isinstance(_receiver(gm, node), torch.nn.Module):
+            reads = []  # a module called through its forward (get_attr + call_method) weighs nothing
         if argument_producers and node.op == "call_method":
             # the parameters read by the nodes whose outputs the method call takes as arguments
             reads = [*reads, *(pair for arg in node.args[1:] if isinstance(arg, torch.fx.Node)
@@ -67,6 +69,11 @@ def plan(gm, cap, first_cap, *, use_first_cap=True, need_output=True, count_froz
     for b in buckets:
         b.nodes.reverse()
     return buckets
+
+
+def _receiver(gm, node):
+    receiver = node.args[0] if node.args else None
+    return ref._fetch_attr(gm, receiver.target) if getattr(receiver, "op", None) == "get_attr" else None
 
 
 def _new_bytes(gm, node, counted, count_frozen, per_use) -> int:
@@ -663,6 +670,11 @@ class _LastBucketMetadata(PlantedSplitting):  # SPL-10: every lazily compiled ba
         return ref._split_and_compile(gm, buckets, example_inputs, backend, pair_backwards=False)
 
 
+class _CalledModuleWeighsNothing(PlantedSplitting):  # SPL-3: `self.lin.forward(h)` (get_attr + call_method) counts no bytes
+    graph_form = "module"
+    knobs = {"called_modules": False}
+
+
 AcceptsBigFirstCap = _impl(_AcceptsBigFirstCap)
 DropsANode = _impl(_DropsANode)
 CountsFrozen = _impl(_CountsFrozen)
@@ -726,6 +738,7 @@ RealValuesInsideCompile = _impl(_RealValuesInsideCompile)
 OwnFakeMode = _impl(_OwnFakeMode)
 SpecializesSizes = _impl(_SpecializesSizes)
 LastBucketMetadata = _impl(_LastBucketMetadata)
+CalledModuleWeighsNothing = _impl(_CalledModuleWeighsNothing)
 LazyNeverWraps = _impl(_LazyNeverWraps)
 LazyWrapsEveryOutput = _impl(_LazyWrapsEveryOutput)
 LazyKeepsWrappedSingles = _impl(_LazyKeepsWrappedSingles)
@@ -791,6 +804,7 @@ FIXED_CASE_TARGETS = {
     "ContiguousExampleInputs": "SPL-17",
     "GradlessExampleInputs": "SPL-17",
     "MetaExampleInputs": "SPL-17",
+    "CalledModuleWeighsNothing": "SPL-3",
 }
 
 #: planted implementation name -> the invariant test_bucket_log_without_tabulate fails it on
