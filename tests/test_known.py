@@ -73,3 +73,26 @@ def test_raised_outcomes_compare_by_type_and_first_line():
     assert crash != Raised(AssertionError("While executing %submod_2 : [num_users=0]\nOriginal traceback:\nNone"))
     assert crash != Raised(IndexError("While executing %submod_1 : [num_users=0]"))
     assert crash != []
+
+
+def test_a_bug_needing_torch_compile_is_not_called_fixed_where_nothing_can_compile(monkeypatch):
+    """Strict's "not reproduced — fixed?" skips a bug whose checks compile
+    only where torch.compile cannot run at all (torch 2.0 under Python
+    3.11); wherever it runs, an unshown bug is reported as before."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.core import torch_support
+    from pytest_fsdpcheck.core.bugs import KnownBug
+    from pytest_fsdpcheck.run import verdicts
+
+    compiled = KnownBug(id="needs-compile", invariants=("SPL-10",), reason="r", predicate=lambda v: False,
+                        needs_compile=True)
+    plain = dataclasses.replace(compiled, id="plain", needs_compile=False)
+    matrix = SimpleNamespace(outcome=lambda inv, spec: "pass", known_examples={})
+    session = SimpleNamespace(known_bugs=True, impls={"torch": SimpleNamespace(known_bugs=(compiled, plain))},
+                              deselected=set(), matrix=matrix, torch_version="2.0.1")
+    monkeypatch.setattr(torch_support, "compile_unsupported", lambda: "torch.compile refuses this Python")
+    assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["plain"]
+    monkeypatch.setattr(torch_support, "compile_unsupported", lambda: None)
+    assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["needs-compile", "plain"]

@@ -65,6 +65,10 @@ class KnownBug:
     #: fixed (or introduced) it, each as ``"owner/repo#number"`` (e.g.
     #: ``"pytorch/pytorch#162338"``); () = not reported upstream that we know of
     upstream: tuple[str, ...] = ()
+    #: shows only where ``torch.compile`` runs (its checks compile): where
+    #: this Python and build cannot compile at all (torch 2.0 under Python
+    #: 3.11), no run can show it, and strict does not call it fixed
+    needs_compile: bool = False
 
     def raised_this(self, error) -> bool:
         """Whether ``error`` (:attr:`Violation.error`) is one this bug raises."""

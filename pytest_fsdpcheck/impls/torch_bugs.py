@@ -276,6 +276,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reference={"splitting": {"fw_metadata": "last_bucket"}},
         reproducer="spl-backward-compiles-with-last-bucket-fw-metadata.py",
         upstream=("pytorch/pytorch#160745",),
+        needs_compile=True,
     ),
     KnownBug(
         id="spl-get-attr-module-raises",
