@@ -85,14 +85,23 @@ def test_a_bug_needing_torch_compile_is_not_called_fixed_where_nothing_can_compi
     from pytest_fsdpcheck.core import torch_support
     from pytest_fsdpcheck.core.bugs import KnownBug
     from pytest_fsdpcheck.run import verdicts
+    from pytest_fsdpcheck.run.session import Session
 
     compiled = KnownBug(id="needs-compile", invariants=("SPL-10",), reason="r", predicate=lambda v: False,
                         needs_compile=True)
     plain = dataclasses.replace(compiled, id="plain", needs_compile=False)
     matrix = SimpleNamespace(outcome=lambda inv, spec: "pass", known_examples={})
     session = SimpleNamespace(known_bugs=True, impls={"torch": SimpleNamespace(known_bugs=(compiled, plain))},
-                              deselected=set(), matrix=matrix, torch_version="2.0.1")
+                              deselected=set(), matrix=matrix, torch_version="2.0.1", deferred=False,
+                              compile_reason=None)
+    session.cannot_compile = lambda: Session.cannot_compile(session)
     monkeypatch.setattr(torch_support, "compile_unsupported", lambda: "torch.compile refuses this Python")
     assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["plain"]
     monkeypatch.setattr(torch_support, "compile_unsupported", lambda: None)
+    assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["needs-compile", "plain"]
+    # the xdist controller: as its workers told it, torch never asked
+    monkeypatch.setattr(torch_support, "compile_unsupported", lambda: pytest.fail("the controller asked torch"))
+    session.deferred, session.compile_reason = True, "torch.compile refuses this Python"
+    assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["plain"]
+    session.compile_reason = ""
     assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["needs-compile", "plain"]

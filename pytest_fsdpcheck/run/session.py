@@ -66,6 +66,8 @@ class Session:
     deferred: bool = False
     #: the controller: why a worker could not start its session (WorkerLoadError)
     worker_load_error: str | None = None
+    #: the controller: why torch.compile cannot run, as a worker found it ("" = it runs; None = not told yet)
+    compile_reason: str | None = None
     #: the modules this process imported so far (isolation.ImportHistory, made
     #: by the first suite test): a module met again is no first import
     import_history: object = None
@@ -84,14 +86,28 @@ class Session:
             bugs = known_bugs_of(impl)
             catalogued = all(any(bug is entry for entry in TORCH_BUGS) for bug in bugs)
             impls[spec] = {"areas": provided_areas(impl), "bugs": [b.id for b in bugs] if catalogued else None}
+        from ..core.torch_support import compile_unsupported
+
         # str(): torch's version is a str subclass execnet cannot send
-        return {"torch": str(self.torch_version), "devices": [str(d) for d in self.devices], "impls": impls}
+        return {"torch": str(self.torch_version), "devices": [str(d) for d in self.devices], "impls": impls,
+                "compile": compile_unsupported() or ""}
+
+    def cannot_compile(self) -> bool:
+        """Whether torch.compile cannot run with this torch and Python. The
+        xdist controller, which never imports torch, has it from its
+        workers (:meth:`learn`); any other session asks torch."""
+        if self.deferred:
+            return bool(self.compile_reason)
+        from ..core.torch_support import compile_unsupported
+
+        return compile_unsupported() is not None
 
     def learn(self, loaded: dict | None) -> None:
         """The controller: fill in what a worker loaded (:meth:`loaded`)."""
         if not self.deferred or not loaded:
             return
         self.torch_version = loaded["torch"]
+        self.compile_reason = loaded.get("compile")
         if not self.devices:
             self.devices = list(loaded["devices"])
         for spec, seen in loaded["impls"].items():
