@@ -40,6 +40,7 @@ and compared with the model run eagerly.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 
 #: the fixed cases and backends, in the order the suite runs them: ``eager``
@@ -223,10 +224,12 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
     return record
 
 
+@functools.cache
 def _control_graphs(case: str, kind: str) -> int:
     """How many graphs Dynamo compiles for ``case``'s model over ``kind``'s
     lengths with a backend that runs each graph as it is (nothing of any
-    split)."""
+    split). Torch's Dynamo alone decides it, the same for every
+    implementation in this process: compiled once per case and backend."""
     import torch
     import torch._dynamo
 
