@@ -22,6 +22,7 @@ from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.runs.dynamic_split import (
     DYNAMIC_BACKENDS,
     DYNAMIC_CASES,
+    HOP_CASES,
     judge,
     reproducer_lines,
     run_dynamic_split,
@@ -412,6 +413,63 @@ def test_split_inside_compile_cases(fsdpcheck_impl, case, kind):
     conform(fsdpcheck_impl, body, snippet(fsdpcheck_impl, [], reproducer_lines(case, kind)))
 
 
+@pytest.mark.invariant("SPL-14")
+@pytest.mark.parametrize("kind", DYNAMIC_BACKENDS)
+@pytest.mark.parametrize("case", HOP_CASES)
+def test_higher_order_inside_compile_cases(fsdpcheck_impl, case, kind):
+    """SPL-14 as users meet it: a model with activation checkpointing, or
+    FlexAttention, compiled through the split with ``dynamic=True`` and run
+    at several lengths, judged as ``test_split_inside_compile_cases`` judges
+    its models (SPL-17's example inputs, SPL-10's compiles, SPL-11's results
+    at every length); a release whose DDPOptimizer rejects such graphs
+    (before 2.6) is n/p by release, and a rejection on one that splits them
+    is SPL-14's FAIL (``runs/dynamic_split.py``)."""
+    from dataclasses import replace
+
+    from pytest_fsdpcheck.contract import accepted_forms
+    from pytest_fsdpcheck.core.torch_support import compile_unsupported
+
+    if getattr(fsdpcheck_impl, "splitting", None) is None:
+        raise NotProvided("this implementation has no splitting area")
+    reason = compile_unsupported()
+    if reason:
+        raise NotProvided(reason)
+    _require_by_release(fsdpcheck_impl, "splits_higher_order_ops", True, "splitting.splits_higher_order_ops",
+                        "rejects graphs with higher-order ops (NotImplementedError)", "DDPOptimizer splits them")
+    _require_case_by_release(case, kind)
+
+    def body(impl):
+        try:
+            record = run_dynamic_split(impl.splitting, case, kind, accepted_forms(impl.splitting))
+        except NotProvided:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the checker judges what the split raised
+            return chk.check_higher_order_rejected(exc, may_reject=False)
+        return [replace(v, invariant="SPL-14", message=f"with {case} inside the compile, {v.invariant}: {v.message}")
+                for v in judge(record)]
+
+    conform(fsdpcheck_impl, body, snippet(fsdpcheck_impl, [], reproducer_lines(case, kind)))
+
+
+def _require_case_by_release(case, kind):
+    """n/p, for every implementation, where the installed torch cannot run
+    ``case`` behind ``kind``'s backend: FlexAttention before 2.5; an
+    AOTAutograd backend before 2.8, whose AOTAutograd refuses the Dynamo
+    sources SPL-10 asks a split to carry once a bucket takes two values of
+    earlier buckets (the checkpointed model's last bucket does)."""
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch, releases
+
+    here = ".".join(map(str, installed_torch()))
+    if case == "flex-attention" and not expected_provided("splitting.flex_attention", installed_torch()):
+        raise NotProvided(f"torch has FlexAttention in {releases('splitting.flex_attention')}; this is torch {here}",
+                          release_lacks="splitting.flex_attention")
+    if kind != "eager" and not expected_provided("splitting.aot_sourceless_inputs", installed_torch()):
+        raise NotProvided("AOTAutograd takes a bucket's inputs without a Dynamo source (values of earlier buckets) in "
+                          f"torch {releases('splitting.aot_sourceless_inputs')}; this is torch {here}, whose "
+                          "aot_module_simplified asserts one distinct source per input",
+                          release_lacks="splitting.aot_sourceless_inputs")
+
+
 def _require_by_release(impl, attribute, default, feature, lacks, provides):
     """n/p, before anything runs, for an implementation whose splitting area
     declares ``attribute`` false (``default`` where it says nothing; the torch
@@ -519,10 +577,12 @@ def _check_higher_order(impl, spec, cap, first, form):
             result, _ = split(impl, built, cap, first)
         except Exception as exc:  # noqa: BLE001 - the checker judges what was raised
             error = exc
-        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt, bodies)
+        return chk.check_higher_order(facts, result, error, cap, first, expected, built.example_inputs, wrt, bodies,
+                                      may_reject)
 
+    may_reject = not getattr(impl.splitting, "splits_higher_order_ops", True)
     check = (f"chk.check_higher_order(facts, result, error, {cap}, {first}, expected, built.example_inputs, wrt, "
-             "bodies)")
+             f"bodies, may_reject={may_reject})")
     conform(impl, body, reproducer(impl, spec, cap, first, check, form=form,
                                    before=[*EVALUATE, "bodies = chk.nested_meta(built.gm)"], catch="Exception"), form=form)
 

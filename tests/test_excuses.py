@@ -49,6 +49,8 @@ MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
 SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_split_inside_compile_cases")}
+REJECTS_HOPS = {"tests.planted.torch_faults:DDPOptimizerRejectsHigherOrderOps": (
+    "SPL-14", "test_higher_order_cases or (test_higher_order_inside_compile_cases and eager)")}
 
 
 @pytest.fixture
@@ -289,3 +291,12 @@ def test_torchs_split_recompiling_per_length_fails_spl10(run_faulted):
     result, report = run_faulted(SPLIT_SIZES)
     demand_torch_failures(result, report, SPLIT_SIZES)
 
+
+
+def test_torchs_split_rejecting_higher_order_ops_where_it_splits_them_fails_spl14(run_faulted):
+    """SPL-14 accepts a clear NotImplementedError only where the release's
+    DDPOptimizer rejects higher-order ops (torch 2.1-2.5; n/p by release for
+    the compiled models): torch 2.13 doing it is its FAIL, on the fixed
+    graph and on the checkpointed and FlexAttention models."""
+    result, report = run_faulted(REJECTS_HOPS)
+    demand_torch_failures(result, report, REJECTS_HOPS)

@@ -16,6 +16,7 @@ from tests.planted.splitting import (
     FIXED_CASE_TARGETS,
     HOOK_CASE_TARGETS,
     HOP_CASE_TARGETS,
+    HOP_COMPILE_TARGETS,
     LAZY_CASE_TARGETS,
     NO_TABULATE_TARGETS,
 )
@@ -42,6 +43,11 @@ CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases
 
 #: splitters that hand a bucket's compile static example inputs inside Dynamo's compile (SPL-17)
 DYNAMIC = {f"tests.planted.splitting:{name}": (inv, "test_split_inside_compile_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
+
+#: splitters that crash on, reject, or bend a split of a model with a
+#: higher-order op compiled by Dynamo (activation checkpointing, FlexAttention)
+HOP_COMPILE = {f"tests.planted.splitting:{name}": (inv, "test_higher_order_inside_compile_cases")
+               for name, inv in HOP_COMPILE_TARGETS.items()}
 
 #: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
 LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
@@ -117,6 +123,18 @@ def test_static_example_inputs_inside_a_compile_fail_the_dynamic_cases(run_suite
     demand_failures(result, report, DYNAMIC)
     outside = [line for line in result.outlines if line.startswith("FAILED") and "::test_split_cases[" in line]
     assert not outside, outside
+
+
+def test_higher_order_splits_inside_a_compile_fail_spl14(run_suite):
+    """A checkpointed model and a FlexAttention one compiled through the
+    split: a splitter that crashes on the op's body, one that rejects every
+    higher-order op with a clear NotImplementedError without saying it does
+    (torch 2.1-2.5's behaviour, undeclared), and one that hands the buckets
+    real values inside the compile each FAIL SPL-14; the reference passes."""
+    result, report = run_suite("reference", *HOP_COMPILE, k="test_higher_order_inside_compile_cases and eager",
+                               extra=("-p", "no:logging"))
+    assert result.ret == 1, "\n".join(result.outlines[-40:])
+    demand_failures(result, report, HOP_COMPILE)
 
 
 @pytest.mark.plugin

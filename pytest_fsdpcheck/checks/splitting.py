@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import Violation, short
+from . import Violation, error_of, short
 
 OUTPUT = "<output>"
 
@@ -801,20 +801,33 @@ def check_nested_meta(bodies: dict, split_module) -> list[Violation]:
 
 
 def check_higher_order(facts, result, error, bucket_cap, first_cap, expected, example_inputs, wrt,
-                       bodies=None) -> list[Violation]:
+                       bodies=None, may_reject=False) -> list[Violation]:
     """SPL-14 on a graph with a higher-order op: the split ``result`` (None
-    when it raised ``error``) is a valid plan computing ``expected``, or the
-    op was rejected with a NotImplementedError that says why; and the op's
-    body keeps its own metadata (``bodies``, SPL-10)."""
+    when it raised ``error``) is a valid plan computing ``expected``, or, for
+    an implementation that rejects such graphs (``may_reject``: torch before
+    2.6, or one that says so), the op was rejected with a NotImplementedError
+    that says why; and the op's body keeps its own metadata (``bodies``,
+    SPL-10)."""
     if result is None:
-        if isinstance(error, NotImplementedError):
-            return [] if str(error).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
-        return [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, "
-                                    f"got {type(error).__name__}: {error}")]
+        return check_higher_order_rejected(error, may_reject)
     found = check_plan(facts, result.buckets, bucket_cap, first_cap, ids=("SPL-2", "SPL-6"))
     found += compare(expected, evaluate(result.compiled, example_inputs, wrt), "the split module", "SPL-11")
     return ([Violation("SPL-14", f"with a higher-order op, {v}") for v in found]
             + check_nested_meta(bodies or {}, result.compiled))
+
+
+def check_higher_order_rejected(error, may_reject: bool) -> list[Violation]:
+    """SPL-14 on a split of a graph with a higher-order op that raised
+    ``error``: a clear NotImplementedError where the implementation rejects
+    such graphs (``may_reject``), a FAIL where it splits them."""
+    what = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    if not may_reject:
+        return [Violation("SPL-14", f"a graph with a higher-order op should be split (DDPOptimizer splits them from torch "
+                                    f"2.6 on), got {what}", error=error_of(error))]
+    if isinstance(error, NotImplementedError):
+        return [] if str(error).strip() else [Violation("SPL-14", "NotImplementedError for a higher-order op should say why")]
+    return [Violation("SPL-14", f"a graph with a higher-order op should be split or rejected with NotImplementedError, "
+                                f"got {what}", error=error_of(error))]
 
 
 def parse_table(lines: list[str]):

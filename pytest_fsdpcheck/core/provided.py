@@ -31,6 +31,24 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     # compile_fn's call_module/get_attr branches: every release measured
     "splitting.module_form": (2, 0),
     "splitting.higher_order_ops": (2, 1),
+    # DDPOptimizer splits a graph holding a higher-order op (activation
+    # checkpointing, FlexAttention, wrap): read in the source of each minor's
+    # latest patch, compile_fn raises NotImplementedError "Found a higher
+    # order op in the graph" in 2.1.2 ... 2.5.1 and splits from 2.6.0 on
+    # (measured: 2.4.1 rejects a checkpointed model compiled through it,
+    # 2.13.0 and 2.15.0 split it)
+    "splitting.splits_higher_order_ops": (2, 6),
+    # FlexAttention (torch.nn.attention.flex_attention): first in 2.5
+    "splitting.flex_attention": (2, 5),
+    # AOTAutograd takes a split submodule whose placeholders holding values
+    # of earlier buckets have no Dynamo source (_dynamo_source None, what
+    # SPL-10 asks a split to carry): 2.13.0's frontend_utils says so
+    # ("ddp optimizer may have intermediate values becoming submodule
+    # placeholders which does not have a source"), the change that made
+    # DDPOptimizer carry the sources (pytorch#155746, 2.8). Measured on
+    # 2.4.1: aot_module_simplified asserts the sources are distinct and one
+    # per input, so a bucket taking two such values raises AssertionError
+    "splitting.aot_sourceless_inputs": (2, 8),
     # compile_fn's lazy path (optimize_ddp_lazy_compile=True: SubmoduleReplacer,
     # LazilyCompiledModule compiling each submodule at its first call): read in
     # the source of each minor's latest patch, 2.0.1-2.15.0: only 2.3.1 and

@@ -48,6 +48,9 @@ class TorchSplitting:
         # whether the caller's saved-tensors hooks are kept from the
         # per-bucket pass (SPL-18): by release too
         self.defers_saved_tensors_hooks = expected_provided("splitting.saved_tensors_hooks_deferred", installed_torch())
+        # whether a graph with a higher-order op is split, not rejected with
+        # NotImplementedError (SPL-14): by release too
+        self.splits_higher_order_ops = expected_provided("splitting.splits_higher_order_ops", installed_torch())
 
     def split(self, gm, example_inputs, *, bucket_bytes_cap, first_bucket_cap, backend, lazy_compile=False,
               compiler_configs=None):

@@ -11,6 +11,10 @@ inputs is compiled for one length only (a compiler specializes on what it
 sees: pytorch#140229's recompiles); fakes of a mode of the split's own mix
 fake modes in one compile (pytorch#98321).
 
+SPL-14 as users meet it uses the same machinery: :data:`HOP_CASES` are a
+model with a checkpointed block and one with FlexAttention, judged the same
+way (their split's violations reported as SPL-14's).
+
 Two fixed models, each compiled once with ``dynamic=True`` through the
 implementation's split (the cap puts every parameter-holding module in a
 bucket of its own) and then run at several lengths:
@@ -39,8 +43,10 @@ and compared with the model run eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import warnings
 from dataclasses import dataclass, field
 
 #: the fixed cases and backends, in the order the suite runs them: ``eager``
@@ -49,6 +55,14 @@ from dataclasses import dataclass, field
 #: length, so AOTAutograd compiles each bucket's backward lazily, at the
 #: first backward (with symbolic sizes it compiles it with the forward)
 DYNAMIC_CASES = ("linear-chain", "sequence-mean")
+#: SPL-14 inside the compile: models whose Dynamo graph holds a
+#: higher-order op, as users compile them (torch.utils.checkpoint's
+#: ``tag_activation_checkpoint``, FlexAttention's ``flex_attention``)
+HOP_CASES = ("checkpointed", "flex-attention")
+#: cases run without a backward, under ``torch.no_grad()``: FlexAttention
+#: has no backward on CPU (torch 2.13 raises NotImplementedError "does not
+#: support backward on CPU"), so its split is judged as inference runs it
+FORWARD_ONLY = ("flex-attention",)
 DYNAMIC_BACKENDS = ("eager", "aot", "aot-static")
 
 #: the lengths each compiled model is called with after its compile
@@ -66,6 +80,10 @@ def _model(case: str):
     torch.manual_seed(0)
     if case == "linear-chain":
         return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 4))
+    if case == "checkpointed":
+        return _checkpointed()
+    if case == "flex-attention":
+        return _flex_attention()
 
     class SequenceMean(nn.Module):
         def __init__(self):
@@ -80,12 +98,74 @@ def _model(case: str):
     return SequenceMean()
 
 
+def _checkpointed():
+    """A block under non-reentrant activation checkpointing between two
+    Linears (pytorch#104674's shape): Dynamo captures it as
+    ``tag_activation_checkpoint`` over a body graph, the block's parameters
+    lifted to the op's arguments."""
+    import torch
+    from torch import nn
+
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.block = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+            self.b = nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            h = torch.utils.checkpoint.checkpoint(self.block, h, use_reentrant=False)
+            return self.b(h).sum(1) / h.shape[1]
+
+    return Checkpointed()
+
+
+def _relative_position(score, batch, head, q_index, kv_index):
+    return score - (q_index - kv_index).abs() * 0.1
+
+
+def _flex_attention():
+    """One-head FlexAttention with a relative-position score modifier
+    between two Linears (pytorch#137481's shape): Dynamo captures
+    ``flex_attention`` with the modifier's graph as an argument."""
+    from torch import nn
+
+    class FlexAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+            self.out = nn.Linear(8, 8)
+
+        def forward(self, x):
+            from torch.nn.attention.flex_attention import flex_attention
+
+            q, k, v = (t.unsqueeze(1) for t in self.qkv(x).chunk(3, dim=-1))
+            attended = flex_attention(q, k, v, score_mod=_relative_position).squeeze(1)
+            return self.out(attended).sum(1) / x.shape[1]
+
+    return FlexAttention()
+
+
 def _input(case: str, length: int):
     import torch
 
     gen = torch.Generator().manual_seed(length)
     shape = (length, 4) if case == "linear-chain" else (2, length, 8)
-    return torch.randn(shape, generator=gen, requires_grad=True)
+    return torch.randn(shape, generator=gen, requires_grad=case not in FORWARD_ONLY)
+
+
+@contextlib.contextmanager
+def _grad_mode(case: str):
+    """No gradients for a forward-only case; and the eager reference run of
+    FlexAttention without its advice to compile it (it is the control: the
+    slow unfused path is what it should take)."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        with torch.no_grad() if case in FORWARD_ONLY else contextlib.nullcontext():
+            yield
 
 
 @dataclass
@@ -165,8 +245,11 @@ def _recording(calls: list, kind: str, graph: Compiled | None = None):
 def _step(call, model, x):
     """One forward and backward of ``call`` (``model`` or its compiled
     form): the output, ``model``'s gradients by name and the input's; the
-    gradients are then cleared for the next length."""
+    gradients are then cleared for the next length. Without gradients (a
+    forward-only case, under no_grad): the output alone."""
     out = call(x)
+    if not out.requires_grad:
+        return out.detach(), {}, None
     out.sum().backward()
     grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
     for p in model.parameters():
@@ -211,13 +294,14 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
     try:
         compiled = torch.compile(compiled_model, backend=split_backend, dynamic=dynamic)
         for length in lengths(kind):
-            eager = _step(model, model, _input(case, length))
-            try:
-                got = _step(compiled, compiled_model, _input(case, length))
-            except Exception as exc:  # noqa: BLE001 - the split's own error as it is; a run's is SPL-11's
-                if raised:
-                    raise raised[0] from None
-                got = exc
+            with _grad_mode(case):
+                eager = _step(model, model, _input(case, length))
+                try:
+                    got = _step(compiled, compiled_model, _input(case, length))
+                except Exception as exc:  # noqa: BLE001 - the split's own error as it is; a run's is SPL-11's
+                    if raised:
+                        raise raised[0] from None
+                    got = exc
             record.runs.append((length, eager, got))
     finally:
         torch._dynamo.reset()
@@ -243,7 +327,8 @@ def _control_graphs(case: str, kind: str) -> int:
     try:
         compiled = torch.compile(_model(case), backend=as_captured, dynamic=kind != "aot-static")
         for length in lengths(kind):
-            compiled(_input(case, length))
+            with _grad_mode(case):
+                compiled(_input(case, length))
     finally:
         torch._dynamo.reset()
     return len(graphs)
@@ -285,6 +370,8 @@ def judge(record: DynamicSplit) -> list:
         pairs = [("the output", want_out, got_out), ("the input's gradient", want_x, got_x),
                  *((f"{name}'s gradient", want_grads[name], got_grads.get(name)) for name in want_grads)]
         for what, want, got in pairs:
+            if want is None and got is None:  # a forward-only case: no input gradient
+                continue
             if got is None or got.shape != want.shape or not torch.allclose(want, got, rtol=1e-4, atol=1e-5):
                 out.append(Violation("SPL-11", f"the compiled model's {what} differs from the eager model's {where}"))
                 break

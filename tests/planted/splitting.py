@@ -236,6 +236,13 @@ class _HopCrash(PlantedSplitting):  # SPL-14
         return super().split(gm, example_inputs, **kwargs)
 
 
+class _RejectsHops(PlantedSplitting):  # SPL-14: a clear NotImplementedError for any higher-order op, as torch 2.1-2.5, undeclared
+    def split(self, gm, example_inputs, **kwargs):
+        if any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes):
+            raise NotImplementedError("this splitter cannot split a graph with a higher-order op")
+        return super().split(gm, example_inputs, **kwargs)
+
+
 class _IgnoresFirstCap(PlantedSplitting):  # SPL-15
     knobs = {"use_first_cap": False}
 
@@ -693,6 +700,7 @@ WrongOutputs = _impl(_WrongOutputs)
 EditsOriginal = _impl(_EditsOriginal)
 WrongTable = _impl(_WrongTable)
 HopCrash = _impl(_HopCrash)
+RejectsHops = _impl(_RejectsHops)
 IgnoresFirstCap = _impl(_IgnoresFirstCap)
 FirstCapEverywhere = _impl(_FirstCapEverywhere)
 ClosesAboveCap = _impl(_ClosesAboveCap)
@@ -816,7 +824,10 @@ COUNTLESS_TARGETS = {"CountlessWithoutCap": "SPL-13", "CountlessWrongCap": "SPL-
                      "CountlessUndeclared": "SPL-13", "TorchCountlessWithoutCap": "SPL-13"}
 
 #: planted implementation name -> the invariant test_higher_order_cases fails it on
-HOP_CASE_TARGETS = {"HopCrash": "SPL-14"}
+HOP_CASE_TARGETS = {"HopCrash": "SPL-14", "RejectsHops": "SPL-14"}
+
+#: planted implementation name -> the invariant test_higher_order_inside_compile_cases fails it on
+HOP_COMPILE_TARGETS = {"HopCrash": "SPL-14", "RejectsHops": "SPL-14", "RealValuesInsideCompile": "SPL-14"}
 
 #: planted implementation name -> the invariant test_lazy_split_cases fails it on
 #: (each passes the cases compiled at the split)

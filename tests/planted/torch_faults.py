@@ -288,6 +288,30 @@ class DDPOptimizerSpecializesSizes:
         distributed.DDPOptimizer.compile_fn = specializing
 
 
+class DDPOptimizerRejectsHigherOrderOps:
+    """SPL-14 next to its n/p by release: torch 2.1-2.5's DDPOptimizer
+    rejected any graph with a higher-order op with a clear
+    NotImplementedError, and the suite accepts that (n/p, or the rejection)
+    on those releases only. The same rejection on a release that splits
+    them (2.6 on) is torch's FAIL: a checkpointed model that compiled
+    yesterday and is refused today."""
+
+    @staticmethod
+    def plant():
+        from torch._dynamo.backends import distributed
+
+        original = distributed.DDPOptimizer.compile_fn
+
+        def rejecting(self, gm, example_inputs, *args, **kwargs):
+            if distributed.has_higher_order_op(gm):
+                raise NotImplementedError("DDPOptimizer backend: Found a higher order op in the graph. This is not "
+                                          "supported. Please turn off DDP optimizer using "
+                                          "torch._dynamo.config.optimize_ddp=False.")
+            return original(self, gm, example_inputs, *args, **kwargs)
+
+        distributed.DDPOptimizer.compile_fn = rejecting
+
+
 def plant_in_this_process() -> None:
     """Plant the named fault in a process the suite spawned (FS2-9's ranks),
     where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
