@@ -80,9 +80,9 @@ def test_a_bug_needing_torch_compile_is_not_called_fixed_where_nothing_can_compi
     only where torch.compile cannot run at all (torch 2.0 under Python
     3.11); wherever it runs, an unshown bug is reported as before."""
     import dataclasses
+    import importlib
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.core import torch_support
     from pytest_fsdpcheck.core.bugs import KnownBug
     from pytest_fsdpcheck.run import verdicts
     from pytest_fsdpcheck.run.session import Session
@@ -95,6 +95,10 @@ def test_a_bug_needing_torch_compile_is_not_called_fixed_where_nothing_can_compi
                               deselected=set(), matrix=matrix, torch_version="2.0.1", deferred=False,
                               compile_reason=None)
     session.cannot_compile = lambda: Session.cannot_compile(session)
+    # the module Session.cannot_compile imports, through sys.modules: the
+    # package's attribute can be an older copy, left there by an in-process
+    # pytester run that forgot the module it imported first
+    torch_support = importlib.import_module("pytest_fsdpcheck.core.torch_support")
     monkeypatch.setattr(torch_support, "compile_unsupported", lambda: "torch.compile refuses this Python")
     assert [bug.id for _, bug in verdicts._unreproduced(session)] == ["plain"]
     monkeypatch.setattr(torch_support, "compile_unsupported", lambda: None)
