@@ -820,7 +820,7 @@ def check_higher_order_rejected(error, may_reject: bool) -> list[Violation]:
     """SPL-14 on a split of a graph with a higher-order op that raised
     ``error``: a clear NotImplementedError where the implementation rejects
     such graphs (``may_reject``), a FAIL where it splits them."""
-    what = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    what = "{}: {}".format(*error_of(error))
     if not may_reject:
         return [Violation("SPL-14", f"a graph with a higher-order op should be split (DDPOptimizer splits them from torch "
                                     f"2.6 on), got {what}", error=error_of(error))]

@@ -156,7 +156,7 @@ def _input(case: str, length: int):
 
 
 @contextlib.contextmanager
-def _grad_mode(case: str):
+def _run_mode(case: str):
     """No gradients for a forward-only case; and the eager reference run of
     FlexAttention without its advice to compile it (it is the control: the
     slow unfused path is what it should take)."""
@@ -294,7 +294,7 @@ def run_dynamic_split(splitting, case: str, kind: str, accepted_forms=("dynamo",
     try:
         compiled = torch.compile(compiled_model, backend=split_backend, dynamic=dynamic)
         for length in lengths(kind):
-            with _grad_mode(case):
+            with _run_mode(case):
                 eager = _step(model, model, _input(case, length))
                 try:
                     got = _step(compiled, compiled_model, _input(case, length))
@@ -327,7 +327,7 @@ def _control_graphs(case: str, kind: str) -> int:
     try:
         compiled = torch.compile(_model(case), backend=as_captured, dynamic=kind != "aot-static")
         for length in lengths(kind):
-            with _grad_mode(case):
+            with _run_mode(case):
                 compiled(_input(case, length))
     finally:
         torch._dynamo.reset()
