@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.demands import demand_torch_failures
+from tests.helpers import NO_SHRINK
 from tests.planted.torch_faults import FAULT_ENV
 
 pytestmark = pytest.mark.kill
@@ -55,12 +56,17 @@ REJECTS_HOPS = {"tests.planted.torch_faults:DDPOptimizerRejectsHigherOrderOps": 
 
 @pytest.fixture
 def run_faulted(run_suite, monkeypatch):
-    """A suite run whose torch holds ``table``'s one fault."""
+    """A suite run whose torch holds ``table``'s one fault, without
+    Hypothesis' shrink phase (NO_SHRINK): the shrinker keeps only examples
+    that still fail, so it cannot turn a FAIL into an excused cell; it only
+    makes the printed example smaller, at up to a minute a run where every
+    shrink step runs the fault again."""
 
     def run(table: dict, *impls: str, extra=()):
         (killer, (_, selection)), = table.items()
         monkeypatch.setenv(FAULT_ENV, killer.rpartition(":")[2])
-        return run_suite(*(impls or ("torch",)), k=selection, extra=("-p", "tests.planted.torch_faults", *extra))
+        return run_suite(*(impls or ("torch",)), k=selection,
+                         extra=("-p", "tests.planted.torch_faults", *NO_SHRINK, *extra))
 
     return run
 
