@@ -6,7 +6,9 @@ Every process torchrun starts is one rank: it joins the process group from
 torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``/``MASTER_PORT`` from the rendezvous; NCCL on CUDA, gloo on
 CPU) and runs the suite's ``test_distributed.py`` with the given pytest
-arguments. The checks then use these ranks instead of spawning their own,
+arguments, and where the run names a users' model (``--fsdpcheck-model``)
+that model's FS2-9 (:func:`users_models_plugin`). The checks then use
+these ranks instead of spawning their own,
 and every rank receives every rank's results, so all ranks reach the same
 verdict. Rank 0 reports (it alone writes the report, HTML, JUnit and
 baseline files); the other ranks' standard output is discarded
@@ -69,6 +71,30 @@ def _without(argv: list[str], options) -> list[str]:
             continue
         out.append(arg)
     return out
+
+
+def users_models_plugin():
+    """A pytest plugin putting users' models at torchrun's world: where the
+    run names a model (``--fsdpcheck-model`` or the ini file's
+    ``fsdpcheck_model``), their FS2-9 (``test_model_plan_end_to_end``: the
+    plan's real ``fully_shard`` calls, one step eagerly and compiled,
+    beside the unsharded model) runs beside ``test_distributed.py`` on
+    torchrun's ranks, not on ranks of its own. The test is added once the
+    suite's session has read its models: named without one, pytest would
+    collect it with an empty parameter set."""
+    import pytest
+
+    from .run.collection import conformance_dir
+    from .run.session import get_session
+
+    class UsersModels:
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(self, config):
+            session = get_session(config)
+            if session is not None and session.models:
+                config.args.append(f"{conformance_dir() / 'test_models.py'}::test_model_plan_end_to_end")
+
+    return UsersModels()
 
 
 def worst_status(codes) -> int:
@@ -161,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, 1)
     code = 3  # pytest's "internal error" unless pytest says otherwise
     try:
-        code = int(pytest.main(args))
+        code = int(pytest.main(args, plugins=[users_models_plugin()]))
     finally:
         mine = torch.tensor([code], device=torch.device("cuda", local_rank) if device == "cuda" else "cpu")
         every = [torch.zeros_like(mine) for _ in range(world_size)]

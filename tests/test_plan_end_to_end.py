@@ -42,6 +42,60 @@ def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     assert check_plan_end_to_end(records) == []
 
 
+def _plan_on_both_groups(rank, port, out):
+    """A spawned rank: the good plan's record on the default gloo group and
+    on a gloo group of its own (as torchrun's NCCL worlds give it)."""
+    import torch.distributed as dist
+    from torch.distributed import device_mesh
+
+    from pytest_fsdpcheck.runs.plan_run import BUILD_SEED, plan_task
+    from tests.planted.plans import good
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    records = {}
+    torch.manual_seed(BUILD_SEED)
+    records["default"] = plan_task(good(), rank, 2, None)
+    own = dist.new_group(backend="gloo")
+
+    def nccl_like(collective):
+        # as an NCCL default group takes no CPU tensor: only the group given may be used
+        def call(*args, group=None, **kwargs):
+            if group is None:
+                raise RuntimeError(f"{collective.__name__} on the default group")
+            return collective(*args, group=group, **kwargs)
+        return call
+
+    dist.broadcast, dist.all_reduce = nccl_like(dist.broadcast), nccl_like(dist.all_reduce)
+    device_mesh.init_device_mesh = lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("a mesh of the default group"))
+    torch.manual_seed(BUILD_SEED)
+    records["own"] = plan_task(good(), rank, 2, None, group=own)
+    torch.save(records, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.e2e
+def test_a_plan_on_a_gloo_group_of_its_own_is_the_default_groups(tmp_path, monkeypatch, fast_compile):
+    """Under torchrun on GPUs the world is NCCL's, so a users' plan runs on
+    a gloo group made beside it (runs/plan_run.py): every collective and
+    the mesh take that group, and the records equal the default group's."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_plan_on_both_groups, args=(port, str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        records = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        for mode in ("eager", "compiled"):
+            default, own = records["default"][mode], records["own"][mode]
+            assert default["error"] is None and own["error"] is None, (default["error"], own["error"])
+            assert default["grads"].keys() == own["grads"].keys()
+            assert all(torch.equal(default["grads"][k], own["grads"][k]) for k in default["grads"]), (rank, mode)
+
+
 @pytest.mark.e2e
 def test_rank_dependent_plan_fails_naming_the_parameter(fast_compile):
     violations = check_plan_end_to_end(_run("tests.planted.plans:rank_scaled"))

@@ -168,6 +168,40 @@ def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     assert [a.returncode for a in agents] == [1, 1], [t[-2000:] for t in texts]
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_a_users_model_runs_its_plan_on_torchruns_ranks(tmp_path):
+    """Issue 42: a users' model named under torchrun trains its plan (FS2-9)
+    on torchrun's ranks, at torchrun's world size, not on ranks the suite
+    spawns (the planted model's plan raises outside a torchrun worker)."""
+    agents, texts = _run_agents(tmp_path, [
+        "--fsdpcheck-impl", "torch", "--fsdpcheck-model", "tests.planted.plans:on_torchrun_ranks",
+        "-k", "test_model_plan_end_to_end", "--fsdpcheck-report", str(tmp_path / "report.json"),
+    ], FSDPCHECK_COMPILE_BACKEND="aot_eager")
+    report = json.loads((tmp_path / "report.json").read_text())
+    (nodeid,) = [n for n in report["tests"] if "test_model_plan_end_to_end" in n]
+    assert "on_torchrun_ranks" in nodeid, report["tests"].keys()
+    # pass, not fs2_9_on_this_torch(): the fp32 plan meets no mixed-precision latch
+    assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "pass", [t[-3000:] for t in texts]
+    assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds left-over processes through /proc")
+def test_a_fault_in_torchs_reduction_fails_a_users_model_on_torchruns_ranks(tmp_path):
+    """The killer of the path above, through torch's column: fully_shard's
+    reduce-scatter scaling every gradient by 1.1 (tests/planted/torch_faults.py),
+    planted in each torchrun rank, is FS2-9's FAIL for the users' model."""
+    agents, texts = _run_agents(tmp_path, [
+        "--fsdpcheck-impl", "torch", "--fsdpcheck-model", "tests.planted.plans:on_torchrun_ranks",
+        "-k", "test_model_plan_end_to_end", "--fsdpcheck-report", str(tmp_path / "report.json"),
+        "-p", "tests.planted.torch_faults", "-p", "tests.planted.noshrink",
+    ], FSDPCHECK_COMPILE_BACKEND="aot_eager", FSDPCHECK_TORCH_FAULT="ReduceScatterScalesTenPercent")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "fail", [t[-3000:] for t in texts]
+    (reporter,) = [t for t in texts if "fsdpcheck conformance matrix" in t]
+    assert "FS2-9:" in reporter, reporter[-4000:]
+    assert [a.returncode for a in agents] == [1, 1], [t[-2000:] for t in texts]
+
+
 PLANTED_WORLD = str(REPO / "tests" / "planted" / "world")
 
 

@@ -254,17 +254,17 @@ def _run_in_torchrun_world(world_size: int, device: str, impl_specs, task: str, 
             raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         # every rank builds rank 0's model (dev/fuzz draw a seed per process)
-        seed = _all_gather(seed)[0]
+        seed = all_gather_objects(seed)[0]
         result.update(TASKS[task](rank, world_size, _device(device, local_rank), impl_specs, seed, progress=result))
     except BaseException:  # noqa: BLE001 - reported with every rank's results
         result["error"] = traceback.format_exc(limit=8)
     try:
-        return _all_gather(result)
+        return all_gather_objects(result)
     except Exception:  # noqa: BLE001 - the world broke after the checks ran: this rank's record says so
         return [{**result, "error": traceback.format_exc(limit=8), "phase": "exchange"}]
 
 
-def _all_gather(obj) -> list:
+def all_gather_objects(obj) -> list:
     """Every rank's ``obj``, by rank. ``all_gather_object`` needs NumPy on
     this torch; the pickled bytes travel as a uint8 tensor instead (on the
     GPU for NCCL)."""

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import torch
 
-from .ddp_run import free_port, spawn_ranks
+from .ddp_run import all_gather_objects, free_port, launched_by_torchrun, spawn_ranks
 from .fsdp2_run import compile_backend, dtensor_class
 from .precision import cast_inputs_hook, cast_outputs_hook, low_leaf, swap_in_leaves
 
@@ -136,6 +136,8 @@ def run_plan_ranks(build, world_size: int = 2, timeout: float | None = 180.0, gr
     import time
 
     groups = None if groups is None else tuple(groups)
+    if launched_by_torchrun():
+        return _run_in_torchrun_world(build, world_size, groups)
     records = spawn_ranks(_rank_main, lambda out_dir: PlanJob(world_size, free_port(), out_dir, build, groups),
                           world_size, float("inf") if timeout is None else timeout, "fsdpcheck-plan-", device="cpu")
     stopped = time.time()
@@ -196,12 +198,41 @@ def _rank_main(rank: int, job: PlanJob) -> None:
         torch.save(result, Path(job.out_dir) / f"rank{rank}.pt")
 
 
+def _run_in_torchrun_world(build, world_size: int, groups) -> list[dict]:
+    """Under ``python -m pytest_fsdpcheck.distributed``: this process is one
+    of torchrun's ranks, so it runs its own rank of the plan (the ranks'
+    records as :func:`run_plan_ranks` gives them, every rank getting every
+    rank's, so all reach the same verdict). The plan runs on CPU as the
+    spawned ranks' does, on a gloo group of torchrun's ranks: the world's
+    own where it is gloo, else one made beside NCCL. No rank is killed at
+    :func:`rank_limit`: a hung world ends at the collectives' own time-out
+    (``FSDPCHECK_COLLECTIVE_TIMEOUT``)."""
+    import torch.distributed as dist
+
+
+    rank = dist.get_rank()
+    result: dict = {"rank": rank, "error": None}
+    try:
+        if dist.get_world_size() != world_size:
+            raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
+        group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+        torch.manual_seed(BUILD_SEED)
+        case = build()
+        result.update(plan_task(case, rank, world_size, groups, group=group))
+    except BaseException as exc:  # noqa: BLE001 - reported with every rank's records
+        result["error"] = _error(exc)
+    try:
+        return all_gather_objects(result)
+    except Exception as exc:  # noqa: BLE001 - the world broke after the step: this rank's record says so
+        return [{**result, "error": _error(exc)}]
+
+
 def _error(exc: BaseException) -> str:
     """``Type: message`` first (the checker shows the first line), the traceback after."""
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
 
 
-def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> dict:
+def plan_task(case, rank: int, world_size: int, groups=None, progress=None, group=None) -> dict:
     """This rank's record (process group up): per mode, the full gradients
     of the model after ``case.plan``, and the control's (``reference``);
     ``upstream``: per parameter, the coarsest floating dtype its gradient
@@ -209,7 +240,8 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
     unsharded model's compiled gradient is from its eager one (the largest
     of every rank's, weighted), the model's own compiled-vs-eager
     difference with no FSDP at all. ``progress(phase, **facts)`` is told
-    each phase as it begins."""
+    each phase as it begins. ``group``: the gloo process group of the
+    world's ranks (None: the default group)."""
     import time
 
     progress = progress or (lambda phase, **facts: None)
@@ -218,12 +250,12 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
     base = case.model
     with torch.no_grad():
         for tensor in [*base.parameters(), *base.buffers()]:
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.data, src=0, group=group)
     # (positional, keyword): a case may give the forward keyword inputs too
     inputs = _map_tensors((tuple(case.example_inputs), dict(getattr(case, "example_kwargs", None) or {})),
                           lambda x: x.detach().clone().requires_grad_(x.requires_grad))
     for x in _tensors(inputs):
-        dist.broadcast(x.data, src=0)
+        dist.broadcast(x.data, src=0, group=group)
     pristine = copy.deepcopy(base)
     weight = rank_weight(rank)
     if groups is None:
@@ -245,37 +277,38 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None) -> d
         # model's or the plan's at the plan's precision. The plan's eager
         # step still runs, so the checker can tell the user's mistake (the
         # step fails the same way) from torch's (it fails otherwise).
-        return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress)
+        return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress, group)
     mine = batches[rank]
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
-    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight)
+    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group)
     progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
               "upstream": upstream, "noise": noise}
-    result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES))
+    result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES, group))
     return result
 
 
-def _control_failed(case, pristine, error: str, inputs, world_size: int, backend, weight: float, progress) -> dict:
+def _control_failed(case, pristine, error: str, inputs, world_size: int, backend, weight: float, progress,
+                    group=None) -> dict:
     """This rank's record where the unsharded control failed with ``error``
     (``control_error``): the plan's eager step on the case's own inputs
     beside it, the one the checker compares the failure with (the
     compiled step would show nothing more about whose failure it is)."""
     result = {"control_error": error, "world_size": world_size, "case": getattr(case, "name", "?"),
               "weight": weight, "backend": backend}
-    result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",)))
+    result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",), group))
     return result
 
 
-def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes) -> dict:
+def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes, group=None) -> dict:
     """Per mode in ``modes``, the plan's step on a copy of ``pristine``
     with this rank's batch ``mine``: its gradients, or its error."""
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     result = {}
-    mesh = init_device_mesh("cpu", (world_size,))
+    mesh = init_device_mesh("cpu", (world_size,)) if group is None else DeviceMesh.from_group(group, "cpu")
     for mode in modes:
         progress(mode)
         record: dict = {"error": None}
@@ -298,7 +331,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
     return result
 
 
-def _compiled_noise(pristine, batch, groups, backend, weight: float):
+def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None):
     """``(upstream, noise, seconds)``: ``upstream`` per parameter the
     coarsest floating dtype of its own compute and of every module output
     of the unsharded step (its gradient is its module's inputs, computed
@@ -330,7 +363,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float):
                              if compiled[n].shape == eager[n].shape else float("inf") for n in names],
                             dtype=torch.float64)
     if names:
-        dist.all_reduce(measured, op=dist.ReduceOp.MAX)
+        dist.all_reduce(measured, op=dist.ReduceOp.MAX, group=group)
     return upstream, dict(zip(names, measured.tolist(), strict=True)), seconds
 
 

@@ -569,3 +569,21 @@ def good_on_hsdp():
     """``good``'s plan trained on a 2 x 16 HSDP mesh (the case states it):
     the simulated tier checks it there, 16 shards a replica."""
     return dataclasses.replace(good(), name="good_on_hsdp", mesh_shape=(2, 16))
+
+
+def _torchrun_worker_plan(model, mesh):
+    """``good_plan``, run only in a process torchrun's agent started (its
+    parent runs ``torch.distributed.run``): in ranks the suite spawned
+    itself, the plan raises and FS2-9 fails, so a pass shows that the plan
+    ran on torchrun's own ranks."""
+    import os
+
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+        command = parent.read().replace(b"\0", b" ").decode(errors="replace")
+    if "torch.distributed.run" not in command:
+        raise RuntimeError(f"the plan ran in a rank that torchrun's agent did not start (its parent: {command!r})")
+    good_plan(model, mesh)
+
+
+def on_torchrun_ranks():
+    return _case("on_torchrun_ranks", _torchrun_worker_plan)
