@@ -96,6 +96,56 @@ def test_a_plan_on_a_gloo_group_of_its_own_is_the_default_groups(tmp_path, monke
             assert all(torch.equal(default["grads"][k], own["grads"][k]) for k in default["grads"]), (rank, mode)
 
 
+class _FailsOnRankOne:
+    """A case builder that raises on rank 1 only (picklable)."""
+
+    def __call__(self):
+        import torch.distributed as dist
+
+        from tests.planted.plans import good
+
+        if dist.get_rank() == 1:
+            raise RuntimeError("planted: rank 1 cannot build the model")
+        return good()
+
+
+def _torchrun_world_rank(rank, port, out):
+    """A spawned rank running what one torchrun rank runs for a users' plan."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from pytest_fsdpcheck.runs.plan_run import _run_in_torchrun_world
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=timedelta(seconds=60))
+    torch.save(_run_in_torchrun_world(_FailsOnRankOne(), 2, None), f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.e2e
+def test_a_rank_that_cannot_build_the_case_is_every_ranks_record_not_a_hang(tmp_path, monkeypatch, fast_compile):
+    """Under torchrun the other ranks are the pytest sessions themselves and
+    live on: without agreeing on the build first, rank 0 would wait in its
+    first broadcast until the collectives' time-out. Every rank's record
+    names rank 1's failure instead."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_torchrun_world_rank, args=(port, str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        records = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+        assert [r["rank"] for r in records] == [0, 1]
+        for record in records:
+            assert "rank 1 could not build the case: RuntimeError: planted: rank 1 cannot build the model" in (
+                record["error"] or ""), record["error"]
+
+
 @pytest.mark.e2e
 def test_rank_dependent_plan_fails_naming_the_parameter(fast_compile):
     violations = check_plan_end_to_end(_run("tests.planted.plans:rank_scaled"))

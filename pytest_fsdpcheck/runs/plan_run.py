@@ -217,7 +217,16 @@ def _run_in_torchrun_world(build, world_size: int, groups) -> list[dict]:
             raise RuntimeError(f"asked for world size {world_size}, torchrun started {dist.get_world_size()}")
         group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         torch.manual_seed(BUILD_SEED)
-        case = build()
+        try:
+            case, failed = build(), None
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it before any collective
+            case, failed = None, _error(exc)
+        # A rank whose build failed would leave the others waiting in the
+        # first broadcast until the collectives' time-out: they agree first.
+        failures = [(r, f) for r, f in enumerate(all_gather_objects(failed)) if f is not None]
+        if failures:
+            r, first = failures[0]
+            raise RuntimeError(f"rank {r} could not build the case: {first.splitlines()[0]}")
         result.update(plan_task(case, rank, world_size, groups, group=group))
     except BaseException as exc:  # noqa: BLE001 - reported with every rank's records
         result["error"] = _error(exc)
