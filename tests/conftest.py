@@ -154,8 +154,6 @@ def _reports_match_the_schema(request):
                     pytrace=False)
 
 
-#: the plugin's run state still kept in module globals (until it moves into
-#: the session's context): an in-process run puts back what it changed
 @pytest.fixture(scope="session")
 def _builtin_implementations_imported():
     """An in-process run forgets the modules it imported (pytester restores

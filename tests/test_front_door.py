@@ -370,8 +370,10 @@ FAULTS = [
 ]
 
 
-# a worker's crash needs workers: processes of their own (the rest, a suite
-# test in the run, stay subprocesses until the run state is the session's)
+# a worker's crash needs workers: processes of their own; the rest stay
+# subprocesses too: a suite test run in this process imports torch modules
+# that pytester forgets after the run, and torch's C extension cannot be
+# imported again (tried: the next in-process run stops at an INTERNALERROR)
 @pytest.mark.parametrize("impl, extra, says", [
     pytest.param(*f[1:], id=f[0], marks=pytest.mark.process if f[0] == "crashes-a-worker" else ()) for f in FAULTS])
 def test_a_faulty_implementation_fails_its_check_with_the_reason(run, impl, extra, says):
