@@ -209,7 +209,6 @@ def _run_in_torchrun_world(build, world_size: int, groups) -> list[dict]:
     (``FSDPCHECK_COLLECTIVE_TIMEOUT``)."""
     import torch.distributed as dist
 
-
     rank = dist.get_rank()
     result: dict = {"rank": rank, "error": None}
     try:
