@@ -42,6 +42,18 @@ def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     assert check_plan_end_to_end(records) == []
 
 
+def _two_gloo_ranks(rank_main, folder, monkeypatch) -> list:
+    """``rank_main(rank, port, folder)`` in two spawned processes on a
+    localhost rendezvous; what each saved as ``folder/rank{rank}.pt``."""
+    import torch.multiprocessing as mp
+
+    from pytest_fsdpcheck.runs.ddp_run import free_port
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    mp.spawn(rank_main, args=(free_port(), str(folder)), nprocs=2)
+    return [torch.load(folder / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
 def _plan_on_both_groups(rank, port, out):
     """A spawned rank: the good plan's record on the default gloo group and
     on a gloo group of its own (as torchrun's NCCL worlds give it)."""
@@ -78,17 +90,7 @@ def test_a_plan_on_a_gloo_group_of_its_own_is_the_default_groups(tmp_path, monke
     """Under torchrun on GPUs the world is NCCL's, so a users' plan runs on
     a gloo group made beside it (runs/plan_run.py): every collective and
     the mesh take that group, and the records equal the default group's."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(_plan_on_both_groups, args=(port, str(tmp_path)), nprocs=2)
-    for rank in range(2):
-        records = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+    for rank, records in enumerate(_two_gloo_ranks(_plan_on_both_groups, tmp_path, monkeypatch)):
         for mode in ("eager", "compiled"):
             default, own = records["default"][mode], records["own"][mode]
             assert default["error"] is None and own["error"] is None, (default["error"], own["error"])
@@ -129,17 +131,7 @@ def test_a_rank_that_cannot_build_the_case_is_every_ranks_record_not_a_hang(tmp_
     live on: without agreeing on the build first, rank 0 would wait in its
     first broadcast until the collectives' time-out. Every rank's record
     names rank 1's failure instead."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.spawn(_torchrun_world_rank, args=(port, str(tmp_path)), nprocs=2)
-    for rank in range(2):
-        records = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
+    for records in _two_gloo_ranks(_torchrun_world_rank, tmp_path, monkeypatch):
         assert [r["rank"] for r in records] == [0, 1]
         for record in records:
             assert "rank 1 could not build the case: RuntimeError: planted: rank 1 cannot build the model" in (
