@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.demands import demand_torch_failures
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 from tests.planted.torch_faults import FAULT_ENV
 
 pytestmark = pytest.mark.kill
@@ -57,7 +57,7 @@ REJECTS_HOPS = {"tests.planted.torch_faults:DDPOptimizerRejectsHigherOrderOps": 
 @pytest.fixture
 def run_faulted(run_suite, monkeypatch):
     """A suite run whose torch holds ``table``'s one fault, without
-    Hypothesis' shrink phase (NO_SHRINK): the shrinker keeps only examples
+    Hypothesis' shrink phase (PLANTED_RUN): the shrinker keeps only examples
     that still fail, so it cannot turn a FAIL into an excused cell; it only
     makes the printed example smaller, at up to a minute a run where every
     shrink step runs the fault again."""
@@ -66,7 +66,7 @@ def run_faulted(run_suite, monkeypatch):
         (killer, (_, selection)), = table.items()
         monkeypatch.setenv(FAULT_ENV, killer.rpartition(":")[2])
         return run_suite(*(impls or ("torch",)), k=selection,
-                         extra=("-p", "tests.planted.torch_faults", *NO_SHRINK, *extra))
+                         extra=("-p", "tests.planted.torch_faults", *PLANTED_RUN, *extra))
 
     return run
 

@@ -13,7 +13,7 @@ from pytest_fsdpcheck.checks import Violation
 from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step, check_sync_scope
 from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from tests.demands import demand_torch_failures
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 from tests.planted.torch_faults import FAULT_ENV
 
 BUGS = {bug.id: bug for bug in TORCH_BUGS}
@@ -88,7 +88,7 @@ def run_faulted(run_suite, monkeypatch):
     def run(table: dict):
         (killer, (_, selection)), = table.items()
         monkeypatch.setenv(FAULT_ENV, killer.rpartition(":")[2])
-        return run_suite("torch", k=selection, extra=("-p", "tests.planted.torch_faults", *NO_SHRINK))
+        return run_suite("torch", k=selection, extra=("-p", "tests.planted.torch_faults", *PLANTED_RUN))
 
     return run
 

@@ -21,7 +21,7 @@ from pytest_fsdpcheck.generators.fsdp2 import (
 from pytest_fsdpcheck.generators.trees import TreeSpec, build_tree
 from pytest_fsdpcheck.known import judge
 from pytest_fsdpcheck.known.judge import _outcome
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 from tests.planted.known import BUGS, TESTS, WIDER, class_name
 
 pytestmark = pytest.mark.unit
@@ -308,7 +308,7 @@ def test_each_counterexample_fails_next_to_its_known_bug(run_suite):
     k = " or ".join(f"({class_name('Wider', b)} and ({TESTS[b]}))" for b in SUITE)
     k += " or (AddressInConflictError and test_fully_shard_conflicts)"
     address = f"{MODULE}:AddressInConflictError"
-    result, report = run_suite(*specs.values(), address, k=k, extra=NO_SHRINK)
+    result, report = run_suite(*specs.values(), address, k=k, extra=PLANTED_RUN)
     assert report is not None, result.stdout.str()
     for bug, spec in {**specs, "-": address}.items():
         cells = {inv: cell["outcome"] for inv, cell in report["matrix"][spec].items()}

@@ -4,7 +4,7 @@ other, and a form an implementation does not accept is n/p, never a pass."""
 
 import pytest
 
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 
 pytestmark = pytest.mark.unit
 
@@ -14,7 +14,7 @@ MODULE = "tests.planted.forms"
 @pytest.mark.kill
 def test_a_bug_declared_for_one_form_fails_in_the_other(run_suite):
     spec = f"{MODULE}:PerUseDeclaredForModuleForm"
-    result, report = run_suite(spec, k="test_counted_once_cases", extra=NO_SHRINK)
+    result, report = run_suite(spec, k="test_counted_once_cases", extra=PLANTED_RUN)
     assert report is not None, result.stdout.str()
     outcomes = {nodeid.split("::")[-1]: test["outcome"] for nodeid, test in report["tests"].items()}
     tied = {form: outcomes[f"test_counted_once_cases[{spec}-{form}-tied-weights]"] for form in ("module", "dynamo")}
@@ -26,7 +26,7 @@ def test_a_bug_declared_for_one_form_fails_in_the_other(run_suite):
 @pytest.mark.kill
 def test_a_form_not_accepted_is_not_provided(run_suite):
     spec = f"{MODULE}:DynamoFormOnly"
-    result, report = run_suite(spec, k="test_counted_once_cases and tied", extra=(*NO_SHRINK, "-rs"))
+    result, report = run_suite(spec, k="test_counted_once_cases and tied", extra=(*PLANTED_RUN, "-rs"))
     assert report is not None, result.stdout.str()
     outcomes = {nodeid.split("::")[-1]: test["outcome"] for nodeid, test in report["tests"].items()}
     assert outcomes[f"test_counted_once_cases[{spec}-dynamo-tied-weights]"] == "passed", outcomes

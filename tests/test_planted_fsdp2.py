@@ -3,7 +3,7 @@
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK, selection
+from tests.helpers import PLANTED_RUN, selection
 from tests.planted.fsdp2 import (
     CORPUS_PLANTED,
     EQUAL_PLANTED,
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.kill
 
 
 def test_planted_fsdp2_bugs_are_caught(run_suite):
-    result, report = run_suite("reference", *PLANTED, k=f"test_fsdp2 and ({selection(PLANTED)})", extra=NO_SHRINK)
+    result, report = run_suite("reference", *PLANTED, k=f"test_fsdp2 and ({selection(PLANTED)})", extra=PLANTED_RUN)
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     # ... each with its ID; the same tests pass on the reference each bug was planted in
     demand_failures(result, report, PLANTED)
@@ -27,7 +27,7 @@ def test_nested_roots_mistakes_fail_the_fixed_groups(run_suite):
     out, or reducing the roots by walking them in the order given each fail
     FS2-5 on the fixed groups, every run, where torch's documented rule
     (the reference) passes them."""
-    result, report = run_suite("reference", *NESTED_PLANTED, k=selection(NESTED_PLANTED), extra=NO_SHRINK)
+    result, report = run_suite("reference", *NESTED_PLANTED, k=selection(NESTED_PLANTED), extra=PLANTED_RUN)
     demand_failures(result, report, NESTED_PLANTED)
 
 
@@ -37,7 +37,7 @@ def test_modules_compared_by_equality_fail_the_equal_trees(run_suite):
     ``is``) enters that group, one keeping its visited modules in a list
     skips the ones equal to a visited module; each fails FS2-2 on the fixed
     trees, which the reference passes."""
-    result, report = run_suite("reference", *EQUAL_PLANTED, k=selection(EQUAL_PLANTED), extra=NO_SHRINK)
+    result, report = run_suite("reference", *EQUAL_PLANTED, k=selection(EQUAL_PLANTED), extra=PLANTED_RUN)
     demand_failures(result, report, EQUAL_PLANTED)
 
 
@@ -46,14 +46,14 @@ def test_simulated_world_mistakes_fail_fs2_10(run_suite):
     ranks instead of the last, the last rank's shard missing a row, and a
     rank whose managed modules differ from the others' each fail FS2-10 on
     the fixed uneven worlds, which the reference passes."""
-    result, report = run_suite("reference", *WORLD_PLANTED, k=selection(WORLD_PLANTED), extra=NO_SHRINK)
+    result, report = run_suite("reference", *WORLD_PLANTED, k=selection(WORLD_PLANTED), extra=PLANTED_RUN)
     demand_failures(result, report, WORLD_PLANTED)
 
 
 def test_planted_fsdp2_bugs_are_caught_on_the_corpus(run_suite):
     """The corpus models' fully_shard plans (layers, tied modules in one call,
     the root) catch the same mistakes, by the golden text and by the oracle."""
-    result, report = run_suite("reference", *CORPUS_PLANTED, k=selection(CORPUS_PLANTED), extra=NO_SHRINK)
+    result, report = run_suite("reference", *CORPUS_PLANTED, k=selection(CORPUS_PLANTED), extra=PLANTED_RUN)
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, CORPUS_PLANTED)
     failed = {nodeid.partition("::")[2].partition("[")[0] for nodeid, test in report["tests"].items()
@@ -63,7 +63,7 @@ def test_planted_fsdp2_bugs_are_caught_on_the_corpus(run_suite):
 
 def test_features_a_fully_shard_predates_are_not_provided(run_suite):
     impl = "tests.planted.fsdp2:FirstFullyShard"
-    result, report = run_suite(impl, k="test_fsdp2", extra=NO_SHRINK)
+    result, report = run_suite(impl, k="test_fsdp2", extra=PLANTED_RUN)
     outcomes = {inv: cell["outcome"] for inv, cell in report["matrix"][impl].items()}
     assert outcomes == {
         "FS2-1": "pass", "FS2-2": "pass", "FS2-3": "not provided", "FS2-4": "pass",

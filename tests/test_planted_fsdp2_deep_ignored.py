@@ -9,7 +9,7 @@ so its quadratic time fails FS2-6 on torch as on the reference."""
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 
 pytestmark = pytest.mark.kill
 
@@ -20,7 +20,7 @@ WHOLE_SUBTREE_PLANTED = {"tests.planted.fsdp2:IgnoreRuleWholeSubtree": ("FS2-6",
 def test_a_whole_subtree_ignore_rule_fails_the_deep_chain_growth_by_its_time(run_suite):
     (spec,) = WHOLE_SUBTREE_PLANTED
     k = "test_fsdp2 and (test_ignored_params or test_linear_growth_deep_ignored)"
-    result, report = run_suite(spec, k=k, extra=NO_SHRINK)
+    result, report = run_suite(spec, k=k, extra=PLANTED_RUN)
     demand_failures(result, report, WHOLE_SUBTREE_PLANTED, control=None)
     outcomes = {nodeid.split("::")[-1].split("[")[0]: test["outcome"]
                 for nodeid, test in report["tests"].items() if f"[{spec}" in nodeid}

@@ -5,7 +5,7 @@ fails that one with its ID."""
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 
 pytestmark = pytest.mark.kill
 
@@ -35,7 +35,7 @@ def test_an_ignore_rule_without_a_memo_fails_only_the_shared_ignored_growth(run_
     # only by a ratio near its limit, which a loaded machine can blur
     k = ("test_fsdp2 and (test_ignored_params or (test_linear_growth and not deep_ignored) "
          "or (test_large_trees and diamonds))")
-    result, report = run_suite(spec, k=k, extra=NO_SHRINK)
+    result, report = run_suite(spec, k=k, extra=PLANTED_RUN)
     demand_failures(result, report, MISSED_PLANTED, control=None)
     outcomes = _outcomes(report, spec)
     assert outcomes.pop("test_linear_growth_shared_ignored") == {"failed"}, outcomes

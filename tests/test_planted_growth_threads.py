@@ -7,7 +7,7 @@ budget, its thread ended, never waited for."""
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK, selection
+from tests.helpers import PLANTED_RUN, selection
 
 pytestmark = pytest.mark.kill
 
@@ -27,7 +27,7 @@ INLINE_PLANTED = {"tests.planted.threaded:Fsdp2ListVisited": ("FS2-6", _FS2_WIDE
 
 def test_threaded_superlinear_walks_fail_growth(run_suite):
     planted = {**THREADED_PLANTED, **INLINE_PLANTED}
-    result, report = run_suite("reference", *planted, k=selection(planted), extra=NO_SHRINK)
+    result, report = run_suite("reference", *planted, k=selection(planted), extra=PLANTED_RUN)
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, THREADED_PLANTED)
     demand_failures(result, report, INLINE_PLANTED)

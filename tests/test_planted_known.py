@@ -6,7 +6,7 @@ reported as possibly fixed, and fails a strict run."""
 import pytest
 
 from pytest_fsdpcheck.report import EXIT_STRICT
-from tests.helpers import NO_SHRINK, failure_sections
+from tests.helpers import PLANTED_RUN, failure_sections
 from tests.planted.known import BUGS, TESTS, class_name
 
 pytestmark = pytest.mark.kill
@@ -23,7 +23,7 @@ def _spec(prefix, bug_id):
 
 
 def test_each_known_bug_alone_is_reported_known(run_suite):
-    result, report = run_suite(*(_spec("Only", b) for b in BUGS), k=_selection("Only"), extra=NO_SHRINK)
+    result, report = run_suite(*(_spec("Only", b) for b in BUGS), k=_selection("Only"), extra=PLANTED_RUN)
     assert report is not None, result.stdout.str()
     for bug_id in BUGS:
         cells = report["matrix"][_spec("Only", bug_id)]
@@ -37,7 +37,7 @@ def test_each_known_bug_alone_is_reported_known(run_suite):
 
 
 def test_a_second_bug_next_to_a_known_one_fails(run_suite):
-    result, report = run_suite(*(_spec("Plus", b) for b in BUGS), k=_selection("Plus"), extra=NO_SHRINK)
+    result, report = run_suite(*(_spec("Plus", b) for b in BUGS), k=_selection("Plus"), extra=PLANTED_RUN)
     assert report is not None, result.stdout.str()
     sections = failure_sections(result.outlines)
     for bug_id in BUGS:
@@ -79,7 +79,7 @@ def test_deselected_tests_draw_no_verdict(run_suite):
 
 def test_known_bugs_off_shows_the_raw_failures(run_suite):
     bug_id = "trv-root-states-walk-modules"
-    result, report = run_suite(_spec("Only", bug_id), k=TESTS[bug_id], extra=("--fsdpcheck-no-known-bugs", *NO_SHRINK))
+    result, report = run_suite(_spec("Only", bug_id), k=TESTS[bug_id], extra=("--fsdpcheck-no-known-bugs", *PLANTED_RUN))
     assert report["matrix"][_spec("Only", bug_id)]["TRV-7"]["outcome"] == "fail"
     assert result.ret == 1
 
@@ -89,7 +89,7 @@ def test_an_exception_is_never_explained_by_replays_that_find_nothing(run_suite)
     a replay that raises the same one (an empty list of violations once
     compared equal to it, and every declared bug "explained" any crash)."""
     spec = "tests.planted.known:CrashesNextToKnownBugs"
-    result, report = run_suite(spec, k="test_split_plan", extra=NO_SHRINK)
+    result, report = run_suite(spec, k="test_split_plan", extra=PLANTED_RUN)
     assert report is not None, result.stdout.str()
     cells = {inv: cell["outcome"] for inv, cell in report["matrix"][spec].items()}
     assert "fail" in cells.values() and "known" not in cells.values(), cells

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.kill
 pytest.importorskip("torch.distributed.fsdp")
 
 from tests.demands import demand_check_failures, demand_model_failures, impl_test  # noqa: E402
-from tests.helpers import NO_SHRINK  # noqa: E402
+from tests.helpers import PLANTED_RUN  # noqa: E402
 
 PLANS = "tests.planted.plans:"
 #: a walk listing parents before children, on a correct plan
@@ -40,7 +40,7 @@ def test_model_option_reports_its_killers(run_suite):
     models = sorted({model for _, model, _ in MODEL_PLANTED.values()})
     impls = sorted({impl for _, _, impl in MODEL_PLANTED.values()})
     extra = [arg for model in models for arg in ("--fsdpcheck-model", model)]
-    result, report = run_suite(*impls, k="test_model_plan_rules or test_model_fsdp2_walk", extra=[*NO_SHRINK, *extra])
+    result, report = run_suite(*impls, k="test_model_plan_rules or test_model_fsdp2_walk", extra=[*PLANTED_RUN, *extra])
     demand_model_failures(result, report, MODEL_PLANTED)
     # the correct plan passes on the reference
     good = [t["outcome"] for nodeid, t in report["tests"].items() if "[reference-tests.planted.plans.good]" in nodeid]
@@ -77,7 +77,7 @@ WORLD_MODEL_PLANTED = {
 
 def test_model_plan_at_its_world_size_reports_its_killer(run_suite):
     result, report = run_suite("reference", PAST_EIGHT, k="test_model_plan_simulated",
-                               extra=[*NO_SHRINK, "--fsdpcheck-model", PLANS + "good", "--fsdpcheck-world-size", "64"])
+                               extra=[*PLANTED_RUN, "--fsdpcheck-model", PLANS + "good", "--fsdpcheck-world-size", "64"])
     demand_model_failures(result, report, WORLD_MODEL_PLANTED)
     good = [t["outcome"] for nodeid, t in report["tests"].items() if "[reference-tests.planted.plans.good]" in nodeid]
     assert good == ["passed"], good

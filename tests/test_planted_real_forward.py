@@ -6,7 +6,7 @@ with the invariant ID."""
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK
+from tests.helpers import PLANTED_RUN
 from tests.planted.exec_order import REAL_FORWARD_PLANTED
 
 pytestmark = pytest.mark.kill
@@ -17,7 +17,7 @@ PLANTED = {f"tests.planted.exec_order:{name}": (invariant, "test_real_forward_fe
 
 def test_planted_real_forward_bugs_are_caught(run_suite):
     specs = {name: f"tests.planted.exec_order:{name}" for name in REAL_FORWARD_PLANTED}
-    result, report = run_suite(*specs.values(), k="test_real_forward_features", extra=NO_SHRINK)
+    result, report = run_suite(*specs.values(), k="test_real_forward_features", extra=PLANTED_RUN)
     demand_failures(result, report, PLANTED, control=None)
     for name, (_invariant, case) in REAL_FORWARD_PLANTED.items():
         # ... on the model with the feature it mishandles

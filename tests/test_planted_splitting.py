@@ -6,7 +6,7 @@ reference, on the same tests, passes every one."""
 import pytest
 
 from tests.demands import demand_failures
-from tests.helpers import NO_SHRINK, invariant_tests, selection
+from tests.helpers import PLANTED_RUN, invariant_tests, selection
 from tests.planted.splitting import TARGETS
 
 pytestmark = pytest.mark.kill
@@ -17,6 +17,6 @@ PLANTED = {f"tests.planted.splitting:{name}": (inv, invariant_tests("test_splitt
 
 def test_planted_splitting_bugs_are_caught(run_suite):
     result, report = run_suite("reference", *PLANTED, k=f"test_splitting and ({selection(PLANTED)})",
-                               extra=("-p", "no:logging", *NO_SHRINK))
+                               extra=("-p", "no:logging", *PLANTED_RUN))
     assert result.ret == 1, "\n".join(result.outlines[-40:])
     demand_failures(result, report, PLANTED)

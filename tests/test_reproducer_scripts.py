@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import NO_SHRINK, failure_sections, printed_reproducers
+from tests.helpers import PLANTED_RUN, failure_sections, printed_reproducers
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +88,7 @@ def _run(script: Path):
 def test_every_printed_reproducer_reproduces(run_suite, run_script, tmp_path, area):
     planted = CASES[area]
     k = " or ".join(f"({spec.rpartition(':')[2]} and ({tests}))" for spec, tests in planted.items())
-    result, report = run_suite(*planted, k=k, extra=("-p", "no:xdist", *NO_SHRINK))
+    result, report = run_suite(*planted, k=k, extra=("-p", "no:xdist", *PLANTED_RUN))
     assert report is not None, result.stdout.str()[-3000:]
     reproducers = _reproducers(result.outlines)
     problems = [f"{spec}: no failed test printed a reproducer" for spec in planted

@@ -14,7 +14,7 @@ pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import checks  # noqa: E402
 from tests.demands import demand_model_failures  # noqa: E402
-from tests.helpers import NO_SHRINK  # noqa: E402
+from tests.helpers import PLANTED_RUN  # noqa: E402
 
 PLANS = "tests.planted.plans:"
 MODELS = (PLANS + "compiled_blocks", PLANS + "checkpointed_blocks")
@@ -41,7 +41,7 @@ def test_a_walker_wrong_about_wrapped_blocks_fails(run_suite):
     impls = sorted({impl for _, _, impl in WRAPPED_PLANTED.values()})
     extra = [arg for model in MODELS for arg in ("--fsdpcheck-model", model)]
     result, report = run_suite(*impls, "torch", "reference", k="test_model_annotation or test_model_fully_shard_calls",
-                               extra=[*NO_SHRINK, *extra])
+                               extra=[*PLANTED_RUN, *extra])
     demand_model_failures(result, report, WRAPPED_PLANTED)
     for impl in ("torch", "reference"):
         cells = {inv: cell["outcome"] for inv, cell in report["matrix"][impl].items()}
