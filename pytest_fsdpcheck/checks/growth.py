@@ -251,4 +251,13 @@ def check_growth_within(
     except OverBudget:
         return [Violation(invariant, f"expected linear growth, but {factor}x the {what} did not return within "
                                      f"{budget:.2f}s of CPU time, more than {limit:g}x the {t_small:.4f}s of the smaller")]
+    # A call's CPU time rises while the core's other hardware thread is busy
+    # (two vCPUs are often one core's two threads, as on the 2-core machine
+    # where a small run timed under -n 2 came out twice its cost and a
+    # quadratic ignore rule passed FS2-6). The small run is timed again after
+    # the large one and the best of both counts: contention only adds time.
+    try:
+        t_small = min(t_small, best_time(small, budget=SMALL_BUDGET_S))
+    except OverBudget:
+        pass
     return check_linear_growth(invariant, t_small, t_large, factor, limit, what)
