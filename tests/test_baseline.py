@@ -66,10 +66,11 @@ def test_an_entry_narrowed_to_a_test_covers_that_test_only(tmp_path):
 
 def test_an_entry_keyed_by_an_example_covers_that_failure_only(tmp_path):
     signature = div.example_signature("the walk gave m3 twice, at 0x7f3a and 12 calls in 0.41 s\nsecond line")
-    assert signature == "the walk gave m3 twice, at # and # calls in # s"
-    # what a rerun measures differently reads the same; a name holding a number does not
-    assert div.example_signature("the walk gave m3 twice, at 0x9b and 7 calls in 1.2e-05 s") == signature
-    assert div.example_signature("the walk gave m4 twice, at 0x9b and 7 calls in 3 s") != signature
+    assert signature == "the walk gave m3 twice, at # and 12 calls in # s"
+    # what a rerun measures differently (an address, a time) reads the same; a name or a count does not
+    assert div.example_signature("the walk gave m3 twice, at 0x9b and 12 calls in 1.2e-05 s") == signature
+    assert div.example_signature("the walk gave m4 twice, at 0x9b and 12 calls in 3 s") != signature
+    assert div.example_signature("the walk gave m3 twice, at 0x9b and 7 calls in 3 s") != signature
     text = div.baseline_text([("conformance/" + ROOTS, IMPL, ["TRV-7", "TRV-1"], {"TRV-7": signature, "TRV-1": "x"})],
                              "2.13.0")
     seven = next(e for e in _load(tmp_path, text) if e.match == "TRV-7")
@@ -78,6 +79,65 @@ def test_an_entry_keyed_by_an_example_covers_that_failure_only(tmp_path):
     assert div.declared_reason([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"], {"TRV-7": "another"}) is None
     assert div.declared_reason([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"]) is None
     assert div.excusing([seven], IMPL, "conformance/" + ROOTS, ["TRV-7"], {"TRV-7": "another"}) == []
+
+
+def _holds(recorded: str, later: str, old: bool = True) -> bool:
+    return div.example_holds(div.example_signature(recorded), div.example_signature(later), old)
+
+
+def test_a_signature_keeps_counts_indices_ranks_and_names():
+    spl10 = "with 2 buckets the backend should be called 2 times, got {}"
+    assert div.example_signature(spl10.format(3)) == spl10.format(3)
+    assert not _holds(spl10.format(3), spl10.format(6)), "torch compiling every bucket thrice held as compiling one twice"
+    grad = "rank {}, eager: the gradient of layers.{}.weight is None, the unsharded model's is not"
+    assert not _holds(grad.format(0, 0), grad.format(0, 7)) and not _holds(grad.format(0, 0), grad.format(1, 0))
+    shard = "rank 3 of a 8 world: shard 3 holds rows 12:{} of w"
+    assert not _holds(shard.format(16), shard.format(15))
+    # what differs between two runs of one failure reads the same: times (as the checks print them), a
+    # ratio of times, addresses, process ids, ports and temporary paths
+    for first, again in [
+        ("eager: killed after 12 s in it at the ranks' limit of 60 s, where the step took 0.31 s",
+         "eager: killed after 97 s in it at the ranks' limit of 180 s, where the step took 1.2e+00 s"),
+        ("expected linear growth, but 4x the depth took 18.3x the time (0.0012s -> 0.0220s)",
+         "expected linear growth, but 4x the depth took 31.0x the time (0.0009s -> 0.0280s)"),
+        ("rank 1 failed: <function f at 0x7f3a12> pid 4242 [127.0.0.1]:29501 /tmp/pytest-of-u/pytest-3/t0/a.py",
+         "rank 1 failed: <function f at 0x55aa01> pid 77 [127.0.0.1]:40001 /tmp/pytest-of-u/pytest-9/t1/a.py"),
+    ]:
+        assert div.example_signature(first) == div.example_signature(again), (first, again)
+    assert div.example_signature("expected linear growth, but 8x the depth took 18.3x the time (1s -> 2s)") != \
+        div.example_signature("expected linear growth, but 4x the depth took 18.3x the time (1s -> 2s)")
+
+
+def test_a_measured_difference_is_bounded_by_the_recorded_one():
+    fs29 = ("rank 0, eager: the gradient of layers.0.weight differs from the unsharded model's (max abs difference {}, "
+            "largest entry 3.4, tolerance 1e-06 + rtol 1e-05 x each entry)")
+    recorded = div.example_signature(fs29.format("1.2e-04"))
+    assert "max abs difference <=1.2e-04," in recorded, recorded
+    assert div.example_holds(recorded, div.example_signature(fs29.format("1e-04")))
+    assert div.example_holds(recorded, div.example_signature(fs29.format("0.00012")))
+    assert not div.example_holds(recorded, div.example_signature(fs29.format("5.1e+03"))), "a catastrophic miss held"
+    assert not div.example_holds(recorded, div.example_signature(fs29.format("nan")))
+    # the text around the bound is the failure's: another parameter is another failure
+    assert not div.example_holds(recorded, div.example_signature(fs29.format("1e-04").replace("layers.0", "layers.7")))
+    for phrase in ("max abs diff {}", "off by {}", "differs from the control's by {} (tolerance 0.01)"):
+        assert _holds(phrase.format("0.5"), phrase.format("0.25")) and not _holds(phrase.format("0.5"), phrase.format("2"))
+    # "first difference" names where, never how much
+    assert not _holds("first difference 0.1", "first difference 0.0")
+
+
+def test_an_old_example_holds_as_before_and_is_named_for_a_note(tmp_path):
+    old_example = "with # buckets the backend should be called # times, got #"
+    worse = div.example_signature("with 2 buckets the backend should be called 2 times, got 6")
+    assert div.is_old_example(old_example) and not div.is_old_example(worse)
+    assert div.example_holds(old_example, worse) and not div.example_holds(old_example, worse, old=False)
+    (entry,) = _load(tmp_path, f'[[divergence]]\nmatch = "SPL-10"\ntest = "t.py::t[x]"\nexample = "{old_example}"\n'
+                               'implementation = "x"\nreason = "r"\n')
+    declared = [("conformance/t.py::t[x]", "x", ["SPL-10"], {"SPL-10": worse})]
+    assert div.held_by_old_examples([entry], declared) == [entry]
+    # an example of this release holds by its numbers, and is never noted
+    new = div.Divergence("SPL-10", "r", "x", "y", test="t.py::t[x]", example=worse, baseline=True)
+    assert div.held_by_old_examples([new], declared) == []
+    assert div.is_old_example(div.example_signature("the walk took 0.4 s")) and _holds("took 0.4 s", "took 9 s", old=False)
 
 
 def test_an_entry_expires_at_its_until_release(tmp_path):

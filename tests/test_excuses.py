@@ -53,6 +53,12 @@ SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-
 REJECTS_HOPS = {"tests.planted.torch_faults:DDPOptimizerRejectsHigherOrderOps": (
     "SPL-14", "test_higher_order_cases or (test_higher_order_inside_compile_cases and eager)")}
 
+#: a baseline written against the first (one bucket compiled twice) must not hold the second (every bucket thrice)
+BASELINED = {"tests.planted.torch_faults:DDPOptimizerCompilesABucketTwice": (
+    "SPL-10", "test_split_cases and torch-module-two-buckets-extended")}
+GROWN = {"tests.planted.torch_faults:DDPOptimizerCompilesEveryBucketThrice": (
+    "SPL-10", "test_split_cases and torch-module-two-buckets-extended")}
+
 
 @pytest.fixture
 def run_faulted(run_suite, monkeypatch):
@@ -126,6 +132,22 @@ def test_a_torch_bug_outside_the_baseline_fails(run_faulted, tmp_path):
     demand_torch_failures(result, report, DECLARED)
     assert any("test_root_states[torch]" in line and "declared divergence: TRV-7: held" in line
                for line in result.outlines), "the baselined test was not held: the run shows nothing of the baseline"
+
+
+def test_a_torch_bug_grown_past_its_baseline_fails(run_faulted, tmp_path):
+    """baselined, the same failure grown: a baseline written while torch
+    compiled one bucket twice ("called 2 times, got 3") holds that failure on
+    the next run, and not torch compiling every bucket three times ("got 6"):
+    the same test failing its invariant with another count is torch's FAIL."""
+    baseline = tmp_path / "baseline.toml"
+    written, _ = run_faulted(BASELINED, extra=("--fsdpcheck-write-baseline", str(baseline)))
+    assert written.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(written.outlines[-20:])
+    assert 'example = "with 2 buckets the backend should be called 2 times, got 3"' in baseline.read_text()
+    held, _ = run_faulted(BASELINED, extra=("--fsdpcheck-baseline", str(baseline)))
+    assert held.ret == pytest.ExitCode.OK, "the baseline does not hold the failure it recorded: " + "\n".join(held.outlines[-20:])
+    result, report = run_faulted(GROWN, extra=("--fsdpcheck-baseline", str(baseline)))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, "\n".join(result.outlines[-20:])
+    demand_torch_failures(result, report, GROWN)
 
 
 def test_torchs_dynamo_failing_the_probe_fails_ann7(run_faulted):

@@ -7,7 +7,7 @@ A divergence file is TOML with one ``[[divergence]]`` table per entry::
     implementation = "mine"         # optional: defaults to every implementation
     torch = ">=2.4,<2.6"            # optional: the torch versions it holds for (PEP 440)
     test = "test_x.py::test_y[mine]"  # optional, with an invariant match: that test only
-    example = "TRV-# : ..."         # optional, with test: that failure only (its signature)
+    example = "..."                 # optional, with test: that failure only (its signature)
     until = "2.16"                  # optional: the torch release it is expected to end in
     reason = "why this is accepted" # required
 
@@ -30,8 +30,12 @@ passed) or whose ``until`` release is installed fails the run even without
 
 A baseline keys each entry by the failing example's *signature* as well
 (``example``: :func:`example_signature` of the first violation of that
-invariant the test reported), so the same test failing its invariant in
-another way is a new FAIL, not the recorded one.
+invariant the test reported: its counts, indices, ranks and names kept, its
+times and addresses read as ``#``, its measured differences kept as bounds),
+so the same test failing its invariant in another way, with another count or
+a larger difference, is a new FAIL, not the recorded one. An example written
+before counts were kept (every number read as ``#``) still holds what it held
+(:func:`held_by_old_examples` names those that did, for a one-line note).
 """
 
 from __future__ import annotations
@@ -88,8 +92,9 @@ class Divergence:
         return not self.test or _is_test(nodeid, self.test)
 
     def covers_example(self, invariant: str, signatures: dict[str, str] | None) -> bool:
-        """An entry keyed by an example covers only a failure of that signature."""
-        return not self.example or (signatures or {}).get(invariant) == self.example
+        """An entry keyed by an example covers only a failure of that signature
+        (:func:`example_holds`: its measured differences at most the recorded ones)."""
+        return not self.example or example_holds(self.example, (signatures or {}).get(invariant))
 
     def describe(self) -> str:
         test = f" in {self.test}" if self.test else ""
@@ -97,21 +102,105 @@ class Divergence:
         return f"{self.match} [{self.implementation}]{test}{example} ({self.source})"
 
 
-#: what varies between two runs of one failure: numbers standing alone
-#: (sizes, indices, seconds measured) and addresses; never a number inside a
-#: name (bf16, m3, fc2)
-_VARYING = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?![A-Za-z_])")
-#: a signature is cut to this many characters
+#: a number as messages print one (``12``, ``0.41``, ``1.2e-04``, ``5.1e+03``)
+_NUMBER = r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+#: what names a measured difference the number after it gives: ``max abs
+#: difference``, ``abs diff``, ``off by``, ``differs by``, ``differs from X by``
+#: (never ``first difference``: a module's name may follow it)
+_BOUND_HEAD = (r"(?i:\b(?:(?:max(?:imum)?\s+)?abs(?:olute)?\s+(?:difference|diff|error)|max\s+diff"
+               r"|off\s+by|differs?\s+by|differs?\s+from\s+[^,;()\n]*?\s+by)\s*[:=]?\s*)")
+#: a number standing alone: not inside a name (``m3``, ``bf16``, ``layers.0``)
+_ALONE = r"(?<![\w.])"
+_AFTER = r"(?!\w|\.\w)"
+#: the new signature's parts, left to right: what differs between two runs of
+#: one failure (a path under a temporary folder, an address, a process id, a
+#: port, a measured time or a ratio of two, read as ``#``) and a measured
+#: difference (kept as the bound ``<=VALUE``); every other number is kept
+_PARTS = re.compile(
+    r"(?P<tmp>(?:/private)?(?:/tmp|/var/folders|/dev/shm)/[^\s'\"),;\]]*)"
+    r"|(?P<addr>(?<!\w)0x[0-9a-fA-F]+)"
+    r"|(?P<pid>(?i:\bpid)\s*[=:]?\s*)\d+"
+    r"|(?P<port>(?<![A-Za-z])(?i:port)\s*[=:]?\s*|(?:\blocalhost|(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}|\]):)\d+"
+    rf"|{_ALONE}{_NUMBER}(?P<unit>\s*x the time\b|\s?(?:s|ms|us|\u00b5s|ns|sec|secs|seconds?|minutes?){_AFTER})"
+    rf"|(?P<head>{_BOUND_HEAD})(?P<bound>{_NUMBER}|nan|inf){_AFTER}"
+)
+#: a bound in a signature: a measured difference at most VALUE
+_BOUND = re.compile(rf"(?P<head>{_BOUND_HEAD})<=(?P<bound>{_NUMBER}|nan|inf){_AFTER}")
+#: the signature before this release: every number standing alone and every address read as ``#``
+_OLD_VARYING = re.compile(r"(?<!\w)(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?![A-Za-z_])")
+#: a signature is cut to this many characters (a bound's value counted as none)
 SIGNATURE_LIMIT = 240
 
 
 def example_signature(message: str) -> str:
-    """A violation's message as a baseline keys it: its first line with every
-    number and address read as ``#``, so the same failure on another run or
-    machine (another measured time, another draw's sizes) has the same
-    signature, and another way of failing the invariant has its own."""
+    """A violation's message as a baseline keys it: its first line, with the
+    counts, indices, ranks, sizes and names (``layers.7.weight``) kept as they
+    are, what differs between two runs of one failure (a measured time or a
+    ratio of times, an address, a process id, a port, a temporary path) read
+    as ``#``, and a measured difference (``max abs difference 1.2e-04``, ``off
+    by``, ``differs ... by``) kept as the bound ``<=1.2e-04``: the entry then
+    holds that failure again with a difference at most that large
+    (:func:`example_holds`), and the same test failing with another count or a
+    larger difference reads FAIL."""
     first = (message.strip().splitlines() or [""])[0].strip()
-    return _VARYING.sub("#", first)[:SIGNATURE_LIMIT]
+    bounds: list[str] = []
+
+    def part(m: re.Match) -> str:
+        if m.group("bound") is not None:
+            bounds.append(m.group("bound"))
+            return m.group("head") + "\0"
+        for keep in ("pid", "port"):
+            if m.group(keep) is not None:
+                return m.group(keep) + "#"
+        return "#" + (m.group("unit") or "")
+
+    # cut at the limit before the bounds' values go in: a longer value cuts no text
+    text = _PARTS.sub(part, first.replace("\0", ""))[:SIGNATURE_LIMIT]
+    values = iter(bounds)
+    return re.sub("\0", lambda _: "<=" + next(values), text)
+
+
+def _bounded(signature: str) -> tuple[str, list[str]]:
+    values: list[str] = []
+
+    def take(m: re.Match) -> str:
+        values.append(m.group("bound"))
+        return m.group("head") + "<="
+
+    return _BOUND.sub(take, signature), values
+
+
+def _within(value: str, bound: str) -> bool:
+    have, most = float(value), float(bound)
+    return have <= most or (have != have and most != most)  # NaN holds NaN only
+
+
+def is_old_example(example: str) -> bool:
+    """An example written before counts and names were kept: a ``#`` and no
+    number standing alone, no bound. (One of this release with only times or
+    addresses in it reads the same: the old reading gives it the same answer.)"""
+    return "#" in example and not _BOUND.search(example) and not _OLD_VARYING.search(example)
+
+
+def old_signature(signature: str) -> str:
+    """A signature read as before this release: every number standing alone as ``#``."""
+    return _OLD_VARYING.sub("#", signature.replace("<=", ""))[:SIGNATURE_LIMIT]
+
+
+def example_holds(example: str, signature: str | None, old: bool = True) -> bool:
+    """Whether a failure of ``signature`` is the one an entry's ``example``
+    recorded: the same text, each measured difference at most the recorded
+    one. An example in the old form (:func:`is_old_example`) holds, with
+    ``old``, every failure whose old reading is it (its numbers unchecked)."""
+    if signature is None:
+        return False
+    if signature == example:
+        return True
+    text, values = _bounded(signature)
+    recorded_text, bounds = _bounded(example)
+    if values and text == recorded_text and all(map(_within, values, bounds)):
+        return True
+    return old and is_old_example(example) and old_signature(signature) == example
 
 
 def _is_test(nodeid: str, test: str) -> bool:
@@ -255,6 +344,22 @@ def excusing(entries: list[Divergence], impl: str, nodeid: str, violated: list[s
     return [e for e in entries if e.applies_to(impl) and (
         e.matches_test(nodeid) or (e.is_invariant and e.in_scope(nodeid) and e.match in (violated or ())
                                    and e.covers_example(e.match, signatures)))]
+
+
+def held_by_old_examples(entries: list[Divergence], declared) -> list[Divergence]:
+    """The entries whose example is in the old form (:func:`is_old_example`)
+    and held a failure of ``declared`` (``(node id, implementation, violated,
+    {invariant: signature})``) only by its old reading, numbers unchecked."""
+    out = []
+    for e in entries:
+        if not (e.example and is_old_example(e.example)):
+            continue
+        for nodeid, impl, violated, signatures in declared:
+            if (excusing([e], impl, nodeid, violated, signatures)
+                    and not example_holds(e.example, (signatures or {}).get(e.match), old=False)):
+                out.append(e)
+                break
+    return out
 
 
 def declared_reason(entries: list[Divergence], impl: str, nodeid: str, violated: list[str] | None,

@@ -585,6 +585,14 @@ def terminal_summary(tr, session, findings, exposures=None) -> bool:
                       f"this is {session.torch_version}: fixed? drop your workaround and the entry")
     for entry in fixed:
         tr.write_line(f"no longer fails: {entry.describe()} excused no failure, its test passed: delete the entry")
+    from ..known.divergences import held_by_old_examples
+
+    loose = held_by_old_examples(session.divergences, session.matrix.declared_tests)
+    if loose:
+        tr.write_line(f"note: {len(loose)} {'entry' if len(loose) == 1 else 'entries'} ({', '.join(e.source for e in loose[:3])}"
+                      f"{', ...' if len(loose) > 3 else ''}) held a failure by an example of the old form, every number read"
+                      " as #, so another count or a larger difference passed too: write the baseline again"
+                      " (--fsdpcheck-write-baseline) to hold only the failure recorded")
     if session.baseline_written:
         tr.write_line(session.baseline_written)
     for inv, reason in unprovided:

@@ -312,6 +312,45 @@ class DDPOptimizerRejectsHigherOrderOps:
         distributed.DDPOptimizer.compile_fn = rejecting
 
 
+def _compile_buckets_again(extra) -> None:
+    """Torch's per-bucket compile (``SubmodCompiler.compile_submod``) hands
+    the ``index``-th bucket of each split to the backend ``extra(index)``
+    more times before its own call (those results thrown away)."""
+    from torch._dynamo.backends import distributed
+
+    original = distributed.SubmodCompiler.compile_submod
+
+    def again(self, input_mod, args, kwargs):
+        index = self.__dict__.get("_fsdpcheck_compiled", 0)
+        self._fsdpcheck_compiled = index + 1
+        for _ in range(extra(index)):
+            self.compiler(input_mod, args, **getattr(self, "compiler_configs", {}))
+        return original(self, input_mod, args, kwargs)
+
+    distributed.SubmodCompiler.compile_submod = again
+
+
+class DDPOptimizerCompilesABucketTwice:
+    """SPL-10, the failure a baseline records: torch compiles the first
+    bucket of each split twice ("with 2 buckets the backend should be called
+    2 times, got 3"). Its worse sibling below compiles every bucket three
+    times ("got 6"): the baseline written against this one must not hold it."""
+
+    @staticmethod
+    def plant():
+        _compile_buckets_again(lambda index: 1 if index == 0 else 0)
+
+
+class DDPOptimizerCompilesEveryBucketThrice:
+    """SPL-10 grown worse than the baseline recorded: every bucket of each
+    split compiled three times. The same test failing the same invariant
+    with another count is a new FAIL, never the recorded one."""
+
+    @staticmethod
+    def plant():
+        _compile_buckets_again(lambda index: 2)
+
+
 def plant_in_this_process() -> None:
     """Plant the named fault in a process the suite spawned (FS2-9's ranks),
     where ``pytest_configure`` never ran: a fault with ``in_ranks`` is
