@@ -71,7 +71,7 @@ def test_a_scalar_parameter_every_call_reaching_it_ignores_is_no_mistake():
         fully_shard(model, mesh=mesh, ignored_params={model.scale})
 
     case = mistakes.scalar_param()
-    case = ModelCase("scalar_ignored", case.model, case.example_inputs, plan=plan)
+    case = ModelCase("scalar_ignored", case.model, case.example_inputs, plan=plan, unreduced=("scale",))
     assert checks.case_problem(case) is None
     assert [c.error for c in checks.recorded(case).calls] == [None] * 4
 
@@ -89,13 +89,18 @@ def test_a_drawn_configuration_that_raises_is_the_cases_error_shrunk():
     checks.run_check(checks.check_fsdp2_walk, mistakes.drawn_raises, "reference")
 
 
-@pytest.mark.parametrize(("factory", "rule"), [(plans.tied_split, "PLN-1"), (plans.shared_module, "PLN-2")])
-def test_a_plan_breaking_a_grouping_rule_is_judged_by_pln_only(factory, rule, monkeypatch):
+@pytest.mark.parametrize(("factory", "rule"), [(plans.tied_split, "PLN-1"), (plans.shared_module, "PLN-2"),
+                                             (plans.adapters_after, "PLN-3"), (plans.ignored_trainable, "PLN-5")])
+def test_a_plan_breaking_a_rule_is_the_users_before_any_rank_starts(factory, rule, monkeypatch):
+    """Issue 56 finding 3: a plan's mistake was a FAIL cell in torch's
+    column (exit 1, "page its owner"). It is the case's error: one line
+    naming the factory and the rule, and no rank of FS2-9 starts on it."""
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
     monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
     case = build_case(factory)
-    assert checks.case_problem(case) is None  # the plan's mistake is PLN's, not a case error
-    with pytest.raises(pytest.skip.Exception, match=rf"^not provided: the plan breaks {rule} \("):
+    problem = checks.case_problem(case)
+    assert problem is not None and problem.startswith(f"model tests.planted.plans:{factory.__name__}: {rule}: ")
+    with pytest.raises(CaseError, match=rf"^model tests.planted.plans:{factory.__name__}: {rule}: "):
         checks.check_plan_end_to_end(case, "torch", world_size=2)
 
 

@@ -60,20 +60,19 @@ def never_planned(depth=1):
 
 def test_a_drawn_configuration_without_a_plan_is_rejected_and_others_drawn():
     # the simplest draw (depth=1) has no plan: the whole factory was n/p, and
-    # the deeper draws' PLN-1 went unseen; now it is found and shrunk to depth=3
-    from pytest_fsdpcheck.cases import checks
-    from pytest_fsdpcheck.checks import ConformanceFailure
+    # the deeper draws' PLN-1 went unseen; now it is found and shrunk to
+    # depth=3, as the user's mistake (one line naming the configuration)
+    from pytest_fsdpcheck.cases import CaseError, checks
 
     try:
-        checks.run_check(checks.check_plan_rules, planned_from_depth_3, max_examples=20)
-    except ConformanceFailure as exc:
+        checks.run_check(checks.check_case, planned_from_depth_3, max_examples=20)
+    except CaseError as exc:
         failure = str(exc)
     except pytest.skip.Exception as exc:  # a skip here would read as this test's own
         pytest.fail(f"the factory was skipped: {exc.msg}")
     else:
         pytest.fail("no configuration's PLN-1 was found")
-    assert "PLN-1" in failure
-    assert "build_case(planned_from_depth_3, depth=3)" in failure
+    assert failure.startswith("model tests.test_case_inputs:planned_from_depth_3(depth=3): PLN-1: "), failure
 
 
 def test_a_drawn_factory_none_of_whose_configurations_has_a_plan_is_np_with_the_reason():
@@ -81,7 +80,7 @@ def test_a_drawn_factory_none_of_whose_configurations_has_a_plan_is_np_with_the_
     from pytest_fsdpcheck.core.not_provided import NotProvided
 
     with pytest.raises(NotProvided) as info:
-        checks.run_check(checks.check_plan_rules, never_planned, max_examples=5)
+        checks.run_check(checks.check_fsdp2_walk, never_planned, max_examples=5)
     message = str(info.value.msg)
     assert message.startswith("not provided: no drawn configuration of never_planned gives this check an input"), message
     # bounded: max_examples configurations built, not Hypothesis' hundreds of draws

@@ -14,7 +14,6 @@ from pytest_fsdpcheck.cases import (
     load_factory,
     validate_case_spec,
 )
-from pytest_fsdpcheck.checks import ConformanceFailure
 
 pytestmark = pytest.mark.unit
 
@@ -68,8 +67,7 @@ def test_strategies_draw_and_shrink():
 
     case = find(case_strategy(plans.drawn), lambda c: not dict(c.factory_kwargs)["tied"])
     assert dict(case.factory_kwargs) == {"depth": 1, "tied": False}
-    with pytest.raises(ConformanceFailure) as info:
-        checks.run_check(checks.check_plan_rules, plans.deep_tied_split, max_examples=20)
-    # shrunk to the smallest depth that breaks the rule, in a reproducer importing the factory
-    assert "case = build_case(deep_tied_split, depth=3)" in str(info.value)
-    assert "PLN-1" in str(info.value)
+    with pytest.raises(CaseError) as info:
+        checks.run_check(checks.check_case, plans.deep_tied_split, max_examples=20)
+    # the user's mistake, shrunk to the smallest depth that breaks the rule, naming the factory
+    assert str(info.value).startswith("model tests.planted.plans:deep_tied_split(depth=3): PLN-1: "), info.value

@@ -42,6 +42,17 @@ def test_good_plan_matches_unsharded_eager_and_compiled(fast_compile):
     assert check_plan_end_to_end(records) == []
 
 
+@pytest.mark.e2e
+def test_a_model_deepcopy_refuses_takes_the_step_from_fresh_copies(fast_compile):
+    """Issue 56 finding 4: a model holding a lock made the ranks' own
+    copies raise. Each copy is the factory's fresh model with the case's
+    values, and the step is judged as any other."""
+    records = _run("tests.planted.plans:uncopyable")
+    assert [r["error"] for r in records] == [None, None], records[0]["error"]
+    assert [r[mode]["error"] for r in records for mode in ("eager", "compiled")] == [None] * 4
+    assert check_plan_end_to_end(records) == []
+
+
 def _two_gloo_ranks(rank_main, folder, monkeypatch) -> list:
     """``rank_main(rank, port, folder)`` in two spawned processes on a
     localhost rendezvous; what each saved as ``folder/rank{rank}.pt``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 
-from ..checks import ConformanceFailure, Violation, difference, error_of, one_line, short
+from ..checks import Violation, difference, error_of, one_line, short
 from ..checks.annotation import MANAGED, ORIG_PARAMS, read_flag
 from ..core.not_provided import NotProvided
 from .model import (
@@ -154,13 +154,28 @@ def _output_problem(out) -> str | None:
 
 
 def _plan_problem(case) -> str | None:
-    if case.plan is None:
-        return None
+    problem = _plan_unusable(case)
+    if problem is not None or case.plan is None or not _fsdp2_runs():
+        return problem
+    broken = plan_rule_violations(recorded(case))
+    if broken:
+        others = sorted({v.invariant for v in broken[1:]} - {broken[0].invariant})
+        return f"{broken[0].invariant}: {broken[0].message}" + (f" (also breaks {', '.join(others)})" if others else "")
+    return None
+
+
+def _fsdp2_runs() -> bool:
     import torch
 
     from ..impls.torch_fsdp2 import fsdp2_available
 
-    if not (torch.distributed.is_available() and fsdp2_available()):
+    return torch.distributed.is_available() and fsdp2_available()
+
+
+def _plan_unusable(case) -> str | None:
+    """Why the plan cannot be recorded at all (it raises, makes no call, a
+    call the installed fully_shard does not take or rejects), or None."""
+    if case.plan is None or not _fsdp2_runs():
         return None  # the FSDP2 checks are n/p: nothing runs the plan
     record = recorded(case)
     from .recording import RejectedCall
@@ -182,6 +197,30 @@ def _plan_problem(case) -> str | None:
     return None
 
 
+def plan_rule_violations(record) -> list[Violation]:
+    """PLN-1..5 on a recorded plan: the rules about the calls on the model
+    as it was before them (:func:`~pytest_fsdpcheck.checks.plan.check_plan`),
+    and about the model the step trains, as the plan left it (parameters
+    added after the calls, trainable ones ignored:
+    :func:`~pytest_fsdpcheck.checks.plan.check_trained`). Each is the
+    plan's mistake, so the user's: never an implementation's cell."""
+    from ..checks.plan import check_plan, check_trained
+
+    model = record.pristine
+    out = check_plan(model, calls_on(record, model), replicate_on(record, model))
+    after = record.model
+    ignored_names = set().union(*(call.ignored or () for call in record.calls))
+    ignored = {pid for pid, name in record.names.items() if name in ignored_names}
+    try:
+        owned = {id(p) for module in replicate_on(record, after) for p in module.parameters()}
+    except AttributeError:  # the plan replaced a replicate module: its own params are still judged by check_plan
+        owned = set()
+    trainable = [(name, id(p)) for name, p in after.named_parameters() if p.requires_grad]
+    before = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    out += check_trained(trainable, record.managed_after, ignored, owned, before, tuple(record.case.unreduced))
+    return sorted(out, key=lambda v: v.invariant)
+
+
 def check_case(case, impl=None):
     """The case itself: raises :class:`CaseError` (one line naming the
     factory and the cause) where it is the user's mistake (:func:`case_problem`);
@@ -190,9 +229,10 @@ def check_case(case, impl=None):
 
 
 def _raise_plan_error(record):
-    """The plan's own mistake as a one-line :class:`CaseError`, for callers
-    that record a plan outside the checks (the known-bug exposure)."""
-    problem = _plan_problem(record.case)
+    """A plan that cannot be recorded as a one-line :class:`CaseError`, for
+    callers that record a plan outside the checks (the known-bug exposure,
+    which still tells a plan breaking a PLN rule what torch does with it)."""
+    problem = _plan_unusable(record.case)
     if problem is not None:
         raise CaseError(f"{case_label(record.case)}: {problem}")
 
@@ -209,25 +249,21 @@ def _require_plan(case, impl):
 
 
 def _copy(record):
-    import copy
+    from .model import model_copy
 
-    return copy.deepcopy(record.pristine)
+    return model_copy(record.pristine, record.case)
 
 
 # --- FSDP2 --------------------------------------------------------------------------
 
 
 def check_plan_rules(case, impl=None):
-    """PLN-1..4 on the plan's recorded calls."""
-    from ..checks.plan import check_plan
-
+    """PLN-1..5: the plan's own mistakes (:func:`plan_rule_violations`).
+    Each is the user's: a one-line :class:`CaseError` naming the factory and
+    the rule, as :func:`check_case` raises it, never an implementation's
+    failure (no implementation is judged here)."""
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
-    record = recorded(case)
-    model = record.pristine
-    violations = check_plan(model, calls_on(record, model), replicate_on(record, model))
-    if violations:
-        raise ConformanceFailure(violations, reproducer(case, "check_plan_rules", impl))
 
 
 def check_fsdp2_walk(case, impl=None):
@@ -410,19 +446,12 @@ def _names_it(message: str, names) -> bool:
 # --- DDPOptimizer -------------------------------------------------------------------
 
 
-def model_copy(model):
-    """A deep copy of ``model`` whose parameters keep their ``_ddp_ignored``
-    marks: ``Parameter.__deepcopy__`` builds a fresh Parameter from the data
-    and drops every attribute set on it, and without the mark a DDP-ignored
-    parameter would count in the bucket checks' spec like any other."""
-    import copy
+def model_copy(model, case=None):
+    """``cases.model.model_copy``: a copy keeping ``_ddp_ignored`` marks, or
+    a fresh model from ``case``'s factory where the model cannot be copied."""
+    from .model import model_copy as copy_of
 
-    memo: dict = {}
-    copied = copy.deepcopy(model, memo)
-    for p in model.parameters():
-        if hasattr(p, "_ddp_ignored") and id(p) in memo:
-            memo[id(p)]._ddp_ignored = p._ddp_ignored
-    return copied
+    return copy_of(model, case)
 
 
 def captured(case: ModelCase):
@@ -437,7 +466,7 @@ def captured(case: ModelCase):
     reason = compile_unsupported()
     if reason:
         raise NotProvided(reason)
-    model = model_copy(case.model)
+    model = model_copy(case.model, case)
     graphs = []
 
     def capture(gm, example_inputs):
@@ -528,12 +557,11 @@ def _fsdp1_tree(case: ModelCase, traversal=None, ignored: tuple = ()):
     """The case's model (a copy) as a generated tree: its FSDP1 units as
     states (the root's is the root state), ``replicate`` marks, the modules
     named in ``ignored`` as its ignored set."""
-    import copy
 
     from ..checks.plan import topological_modules
     from ..generators.trees import BuiltTree, TreeSpec, attach_states
 
-    model = copy.deepcopy(case.model)
+    model = model_copy(case.model, case)
     modules = topological_modules(model)
     index = {id(m): i for i, m in enumerate(modules)}
     states: list = [None] * len(modules)
@@ -699,12 +727,11 @@ class _Labelled:
 
 def untraceable(case: ModelCase) -> str | None:
     """Why a plain ``torch.fx.Tracer`` cannot trace the model, or None."""
-    import copy
 
     import torch.fx
 
     try:
-        torch.fx.Tracer().trace(copy.deepcopy(case.model))
+        torch.fx.Tracer().trace(model_copy(case.model, case))
     except Exception as exc:  # noqa: BLE001 - the reason is what fx says
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         return f"{case.name} is not torch.fx-traceable ({type(exc).__name__}: {first})"
@@ -713,7 +740,6 @@ def untraceable(case: ModelCase) -> str | None:
 
 def check_exec_order(case, impl=None):
     """EXO-2..6 where plain fx traces the model (else not provided, with fx's reason)."""
-    import copy
 
     import torch.fx
 
@@ -734,7 +760,7 @@ def check_exec_order(case, impl=None):
         raise NotProvided(reason, case_input=True)
 
     def body(impl):
-        model = copy.deepcopy(case.model)
+        model = model_copy(case.model, case)
         built = _Labelled(model)
         tracer = torch.fx.Tracer()
         with impl.exec_order.patch_tracer(tracer, model) as info:
@@ -807,23 +833,6 @@ def control_groups(case) -> tuple:
     return tuple(groups)
 
 
-def _grouping_broken(case) -> str | None:
-    """Why FS2-9 has nothing to judge where the plan breaks PLN-1 or PLN-2:
-    a parameter in two groups (or a tied one split) is sharded, reduced and
-    rejected as each torch release happens to, so its gradients would charge
-    the plan's mistake to torch. PLN judges the plan; FS2-9 is n/p."""
-    from ..checks.plan import check_plan
-
-    record = recorded(case)
-    model = record.pristine
-    broken = [v for v in check_plan(model, calls_on(record, model), replicate_on(record, model))
-              if v.invariant in ("PLN-1", "PLN-2")]
-    if not broken:
-        return None
-    return (f"the plan breaks {broken[0].invariant} ({broken[0].message}): judged by PLN only, "
-            "FS2-9's gradients mean nothing for it")
-
-
 def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float = 60.0):
     """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
     ranks, gloo), one step, each rank on its own batch (the case's inputs on
@@ -862,9 +871,6 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     if not expected_provided("fsdp2.cpu_runtime", torch.__version__):
         raise NotProvided("the plan's ranks run on CPU (gloo), and fully_shard's runtime runs on CPU "
               f"from torch {first_release('fsdp2.cpu_runtime')}")
-    broken = _grouping_broken(case)
-    if broken is not None:
-        raise NotProvided(broken, case_input=True)
     from ..checks import EnvironmentFault
     from ..checks.plan_distributed import world_too_slow
     from ..runs.plan_run import rank_limit
@@ -920,9 +926,6 @@ def check_plan_simulated(case, impl=None, world_size: int | None = None):
         raise NotProvided("this implementation's fsdp2 area has no sharded_groups (FS2-10)")
     if not getattr(area, "simulated_world", True):
         raise NotProvided("simulated worlds (a fake process group) are recorded from torch 2.13 (provided.py)")
-    broken = _grouping_broken(case)
-    if broken is not None:
-        raise NotProvided(broken, case_input=True)
     record = recorded(case)
     size = SIMULATED_WORLD_SIZE if world_size is None else world_size
 
@@ -958,7 +961,6 @@ def _unsharded_step_seconds(case) -> float:
     """One eager forward and backward of a copy of the case's model on its
     inputs, timed (the best of two: the first pays for lazy setup); 0 where
     it cannot run (the ranks report why)."""
-    import copy
     import time
 
     import torch
@@ -970,7 +972,7 @@ def _unsharded_step_seconds(case) -> float:
     with torch.random.fork_rng(devices=[]):
         try:
             for _ in range(2):
-                model = copy.deepcopy(case.model)
+                model = model_copy(case.model, case)
                 started = time.monotonic()
                 _loss(model(*case.example_inputs, **dict(getattr(case, "example_kwargs", None) or {}))).backward()
                 best = min(best, time.monotonic() - started)
@@ -982,7 +984,6 @@ def _unsharded_step_seconds(case) -> float:
 #: every check, by name, with the invariants it checks
 CHECKS = {
     "check_case": (check_case, ()),
-    "check_plan_rules": (check_plan_rules, ("PLN-1", "PLN-2", "PLN-3", "PLN-4")),
     "check_fsdp2_walk": (check_fsdp2_walk, ("FS2-1", "FS2-2", "FS2-3", "FS2-4", "FS2-5")),
     "check_fsdp2_recorded": (check_fsdp2_recorded, ("FS2-1", "FS2-4", "FS2-7")),
     "check_fully_shard_calls": (check_fully_shard_calls, ("FS2-7", "FS2-8")),

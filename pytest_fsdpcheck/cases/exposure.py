@@ -31,7 +31,6 @@ adding the most argument values not seen yet), merged by bug, area and form
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import asdict, dataclass, replace
 
@@ -116,7 +115,7 @@ def graphs(case) -> dict[str, tuple]:
         if reason is not None:
             out["module"] = reason
         else:
-            model = checks.model_copy(case.model)
+            model = checks.model_copy(case.model, case)
             gm = torch.fx.GraphModule(model, torch.fx.Tracer().trace(model))
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
             # fx makes a placeholder of every parameter of the forward, keyword ones and defaults too
@@ -176,7 +175,7 @@ def fsdp2_outcome(case, make) -> dict:
     """Per call of the model's recorded plan, as the earlier calls leave the
     model: the managed modules and parameters, and whether ``annotate``
     (fully_shard as specified) accepts the call."""
-    from .checks import _raise_plan_error, recorded
+    from .checks import _copy, _raise_plan_error, recorded
     from .replay import PlanReplay
 
     if case.plan is None:
@@ -185,7 +184,7 @@ def fsdp2_outcome(case, make) -> dict:
     _raise_plan_error(record)
     area = make().fsdp2
     groups = []
-    for step in PlanReplay(record, copy.deepcopy(record.pristine), area):
+    for step in PlanReplay(record, _copy(record), area):
         label = step.call.label()
         try:
             managed = area.managed_modules(step.roots, step.ignored)
@@ -201,10 +200,11 @@ def _annotated(record, area) -> list[str]:
     """Each call through ``area``'s ``annotate`` (a fresh area: it keeps what
     earlier calls managed), in the plan's order, on another copy of the
     model: "accepted" or what it raised (the plan stops there)."""
+    from .checks import _copy
     from .replay import PlanReplay
 
     out = []
-    for step in PlanReplay(record, copy.deepcopy(record.pristine), area):
+    for step in PlanReplay(record, _copy(record), area):
         try:
             area.annotate(step.roots, None, step.ignored)
         except Exception as exc:  # noqa: BLE001
@@ -218,12 +218,13 @@ def exec_order_outcome(case, make) -> dict:
     import torch.fx
 
     from .checks import _Labelled, untraceable
+    from .model import model_copy
 
     reason = untraceable(case)
     if reason is not None:
         raise NotChecked(reason)
     impl = make()
-    model = copy.deepcopy(case.model)
+    model = model_copy(case.model, case)
     labels = _Labelled(model)
     params = {id(p): n for n, p in model.named_parameters()}
     tracer = torch.fx.Tracer()

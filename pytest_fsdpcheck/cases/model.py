@@ -54,6 +54,12 @@ class ModelCase:
       the plan on it, one rank's view at a time. Unset: a 1-D world of
       ``--fsdpcheck-world-size`` ranks (default 8). The real ranks (FS2-9)
       stay 2 on CPU whatever it says.
+    - ``unreduced``: trainable parameters the plan puts in ``ignored_params``
+      on purpose (qualified names, or ``fnmatch`` patterns such as
+      ``"*.lora_*"``): FSDP2 never reduces an ignored parameter, so each
+      rank trains its own copy unless the framework reduces it itself.
+      A trainable ignored parameter not named here is the plan's mistake
+      (PLN-5), reported as the user's, never as the implementation's.
     """
 
     name: str
@@ -67,6 +73,7 @@ class ModelCase:
     first_bucket_cap_mb: float | None = None
     mesh_shape: tuple | None = None
     example_kwargs: dict = field(default_factory=dict, compare=False)
+    unreduced: tuple = ()
     #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
     #: (filled in by :func:`build_case`; shown in reproducers)
     factory_ref: str | None = field(default=None, compare=False)
@@ -114,6 +121,61 @@ class ModelCase:
                 f"case = build_case({attr}{', ' + kwargs if kwargs else ''})",
             ]
         return [f"case = ...  # the ModelCase {self.name!r} your test builds"]
+
+
+def model_copy(model, case: ModelCase | None = None):
+    """An independent copy of ``model`` (a case's model, or one equal to it).
+
+    A deep copy whose parameters keep their ``_ddp_ignored`` marks
+    (``Parameter.__deepcopy__`` builds a fresh Parameter and drops every
+    attribute set on it; without the mark a DDP-ignored parameter would
+    count in the bucket checks' spec like any other). A model that cannot
+    be deep-copied (it holds a lock, an open file, a C handle) is built
+    afresh by ``case``'s factory, ``model``'s parameter and buffer values
+    copied in by name: the suite's own copying must never turn into a
+    failure of the implementation. Where neither works the case is the
+    user's: a one-line :class:`CaseError` naming the factory."""
+    import copy
+
+    memo: dict = {}
+    try:
+        copied = copy.deepcopy(model, memo)
+    except Exception as exc:  # noqa: BLE001 - the model's own objects refuse: rebuild it
+        return _rebuilt_copy(model, case, exc)
+    for p in model.parameters():
+        if hasattr(p, "_ddp_ignored") and id(p) in memo:
+            memo[id(p)]._ddp_ignored = p._ddp_ignored
+    return copied
+
+
+def _rebuilt_copy(model, case: ModelCase | None, error: BaseException):
+    import torch
+
+    why = f"its model cannot be deep-copied ({_one_line(error)})"
+    label = (f"model {case.factory_ref}" if case is not None and case.factory_ref
+             else f"case {case.name!r}" if case is not None else "the model")
+    if case is None or case.factory is None:
+        raise CaseError(f"{label}: {why}, and there is no factory to build a fresh one: "
+                        "give the checks a factory, or make the model copyable") from None
+    fresh = case.rebuild().model
+    mine = dict(_named_tensors(model))
+    theirs = dict(_named_tensors(fresh))
+    if mine.keys() != theirs.keys():
+        extra = sorted(mine.keys() ^ theirs.keys())
+        raise CaseError(f"{label}: {why}, and the factory builds a model with other parameters or buffers "
+                        f"({extra[0]}): make the model copyable") from None
+    with torch.no_grad():
+        for name, tensor in theirs.items():
+            if tensor.shape != mine[name].shape:
+                raise CaseError(f"{label}: {why}, and the factory builds {name} with shape {tuple(tensor.shape)}, "
+                                f"not {tuple(mine[name].shape)}: make the model copyable") from None
+            tensor.copy_(mine[name])
+    return fresh
+
+
+def _named_tensors(model):
+    yield from model.named_parameters(remove_duplicate=False)
+    yield from model.named_buffers(remove_duplicate=False)
 
 
 def model_factory(**strategies) -> Callable:
@@ -334,6 +396,10 @@ def case_problems(case: ModelCase) -> list[str]:
         value = getattr(case, what)
         if value is not None and not (isinstance(value, (int, float)) and value > 0):
             out.append(f"case {case.name!r}: {what} must be a positive number, got {value!r}")
+    if not (isinstance(case.unreduced, (tuple, list, frozenset, set))
+            and all(isinstance(n, str) for n in case.unreduced)):
+        out.append(f"case {case.name!r}: unreduced must be a tuple of parameter names or patterns, "
+                   f"got {case.unreduced!r}")
     return out
 
 

@@ -18,7 +18,6 @@ was before the plan is kept (``pristine``) for the oracle.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import importlib
 import sys
@@ -141,6 +140,8 @@ class RecordedPlan:
     model: object  # the model after it
     plan_error: BaseException | None = None  # the plan itself raised (outside fully_shard)
     names: dict = field(default_factory=dict)  # id -> qualified name (pre-plan objects)
+    #: ids of the parameters some FSDP2 group holds in ``model`` once the plan returned
+    managed_after: frozenset = frozenset()
 
 
 def _mod(name):
@@ -319,24 +320,38 @@ def _watching_walk(current: list):
 
 def _pristine(case):
     """A copy of the case's model (a fresh one from its factory where deepcopy fails)."""
-    try:
-        return copy.deepcopy(case.model)
-    except Exception:  # noqa: BLE001 - a model deepcopy cannot copy: rebuild it
-        rebuilt = case.rebuild()
-        if rebuilt is case:
-            raise
-        return rebuilt.model
+    from .model import model_copy
+
+    return model_copy(case.model, case)
 
 
-def _sharded(module, names) -> list[str] | None:
+def _param_groups(module) -> list:
+    """The FSDP2 parameter groups ``module``'s state holds (none without one)."""
     registry = _mod("torch.distributed._composable_state")
     state = registry._get_module_state(module) if registry is not None else None
     groups = getattr(state, "_fsdp_param_groups", None)
     if groups is None:
         group = getattr(state, "_fsdp_param_group", None)
         groups = [group] if group is not None else []
+    return list(groups)
+
+
+def managed_parameters(model) -> frozenset:
+    """Ids of the parameters (the sharded ones ``fully_shard`` registered)
+    that some FSDP2 group of ``model`` holds, as it stands now."""
+    found = set()
+    for module in model.modules():
+        for group in _param_groups(module):
+            for fsdp_param in getattr(group, "fsdp_params", ()):
+                param = getattr(fsdp_param, "sharded_param", None)
+                if param is not None:
+                    found.add(id(param))
+    return frozenset(found)
+
+
+def _sharded(module, names) -> list[str] | None:
     out = []
-    for group in groups:
+    for group in _param_groups(module):
         for fsdp_param in getattr(group, "fsdp_params", ()):
             info = fsdp_param._module_info
             prefix = names.get(id(info.module), "?")
@@ -408,4 +423,6 @@ def record_plan(case) -> RecordedPlan:
             case.plan(model, mesh)
         except Exception as exc:  # noqa: BLE001 - reported by the checks
             plan_error = exc
-    return RecordedPlan(case, calls, pristine, model, plan_error, names)
+    # the model the plan's step trains is this one, as the plan left it:
+    # parameters it added after its fully_shard calls are judged too (PLN-3)
+    return RecordedPlan(case, calls, pristine, model, plan_error, names, managed_parameters(model))

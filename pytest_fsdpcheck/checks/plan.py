@@ -239,3 +239,36 @@ def check_plan(model, calls, replicate=()) -> list[Violation]:
     if left:
         out.append(Violation("PLN-3", f"trainable parameters in no group and not ignored: {short(left)}"))
     return out
+
+
+def check_trained(trainable, managed, ignored, owned_elsewhere, before, unreduced=()) -> list[Violation]:
+    """PLN-3 and PLN-5 on the model the plan's step trains, as the plan left
+    it: ``trainable`` its ``(name, parameter id)`` pairs that require a
+    gradient; ``managed``, ``ignored`` and ``owned_elsewhere`` ids of the
+    parameters some group holds, some call ignored and another API
+    (``replicate``) owns; ``before`` the names the model had before the
+    plan (:func:`check_plan` judges those, on the model as it was); and
+    ``unreduced`` the names or ``fnmatch`` patterns the case says the
+    framework reduces itself.
+
+    PLN-3: a parameter the plan added after its calls (a LoRA adapter, a
+    new head) in no group is trained but never sharded nor reduced.
+    PLN-5: FSDP2 never reduces an ignored parameter, so a trainable one
+    drifts apart on each rank unless the framework reduces it."""
+    import fnmatch
+
+    out: list[Violation] = []
+    added = [name for name, pid in trainable
+             if name not in before and pid not in managed and pid not in ignored and pid not in owned_elsewhere]
+    if added:
+        out.append(Violation("PLN-3", f"trainable parameters added after the plan's fully_shard calls are in no "
+                                      f"group, so never sharded nor reduced: {short(added)} (add them before the "
+                                      "fully_shard calls whose modules hold them)"))
+    drifting = [name for name, pid in trainable if pid in ignored and pid not in managed
+                and not any(fnmatch.fnmatchcase(name, pattern) for pattern in unreduced)]
+    if drifting:
+        out.append(Violation("PLN-5", f"trainable parameters in ignored_params, which FSDP2 never reduces, so each "
+                                      f"rank trains its own copy: {short(drifting)} (freeze them, put them in a "
+                                      "group, or name them in the case's unreduced=(...) if the framework "
+                                      "reduces them itself)"))
+    return out

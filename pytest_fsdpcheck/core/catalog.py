@@ -67,11 +67,14 @@ INVARIANTS: dict[str, str] = {
     "FS2-11": "every rank of a real world manages the same modules and parameters in each fully_shard call",
     "FS2-12": "a group's frozen parameters of other dtypes (a bf16 base, an integer index) take a mixed-precision step as the control does",
     "FS2-13": "turning a group's gradient reduction off (set_requires_gradient_sync) reaches exactly the groups asked",
-    # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own mistakes
+    # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own
+    # mistakes, each the user's (a case error naming the factory, exit 11),
+    # never a cell in an implementation's column
     "PLN-1": "tied parameters (one Parameter registered by several modules) are managed by one group",
     "PLN-2": "no module or parameter is reachable from two groups (managed twice)",
-    "PLN-3": "every trainable parameter is in a group or ignored (or owned by replicate)",
+    "PLN-3": "every trainable parameter of the model the step trains (added after the plan's calls too) is in a group or ignored (or owned by replicate)",
     "PLN-4": "groups are applied inner first: no call after one whose subtree contains it; the model's root last",
+    "PLN-5": "a trainable parameter in ignored_params is one the case names as reduced by the framework (unreduced)",
 }
 
 AREA_PREFIX = {"traversal": "TRV", "annotation": "ANN", "splitting": "SPL", "exec_order": "EXO", "fsdp2": "FS2"}

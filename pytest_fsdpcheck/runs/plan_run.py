@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import os
 import traceback
 from dataclasses import dataclass
@@ -235,6 +236,13 @@ def _run_in_torchrun_world(build, world_size: int, groups) -> list[dict]:
         return [{**result, "error": _error(exc)}]
 
 
+def _model_copy(model, case):
+    """``cases.model.model_copy``: a deep copy, or the case factory's fresh model with ``model``'s values."""
+    from ..cases.model import model_copy
+
+    return model_copy(model, case if getattr(case, "factory", None) is not None else None)
+
+
 def _error(exc: BaseException) -> str:
     """``Type: message`` first (the checker shows the first line), the traceback after."""
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
@@ -264,7 +272,10 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
                           lambda x: x.detach().clone().requires_grad_(x.requires_grad))
     for x in _tensors(inputs):
         dist.broadcast(x.data, src=0, group=group)
-    pristine = copy.deepcopy(base)
+    # the suite's own copies: a model deepcopy refuses (a lock, a handle) is
+    # built afresh by its factory, never a failure charged to the plan's step
+    copy_of = functools.partial(_model_copy, case=case)
+    pristine = copy_of(base)
     weight = rank_weight(rank)
     if groups is None:
         groups = (PlanGroup(tuple(name for name, _ in pristine.named_parameters())),)
@@ -276,41 +287,45 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     started = time.monotonic()
     try:
         try:
-            reference, precision = _control(pristine, batches, groups, rank, world_size)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of)
         except _Rejected as exc:
             batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
-            reference, precision = _control(pristine, batches, groups, rank, world_size)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of)
     except Exception as exc:  # noqa: BLE001 - the checker compares it with the plan's own step
         # The control runs nothing of fully_shard: its failure is the
         # model's or the plan's at the plan's precision. The plan's eager
         # step still runs, so the checker can tell the user's mistake (the
         # step fails the same way) from torch's (it fails otherwise).
-        return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress, group)
+        return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress, group,
+                               copy_of)
     mine = batches[rank]
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
-    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group)
+    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group, copy_of)
     progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
               "upstream": upstream, "noise": noise}
-    result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES, group))
+    result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES, group,
+                              copy_of))
     return result
 
 
 def _control_failed(case, pristine, error: str, inputs, world_size: int, backend, weight: float, progress,
-                    group=None) -> dict:
+                    group=None, copy_of=copy.deepcopy) -> dict:
     """This rank's record where the unsharded control failed with ``error``
     (``control_error``): the plan's eager step on the case's own inputs
     beside it, the one the checker compares the failure with (the
     compiled step would show nothing more about whose failure it is)."""
     result = {"control_error": error, "world_size": world_size, "case": getattr(case, "name", "?"),
               "weight": weight, "backend": backend}
-    result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",), group))
+    result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",), group,
+                              copy_of))
     return result
 
 
-def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes, group=None) -> dict:
+def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes, group=None,
+                copy_of=copy.deepcopy) -> dict:
     """Per mode in ``modes``, the plan's step on a copy of ``pristine``
     with this rank's batch ``mine``: its gradients, or its error."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -321,7 +336,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
         progress(mode)
         record: dict = {"error": None}
         try:
-            model = copy.deepcopy(pristine)
+            model = copy_of(pristine)
             case.plan(model, mesh)
             forward, graphs = model, []
             if mode == "compiled":
@@ -332,14 +347,14 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             if mode == "compiled":
                 record["graphs"] = len(graphs)
                 if not graphs:
-                    record["unsharded_graphs"] = _graphs_of_unsharded(pristine, mine, backend)
+                    record["unsharded_graphs"] = _graphs_of_unsharded(pristine, mine, backend, copy_of)
         except Exception as exc:  # noqa: BLE001 - the checker turns it into a violation
             record["error"] = _error(exc)
         result[mode] = record
     return result
 
 
-def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None):
+def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy):
     """``(upstream, noise, seconds)``: ``upstream`` per parameter the
     coarsest floating dtype of its own compute and of every module output
     of the unsharded step (its gradient is its module's inputs, computed
@@ -355,7 +370,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None)
     import torch.distributed as dist
 
     seen: set = set()
-    eager, plan_of = _unsharded_grads(copy.deepcopy(pristine), batch, groups, dtypes_seen=seen)
+    eager, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, dtypes_seen=seen)
     upstream = {}
     for name, p in pristine.named_parameters():
         compute = plan_of.get(name, (p.dtype,))[0]
@@ -364,7 +379,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None)
     if all(torch.finfo(getattr(torch, d)).eps <= torch.finfo(torch.float32).eps for d in upstream.values()):
         return upstream, {}, None
     started = time.monotonic()
-    compiled, _ = _unsharded_grads(copy.deepcopy(pristine), batch, groups, compile_with=backend)
+    compiled, _ = _unsharded_grads(copy_of(pristine), batch, groups, compile_with=backend)
     seconds = time.monotonic() - started
     names = [name for name, grad in eager.items() if grad is not None and compiled.get(name) is not None]
     measured = torch.tensor([(compiled[n].double() - eager[n].double()).abs().max().item() * weight
@@ -390,14 +405,14 @@ def _compiled(model, backend, graphs: list):
     return torch.compile(model, backend=counting)
 
 
-def _graphs_of_unsharded(pristine, inputs, backend) -> int | str:
+def _graphs_of_unsharded(pristine, inputs, backend, copy_of=copy.deepcopy) -> int | str:
     """How many graphs the unsharded model's compiled forward on ``inputs``
     (positional, keyword) gives (a rank-local forward, no collective), or
     why it could not be compiled."""
     graphs: list = []
     try:
         torch.manual_seed(STEP_SEED)
-        _compiled(copy.deepcopy(pristine), backend, graphs)(*inputs[0], **inputs[1])
+        _compiled(copy_of(pristine), backend, graphs)(*inputs[0], **inputs[1])
     except Exception as exc:  # noqa: BLE001 - reported with the sharded count
         return _error(exc).splitlines()[0]
     return len(graphs)
@@ -467,7 +482,7 @@ def _draw_through_aten(backend) -> None:
         config.fallback_random = True
 
 
-def _control(pristine, batches, groups, rank: int, world_size: int):
+def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy.deepcopy):
     """The unsharded model's gradients reduced as the plan's groups say (see
     the module docstring), and ``{name: (param_dtype, reduce_dtype)}`` for
     the parameters the plan computes or reduces below their own dtype.
@@ -476,7 +491,7 @@ def _control(pristine, batches, groups, rank: int, world_size: int):
     grads_per_batch = []
     for r, batch in enumerate(batches):
         try:
-            grads, plan_of = _unsharded_grads(copy.deepcopy(pristine), batch, groups)
+            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups)
         except Exception as exc:
             if r == 0 or batches[r] is batches[0]:
                 raise

@@ -115,6 +115,61 @@ def root_first():
     return _case("root_first", root_first_plan)
 
 
+class Adapter(nn.Module):
+    """A LoRA-style low-rank adapter beside a frozen Linear."""
+
+    def __init__(self, base: nn.Linear, rank: int = 2):
+        super().__init__()
+        self.base = base
+        self.lora_a = nn.Linear(base.in_features, rank, bias=False)
+        self.lora_b = nn.Linear(rank, base.out_features, bias=False)
+
+    def forward(self, x):
+        return self.base(x) + self.lora_b(self.lora_a(x))
+
+
+def adapters_after_plan(model, mesh):  # PLN-3: the adapters are added after the layers' groups exist
+    good_plan(model, mesh)
+    for layer in model.layers:
+        layer.mlp[0] = Adapter(layer.mlp[0])
+
+
+def adapters_after():
+    return _case("adapters_after", adapters_after_plan)
+
+
+def ignored_trainable_plan(model, mesh):  # PLN-5: a trainable parameter ignored, so reduced by no one
+    ignored = {model.layers[0].mlp[0].weight}
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh, ignored_params=ignored)
+    fully_shard([model.embed, model.lm_head], mesh=mesh)
+    fully_shard(model, mesh=mesh, ignored_params=ignored)
+
+
+def ignored_trainable():
+    return _case("ignored_trainable", ignored_trainable_plan)
+
+
+def ignored_declared():
+    """The same plan, its ignored parameter named as the framework's to reduce: no PLN-5."""
+    return _case("ignored_declared", ignored_trainable_plan, unreduced=("layers.0.mlp.*",))
+
+
+class LockedLM(TinyLM):
+    """A model holding a lock (as a framework's logging or cache does): deepcopy refuses it."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.lock = threading.Lock()
+
+
+def uncopyable():
+    torch.manual_seed(0)
+    return ModelCase("uncopyable", LockedLM(), _inputs(), plan=good_plan)
+
+
 def plain():
     """The simplest factory: no plan, just the model and its inputs."""
     torch.manual_seed(0)
@@ -280,7 +335,8 @@ def ignored_plan(model, mesh):  # correct: an ignored parameter is never reduced
 
 
 def ignored():
-    return _case("ignored", ignored_plan)
+    # each rank keeping its own gradient is what this case checks: said so
+    return _case("ignored", ignored_plan, unreduced=("layers.0.mlp.0.weight",))
 
 
 def _local_reduce_scatter():
@@ -361,7 +417,7 @@ def tied_ignored():
     model = TinyLM()
     model.lm_head = nn.Linear(WIDTH, 16)
     model.lm_head.weight = model.embed.weight
-    return ModelCase("tied_ignored", model, _inputs(), plan=tied_ignored_plan)
+    return ModelCase("tied_ignored", model, _inputs(), plan=tied_ignored_plan, unreduced=("embed.weight",))
 
 
 def tied_half_ignored_plan(model, mesh):  # PLN-1: embed's group manages the tied weight, lm_head's call ignores it
@@ -373,7 +429,8 @@ def tied_half_ignored_plan(model, mesh):  # PLN-1: embed's group manages the tie
 
 def tied_half_ignored():
     case = tied_ignored()
-    return ModelCase("tied_half_ignored", case.model, case.example_inputs, plan=tied_half_ignored_plan)
+    return ModelCase("tied_half_ignored", case.model, case.example_inputs, plan=tied_half_ignored_plan,
+                     unreduced=case.unreduced)
 
 
 @contextlib.contextmanager
