@@ -213,3 +213,22 @@ def test_a_call_that_reseeds_or_exits_while_a_tree_is_built_fails_naming_the_bui
                                                  r"the process with status 4"):
         build()
     assert os._exit is real
+
+
+def test_a_limit_below_the_watchdogs_own_cost_fails_the_first_call_in_one_line():
+    """A limit shorter than the watchdog's handler (1e-7 s) used to ring
+    again inside it, without end: a RecursionError, not a timeout."""
+    import signal
+
+    from pytest_fsdpcheck.run.isolation import ImplementationTimeout
+
+    handler, real = signal.getsignal(signal.SIGALRM), os._exit
+    guarded, build = _build_chain(lambda n: None, timeout=1e-7)
+    with pytest.raises(ImplementationTimeout, match=r"^planted: traversal\.new_state did not return within 1e-07 s"):
+        build()
+    assert guarded.span is None and os._exit is real
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is handler
+    with pytest.raises(ImplementationTimeout, match=r"^planted: traversal\.states_with_modules did not return within 1e-07 s"):
+        Guarded(type("Impl", (), {"traversal": _Traversal(lambda: sum(range(10_000)))})(), "planted",
+                timeout=1e-7).traversal.states_with_modules(None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is handler

@@ -187,6 +187,21 @@ def test_bad_implementation_from_environment_is_a_usage_error(run_in_process, mo
     result.stderr.fnmatch_lines(["ERROR: fsdpcheck: unknown implementation 'no-such-impl'*"])
 
 
+def test_a_limit_too_small_for_any_call_is_one_line_per_test(pytester, suite):
+    """``--fsdpcheck-timeout 1e-7`` is a valid limit no call can keep: each
+    test fails with the one-line timeout naming it, never a RecursionError
+    from the limit's own watchdog (issue 56: an exception group of them)."""
+    result = suite("--fsdpcheck", "--fsdpcheck-impl", "reference", "--fsdpcheck-timeout", "1e-7",
+                   "-k", "test_states_with_modules", "--fsdpcheck-report", "report.json")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "RecursionError" not in out and "Exception Group" not in out and "Traceback" not in out, out
+    # the first call Hypothesis' first example makes: states_with_modules, or new_state where it builds states
+    result.stdout.fnmatch_lines(["ImplementationTimeout: reference: traversal.* did not return "
+                                 "within 1e-07 s (per-call limit; --fsdpcheck-timeout to change)"])
+    assert _outcomes(_report(pytester), "reference")["TRV-1"] == "fail"
+
+
 def test_cuda_without_cuda_is_an_environment_error(run_in_process):
     """A missing device is the machine's (a CI retries it), not a usage error."""
     import torch  # imported here anyway: the run in this process loads the implementations

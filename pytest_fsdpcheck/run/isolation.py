@@ -58,8 +58,9 @@ def _alarm(handler, seconds: float):
     """SIGALRM goes to ``handler`` in ``seconds``, for the block; an outer
     timer (pytest-timeout's) is put back after it."""
     previous = signal.signal(signal.SIGALRM, handler)
-    remaining, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
+    remaining = 0.0
+    try:  # armed inside: a limit that rings at once still puts the handler back
+        remaining, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -137,7 +138,12 @@ class _Contained:
         self.seeds = _seeds()
         self.torch_state = torch.get_rng_state()
         self.limit = time_limit(self.timeout, self.what)
-        self.limit.__enter__()
+        try:
+            self.limit.__enter__()
+        except BaseException:  # a limit so small it rang while being set
+            for owner, attr, real in self.patched:
+                setattr(owner, attr, real)
+            raise
         return self
 
     def _exiting(self, real):
@@ -203,6 +209,10 @@ def _same_state(a, b) -> bool:
     return a == b
 
 
+#: the soonest :class:`_Span`'s watchdog timer is set for (seconds)
+WATCHDOG_PERIOD_S = 1e-3
+
+
 class _Span:
     """A run of cheap calls the suite makes in a row (a tree's ``new_state``
     and ``attach_state``: two per module, 200,000 on a 100,000-module tree)
@@ -212,7 +222,14 @@ class _Span:
     run), and each call keeps its own time limit through a watchdog timer
     armed once: a call only notes when it started, and the alarm fails the
     call running when it rings if that call has taken the limit, else sets
-    itself for when the running (or next) call could."""
+    itself for when the running (or next) call could.
+
+    The timer is never set sooner than :data:`WATCHDOG_PERIOD_S`: a limit
+    below the time the handler itself takes (``--fsdpcheck-timeout 1e-7``)
+    would otherwise ring again inside the handler, without end (a
+    RecursionError, not a verdict). A call that returns after taking the
+    limit before the timer rang fails as it returns, so every limit is
+    still the call's limit."""
 
     def __init__(self, guard: Guarded, what: str, timeout: float):
         self.guard, self.what, self.timeout = guard, what, timeout
@@ -222,7 +239,7 @@ class _Span:
     def __enter__(self):
         self.contained = _Contained(self.what, 0)  # no limit on the run: each call has its own
         self.contained.__enter__()
-        self.alarm = _alarm(self._on_alarm, self.timeout) if _alarm_usable(self.timeout) else contextlib.nullcontext()
+        self.alarm = _alarm(self._on_alarm, max(self.timeout, WATCHDOG_PERIOD_S)) if _alarm_usable(self.timeout) else contextlib.nullcontext()
         self.alarm.__enter__()
         self.guard.span = self
         return self
@@ -230,19 +247,22 @@ class _Span:
     def call(self, what: str, function, args, kwargs):
         self.call_what, self.started = what, time.monotonic()
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+            if self.timeout and time.monotonic() - self.started >= self.timeout:
+                raise ImplementationTimeout(_timeout_message(what, self.timeout))
+            return result
         finally:
             self.started = None
 
     def _on_alarm(self, signum, frame):
         started = self.started
         if started is None:  # between calls: the suite's own code is running
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+            signal.setitimer(signal.ITIMER_REAL, max(self.timeout, WATCHDOG_PERIOD_S))
             return
         taken = time.monotonic() - started
         if taken >= self.timeout:
             raise ImplementationTimeout(_timeout_message(self.call_what, self.timeout))
-        signal.setitimer(signal.ITIMER_REAL, self.timeout - taken)
+        signal.setitimer(signal.ITIMER_REAL, max(self.timeout - taken, WATCHDOG_PERIOD_S))
 
     def __exit__(self, kind, exc, tb):
         self.guard.span = None
