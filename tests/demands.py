@@ -4,7 +4,13 @@ A planted-bug test demands failures only through one of the helpers below,
 called as a statement of the test's own body with a table named at module
 level (its own or imported): ``demand_failures(result, report, PLANTED)``.
 Each helper asserts, for every row, that the killer FAILed the invariant the
-row names, with that ID in the failure's text. The census
+row names by that invariant's own violation: a failed test of the killer
+whose JSON report records a failure with ``cause`` "violation" listing the ID
+(a check's ConformanceFailure), with that ID in the failure's text. A leak,
+time-out or crash also fails the cell and its message lists every invariant
+of the test ("TRV-7: TRV-9: ... left process-wide state changed"): it meets
+no demand. (``parametrize_with_checks`` writes no report: there the text must
+show a ConformanceFailure naming the ID.) The census
 (:func:`demands_in`, :func:`uncovered`) reads the same tables from the same
 calls, found in the tests' source: a row it counts is a failure some test
 asserts, and a table whose call is removed, weakened (its result tested,
@@ -41,10 +47,11 @@ import ast
 import contextlib
 import importlib
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import control_problems, failure_sections, planted_misses
+from tests.helpers import control_problems, failure_sections
 
 TESTS = Path(__file__).resolve().parent
 
@@ -60,10 +67,54 @@ PATHS = {
 # --- the helpers ---------------------------------------------------------------------
 
 
+def violated(report, wanted: str, test) -> list[str]:
+    """The node ids of the report's failed tests, those ``test(nodeid,
+    record)`` accepts, whose failure is ``wanted``'s own violation: cause
+    "violation" (a check's ConformanceFailure) with ``wanted`` among the
+    invariants it found violated. A leak's, time-out's or crash's failure
+    lists every invariant of its test, none of them judged: never one."""
+    return [nodeid for nodeid, record in report.get("tests", {}).items()
+            if test(nodeid, record) and (failure := record.get("failure"))
+            and failure.get("cause") == "violation" and wanted in failure.get("invariants", ())]
+
+
+def _head(nodeid: str) -> str:
+    """How pytest heads a test's failure section: its id past the file
+    (``test_x[impl]``, ``TestY.test_x[impl]``)."""
+    return nodeid.partition("::")[2].replace("::", ".")
+
+
+def _violation_texts(report, sections: dict, wanted: str, test) -> list[str]:
+    """The printed failures of the tests :func:`violated` finds, naming ``wanted``."""
+    heads = {_head(nodeid) for nodeid in violated(report, wanted, test)}
+    return [text for name, text in sections.items() if name in heads and f"{wanted}:" in text]
+
+
+def _causes(report, test) -> list[str]:
+    """What ended the failed tests ``test`` accepts, and what they list (a miss's message)."""
+    return sorted({f"{record['failure'].get('cause')} {record['failure'].get('invariants')}"
+                   for nodeid, record in report.get("tests", {}).items()
+                   if test(nodeid, record) and record.get("failure")})
+
+
 def demand_failures(result, report, table: dict, control: str | None = "reference") -> None:
-    """Every implementation of ``table`` FAILs its invariant, named in its
-    failure's text; ``control`` (if any) passes every cell it ran."""
-    problems = planted_misses(result, report, table)
+    """Every implementation of ``table`` FAILs its invariant by the
+    invariant's own violation, named in its failure's text; ``control``
+    (if any) passes every cell it ran."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    sections = failure_sections(result.outlines)
+    problems = []
+    for spec, (wanted, _) in table.items():
+        alternatives = _wanted_ids(wanted)
+        cells = {inv: report["matrix"].get(spec, {}).get(inv, {}).get("outcome") for inv in alternatives}
+        caught = [inv for inv, cell in cells.items() if cell == "fail"]
+        own = lambda nodeid, record, spec=spec: record.get("implementation") == spec  # noqa: E731
+        if not caught:
+            problems.append(f"{spec}: matrix cells {cells}, expected 'fail' for {' or '.join(alternatives)}")
+        elif not any(_violation_texts(report, sections, inv, own) for inv in caught):
+            problems.append(f"{spec}: no failure of its tests is a violation of {' or '.join(caught)} naming it "
+                            f"(a leak, time-out or crash lists every invariant of its test and meets no demand); "
+                            f"its failures: {_causes(report, own)}")
     if control is not None:
         problems += control_problems(report, control)
     assert not problems, "\n".join(problems)
@@ -77,44 +128,95 @@ def model_id(factory: str) -> str:
 def demand_model_failures(result, report, table: dict) -> None:
     """Every row's model, judged on its implementation by ``--fsdpcheck-model``,
     FAILs the row's invariant: the matrix cell fails and a failed test of that
-    model and implementation names the ID."""
+    model and implementation is the ID's violation, naming it."""
     assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
     sections = failure_sections(result.outlines)
     problems = []
     for killer, (wanted, model, impl) in table.items():
         cell = report["matrix"].get(impl, {}).get(wanted, {}).get("outcome")
-        texts = [text for name, text in sections.items()
-                 if f"[{impl}-" in name and model_id(model) in name and f"{wanted}:" in text]
+        mine = lambda nodeid, record, impl=impl, model=model: f"[{impl}-" in nodeid and model_id(model) in nodeid  # noqa: E731
+        texts = _violation_texts(report, sections, wanted, mine)
         if cell != "fail" or not texts:
             problems.append(f"{killer}: {wanted} is {cell!r} for {impl} on model {model}, "
-                            f"{'with' if texts else 'with no'} failure naming it")
+                            f"{'with' if texts else 'with no'} violation naming it: {_causes(report, mine)}")
     assert not problems, "\n".join(problems)
 
 
 def demand_check_failures(result, table: dict) -> None:
     """Every row's check, run by a user's ``parametrize_with_checks`` test on
-    the row's model and implementation, fails naming the row's invariant."""
+    the row's model and implementation, fails with the row's invariant's
+    violation: a ConformanceFailure whose violations name it (no report
+    here: the failure's text is read, :func:`violations_in`)."""
     sections = failure_sections(result.outlines)
     problems = []
     for killer, (wanted, check, model, impl) in table.items():
         texts = [text for name, text in sections.items() if f"[{model}-{check}]" in name and impl_test(impl) in name]
-        if not any(f"{wanted}:" in text for text in texts):
-            problems.append(f"{killer}: {check} on {model} ({impl}) did not fail naming {wanted}: {texts}")
+        if not any(wanted in violations_in(text) for text in texts):
+            problems.append(f"{killer}: {check} on {model} ({impl}) did not fail with a violation of {wanted}: {texts}")
     assert not problems, "\n".join(problems)
+
+
+#: a failure section's line, pytest's "E" prefix (long style) stripped
+_LINE = re.compile(r"^(?:E\s+)?(.*)$")
+#: the line an exception's message starts on: ``[module.]Name: message``
+_RAISED = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Failure|Fault|State|Timeout|Exit)): ?(.*)$")
+#: a violation's line (checks.Violation's str): ``ID: message``
+_VIOLATION = re.compile(r"^([A-Z][A-Z0-9]*-\d+): ")
+
+
+def violations_in(text: str) -> set[str]:
+    """The invariants a failure's text shows a ConformanceFailure found
+    violated: the lines of its message (``ConformanceFailure: ID: ...``,
+    then ``ID: ...`` each) up to the next exception's; a LeakedGlobalState's
+    or any other exception's message, or a note, listing IDs is none."""
+    found: set[str] = set()
+    inside = False
+    for line in text.splitlines():
+        line = _LINE.match(line.rstrip()).group(1)
+        raised = _RAISED.match(line)
+        if raised:
+            inside = raised.group(1).rpartition(".")[2] == "ConformanceFailure"
+            line = raised.group(2)
+        if inside and (violation := _VIOLATION.match(line)):
+            found.add(violation.group(1))
+    return found
 
 
 def demand_torch_failures(result, report, table: dict) -> None:
     """Every row's fault, planted in the installed torch, makes the ``torch``
     column FAIL the row's invariant (not known, declared, ERROR, n/p or a
-    case error), with the ID in a failure of a ``torch`` test."""
+    case error) by its violation, with the ID in a failure of a ``torch`` test."""
     assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
     sections = failure_sections(result.outlines)
+    torch_tests = lambda nodeid, record: record.get("implementation") == "torch"  # noqa: E731
     problems = []
     for fault, (wanted, _) in table.items():
         cell = report["matrix"].get("torch", {}).get(wanted, {}).get("outcome")
-        texts = [text for name, text in sections.items() if "[torch" in name and f"{wanted}:" in text]
+        texts = _violation_texts(report, sections, wanted, torch_tests)
         if cell != "fail" or not texts:
-            problems.append(f"{fault}: torch's {wanted} is {cell!r}, {'with' if texts else 'with no'} failure naming it")
+            problems.append(f"{fault}: torch's {wanted} is {cell!r}, {'with' if texts else 'with no'} violation "
+                            f"naming it: {_causes(report, torch_tests)}")
+    assert not problems, "\n".join(problems)
+
+
+def assert_leaked(result, report, table: dict, column: str | None = None) -> None:
+    """Every row's killer, ``{killer: (wanted, selection)}``, FAILs the
+    ``wanted`` cell of its column (its own, or ``column``: ``"torch"`` for a
+    fault planted in torch) by a leak: the cell is FAIL and a failed test
+    charged to it has cause "leak". Not a demand: a leak lists every
+    invariant of its test, none judged, so it kills none and the census
+    counts no row of it (this helper is not one of :data:`PATHS`)."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    problems = []
+    for killer, (wanted, _) in table.items():
+        impl = column or killer
+        cell = report["matrix"].get(impl, {}).get(wanted, {}).get("outcome")
+        own = lambda nodeid, record, impl=impl: record.get("implementation") == impl  # noqa: E731
+        leaks = [nodeid for nodeid, record in report.get("tests", {}).items() if own(nodeid, record)
+                 and (record.get("failure") or {}).get("cause") == "leak" and wanted in record["failure"]["invariants"]]
+        if cell != "fail" or not leaks:
+            problems.append(f"{killer}: {impl}'s {wanted} is {cell!r}, {'with' if leaks else 'with no'} leak charged to it: "
+                            f"{_causes(report, own)}")
     assert not problems, "\n".join(problems)
 
 

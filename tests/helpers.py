@@ -23,23 +23,6 @@ def failure_sections(lines: list[str]) -> dict[str, str]:
     return {name: "\n".join(body) for name, body in sections.items()}
 
 
-def planted_misses(result, report, planted: dict) -> list[str]:
-    """Why each planted implementation was not caught (empty: all were)."""
-    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
-    sections = failure_sections(result.outlines)
-    misses = []
-    for spec, (wanted, _) in planted.items():
-        alternatives = (wanted,) if isinstance(wanted, str) else wanted
-        cells = {inv: report["matrix"].get(spec, {}).get(inv, {}).get("outcome") for inv in alternatives}
-        caught = [inv for inv, cell in cells.items() if cell == "fail"]
-        if not caught:
-            misses.append(f"{spec}: matrix cells {cells}, expected 'fail' for {' or '.join(alternatives)}")
-        texts = [text for name, text in sections.items() if f"[{spec}" in name]
-        if not any(f"{inv}:" in text for inv in caught for text in texts):
-            misses.append(f"{spec}: no failure output of its tests names {' or '.join(alternatives)}")
-    return misses
-
-
 def selection(planted: dict, control: str = "reference") -> str:
     """One -k expression running, per implementation, only the tests it needs,
     and all of those tests for ``control`` (which must pass them).

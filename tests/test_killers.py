@@ -15,9 +15,11 @@ import pytest
 from pytest_fsdpcheck.core.catalog import INVARIANTS
 from tests import demands
 from tests.demands import (
+    assert_leaked,
     demand_check_failures,
     demand_failures,
     demand_model_failures,
+    demand_torch_failures,
     demands_in,
     killers,
     uncovered,
@@ -304,42 +306,89 @@ def _run(lines, report=None):
     return types.SimpleNamespace(outlines=lines, stdout=None), report
 
 
-def _report(cells):
+def _report(cells, failed=()):
+    """A JSON report's matrix (impl -> invariant -> outcome) and, per
+    ``(node id, implementation, cause, invariants)`` of ``failed``, its
+    failed test as the plugin records it."""
+    tests = {nodeid: {"outcome": "failed", "implementation": impl, "invariants": list(invariants),
+                      "failure": {"invariants": list(invariants), "message": "", "reproducer": None, "cause": cause}}
+             for nodeid, impl, cause, invariants in failed}
     return {"matrix": {impl: {inv: {"outcome": o} for inv, o in by_inv.items()} for impl, by_inv in cells.items()},
-            "tests": {}}
+            "tests": tests}
 
 
 def _section(name, body):
     return [f"____ {name} ____", body, "=" * 20]
 
 
+#: what a leak's failure says: every invariant of its test, none judged
+LEAK = "pytest_fsdpcheck.run.isolation.LeakedGlobalState: {ids} x left process-wide state changed: default_dtype"
+
+
 def test_the_helpers_assert_what_they_demand():
-    """Each helper raises unless its killer FAILed the ID it names, with
-    the ID in its failure's text (and the control passed)."""
-    table = {"tests.planted.x:Bug": ("FS2-1", "k")}
-    named = _section("test_a[tests.planted.x:Bug]", "FS2-1: wrong")
-    ok = {"tests.planted.x:Bug": {"FS2-1": "fail"}, "reference": {"FS2-1": "pass"}}
-    demand_failures(*_run(named, _report(ok)), table)
-    for lines, cells in [
-        (named, {**ok, "tests.planted.x:Bug": {"FS2-1": "pass"}}),  # not failed
-        (_section("test_a[tests.planted.x:Bug]", "FS2-2: wrong"), ok),  # failed, another ID named
-        (named, {**ok, "reference": {"FS2-1": "fail"}}),  # the control failed too
+    """Each helper raises unless its killer FAILed the ID it names by that
+    ID's own violation (the report's failure with cause "violation"), with
+    the ID in its failure's text (and the control passed): a leak, time-out
+    or crash, whose message lists every invariant of its test, meets none."""
+    bug, test = "tests.planted.x:Bug", "test_a[tests.planted.x:Bug]"
+    table = {bug: ("FS2-1", "k")}
+    named = _section(test, "pytest_fsdpcheck.checks.ConformanceFailure: FS2-1: wrong")
+    ok = {bug: {"FS2-1": "fail"}, "reference": {"FS2-1": "pass"}}
+    violation = [(f"t.py::{test}", bug, "violation", ["FS2-1"])]
+    demand_failures(*_run(named, _report(ok, violation)), table)
+    for lines, cells, failed in [
+        (named, {**ok, bug: {"FS2-1": "pass"}}, violation),  # not failed
+        (_section(test, "FS2-2: wrong"), ok, violation),  # failed, another ID named
+        (named, {**ok, "reference": {"FS2-1": "fail"}}, violation),  # the control failed too
+        (named, ok, [(f"t.py::{test}", bug, "violation", ["FS2-2"])]),  # another ID violated
+        (named, ok, [(f"t.py::test_b[{bug}]", bug, "violation", ["FS2-1"])]),  # by a test that printed nothing
+        *((_section(test, LEAK.format(ids="FS2-1: FS2-2:")), ok, [(f"t.py::{test}", bug, cause, ["FS2-1", "FS2-2"])])
+          for cause in ("leak", "timeout", "crash", None)),  # no check judged FS2-1
     ]:
         with pytest.raises(AssertionError):
-            demand_failures(*_run(lines, _report(cells)), table)
+            demand_failures(*_run(lines, _report(cells, failed)), table)
 
     model_table = {"tests.planted.p:plan": ("PLN-1", "tests.planted.p:plan", "reference")}
-    model_named = _section("test_model_plan_rules[reference-tests.planted.p.plan]", "PLN-1: split")
-    demand_model_failures(*_run(model_named, _report({"reference": {"PLN-1": "fail"}})), model_table)
-    for lines, cells in [(model_named, {"reference": {"PLN-1": "pass"}}),
-                         (_section("test_model_plan_rules[reference-tests.planted.p.other]", "PLN-1: x"),
-                          {"reference": {"PLN-1": "fail"}})]:
+    model_test = "test_model_plan_rules[reference-tests.planted.p.plan]"
+    model_named = _section(model_test, "PLN-1: split")
+    model_failed = [(f"t.py::{model_test}", "reference", "violation", ["PLN-1"])]
+    demand_model_failures(*_run(model_named, _report({"reference": {"PLN-1": "fail"}}, model_failed)), model_table)
+    other = "test_model_plan_rules[reference-tests.planted.p.other]"
+    for lines, cells, failed in [
+        (model_named, {"reference": {"PLN-1": "pass"}}, model_failed),
+        (_section(other, "PLN-1: x"), {"reference": {"PLN-1": "fail"}}, [(f"t.py::{other}", "reference", "violation", ["PLN-1"])]),
+        (model_named, {"reference": {"PLN-1": "fail"}}, [(f"t.py::{model_test}", "reference", "leak", ["PLN-1"])]),
+    ]:
         with pytest.raises(AssertionError):
-            demand_model_failures(*_run(lines, _report(cells)), model_table)
+            demand_model_failures(*_run(lines, _report(cells, failed)), model_table)
+
+    torch_table = {"fault": ("FS2-1", "k")}
+    torch_test = "test_a[torch]"
+    torch_named = _section(torch_test, "FS2-1: wrong")
+    demand_torch_failures(*_run(torch_named, _report({"torch": {"FS2-1": "fail"}},
+                                                     [(f"t.py::{torch_test}", "torch", "violation", ["FS2-1"])])), torch_table)
+    for cause in ("leak", "timeout", "crash"):
+        with pytest.raises(AssertionError):
+            demand_torch_failures(*_run(torch_named, _report({"torch": {"FS2-1": "fail"}},
+                                                             [(f"t.py::{torch_test}", "torch", cause, ["FS2-1"])])), torch_table)
 
     check_table = {"tests.planted.p:plan": ("PLN-1", "check_plan_rules", "tests.planted.p:plan", "reference")}
-    check_named = _section("test_fsdp_reference[tests.planted.p:plan-check_plan_rules]", "PLN-1: split")
-    demand_check_failures(_run(check_named)[0], check_table)
-    for lines in (_section("test_fsdp_reference[tests.planted.p:plan-check_plan_rules]", "PLN-2: x"), []):
+    check_test = "test_fsdp_reference[tests.planted.p:plan-check_plan_rules]"
+    for body in ("E   pytest_fsdpcheck.checks.ConformanceFailure: PLN-1: split",  # pytest's long style
+                 "pytest_fsdpcheck.checks.ConformanceFailure: PLN-2: x\nPLN-1: split",  # native, its second violation
+                 f"{LEAK.format(ids='PLN-2:')}\npytest_fsdpcheck.checks.ConformanceFailure: PLN-1: split"):
+        demand_check_failures(_run(_section(check_test, body))[0], check_table)
+    for lines in (_section(check_test, "E   pytest_fsdpcheck.checks.ConformanceFailure: PLN-2: x"), [],
+                  _section(check_test, "E   " + LEAK.format(ids="PLN-1: PLN-2:")),  # a leak lists them, judges none
+                  _section(check_test, "E   pytest_fsdpcheck.checks.ConformanceFailure: PLN-2: x\n"
+                                       "E   LeakedGlobalState: PLN-1: PLN-2: left process-wide state changed"),
+                  _section(check_test, "E   RuntimeError: PLN-1: boom")):  # a crash naming it
         with pytest.raises(AssertionError):
             demand_check_failures(_run(lines)[0], check_table)
+
+    # not a demand: a leak FAILs the cell and kills nothing
+    leak_table = {bug: ("FS2-1", "k")}
+    assert_leaked(*_run([], _report(ok, [(f"t.py::{test}", bug, "leak", ["FS2-1", "FS2-2"])])), leak_table)
+    for cells, cause in ((ok, "violation"), ({bug: {"FS2-1": "pass"}}, "leak")):
+        with pytest.raises(AssertionError):
+            assert_leaked(*_run([], _report(cells, [(f"t.py::{test}", bug, cause, ["FS2-1"])])), leak_table)

@@ -83,6 +83,46 @@ def test_np_is_what_the_check_raised_never_what_a_skip_message_says():
     assert matrix.to_json()["x"]["SPL-3"] == {"outcome": "skipped", "tests": 1, "reasons": ["not provided: as a plain skip"]}
 
 
+def _failed_report(nodeid, message, invariants, impl, props=()):
+    return SimpleNamespace(nodeid=nodeid, when="call", outcome="failed", passed=False, failed=True, skipped=False,
+                           longrepr=message, user_properties=[(PROP_INVARIANTS, invariants), (PROP_IMPL, impl), *props],
+                           duration=0.0, sections=[])
+
+
+def test_a_failure_records_its_cause():
+    """Only a check's violation is one: a leak, a time-out or any other
+    exception fails every invariant of its test, and its record says so,
+    so nothing reading the report (the killers' demands) takes it for the
+    invariants' own violation (issue 56, item 6)."""
+    from pytest_fsdpcheck.checks import ConformanceFailure, Violation
+    from pytest_fsdpcheck.report import PROP_CAUSE, PROP_VIOLATED
+    from pytest_fsdpcheck.run.isolation import ImplementationTimeout, LeakedGlobalState
+    from pytest_fsdpcheck.run.verdicts import failure_cause
+
+    violation = ConformanceFailure([Violation("TRV-7", "lost a root")])
+    leak = LeakedGlobalState("TRV-7: TRV-9: x left process-wide state changed: default_dtype")
+    assert [failure_cause(exc, False) for exc in (violation, leak, ImplementationTimeout("slow"), RuntimeError("TRV-7:"))] == [
+        "violation", "leak", "timeout", "crash"]
+    assert failure_cause(violation, True) == "timeout"  # its report says ImplementationTimeout
+    matrix = Matrix()
+    matrix.record(_failed_report("t.py::a[x]", "TRV-7: lost a root", ["TRV-7", "TRV-9"], "x",
+                                 [(PROP_VIOLATED, ["TRV-7"]), (PROP_CAUSE, "violation")]))
+    matrix.record(_failed_report("t.py::b[x]", str(leak), ["TRV-7", "TRV-9"], "x", [(PROP_CAUSE, "leak")]))
+    matrix.record(_failed_report("t.py::c[x]", "worker crashed", ["TRV-8"], "x"))  # no cause recorded: a crash
+    assert {nodeid: (t["failure"]["cause"], t["failure"]["invariants"]) for nodeid, t in matrix.per_test.items()} == {
+        "t.py::a[x]": ("violation", ["TRV-7"]), "t.py::b[x]": ("leak", ["TRV-7", "TRV-9"]),
+        "t.py::c[x]": ("crash", ["TRV-8"])}
+    assert matrix.outcome("TRV-9", "x") == "fail"  # the leak still FAILs every cell of its test
+    jsonschema = pytest.importorskip("jsonschema")
+    header = {"torch": "2.13.0", "implementations": ["x"], "devices": ["cpu"], "profile": "ci", "seed": None,
+              "divergence_files": [], "complete": True}
+    report = payload(header, matrix, {})
+    jsonschema.validate(report, schema())
+    report["tests"]["t.py::a[x]"]["failure"]["cause"] = "flaky"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(report, schema())
+
+
 def test_the_schema_is_shipped_valid_and_versioned():
     jsonschema = pytest.importorskip("jsonschema")
     published = schema()

@@ -32,6 +32,16 @@ PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 PROP_ENVIRONMENT = "fsdpcheck_environment"
 #: a user's model case that is the user's mistake: {"model": spec, "error": one line}
 PROP_CASE_ERROR = "fsdpcheck_case_error"
+#: what ended a failed suite test's call (one of FAILURE_CAUSES; run.verdicts.judge_report)
+PROP_CAUSE = "fsdpcheck_cause"
+#: a failure's cause, as its report records it (``failure.cause``): "violation",
+#: a check's ConformanceFailure (its ``invariants`` are the ones it found
+#: violated); "leak", process-wide state left changed (LeakedGlobalState);
+#: "timeout", a call past the per-call limit; "crash", anything else that
+#: ended the test (an exception escaping the check, a failed setup, a worker
+#: that died). Only a "violation" says a check judged an invariant broken:
+#: the others name every invariant of the test, none of them judged.
+FAILURE_CAUSES = ("violation", "leak", "timeout", "crash")
 #: how a failure a divergence entry declares is marked (report.wasxfail)
 DECLARED_PREFIX = "declared divergence: "
 
@@ -164,7 +174,8 @@ class Matrix:
         if when == "call" or (when == "setup" and not report.passed):
             self.add_impl(impl)
             if report.failed and not props.get(PROP_ENVIRONMENT):
-                test["failure"] = failure_of(report, props.get(PROP_VIOLATED) or invariants)
+                test["failure"] = failure_of(report, props.get(PROP_VIOLATED) or invariants,
+                                             props.get(PROP_CAUSE, "crash"))
             for inv, verdict in classify(report, invariants, props).items():
                 self.cells[(inv, impl)].add(verdict.kind)
                 self.tests[(inv, impl)] += 1
@@ -274,9 +285,10 @@ def skip_reason(report, props: dict) -> str:
     return text.removeprefix("Skipped: ").strip()
 
 
-def failure_of(report, invariants: list[str]) -> dict:
-    """A failing test's invariants, its message and its reproducer (the
-    section the plugin prints it in), as the reports show them."""
+def failure_of(report, invariants: list[str], cause: str = "crash") -> dict:
+    """A failing test's invariants, its message, its reproducer (the
+    section the plugin prints it in), as the reports show them, and its
+    cause (:data:`FAILURE_CAUSES`)."""
     crash = getattr(report.longrepr, "reprcrash", None)
     message = crash.message if crash is not None else str(report.longrepr or "")
     reproducer = next((text for title, text in report.sections if title == "fsdpcheck reproducer"), None)
@@ -285,7 +297,7 @@ def failure_of(report, invariants: list[str]) -> dict:
         message = message.split("\nFailing test case:", 1)[0].replace(REPRODUCER_BELOW, "").rstrip()
     if len(message) > MESSAGE_LIMIT:
         message = message[:MESSAGE_LIMIT] + f"\n... ({len(message) - MESSAGE_LIMIT} more characters in the test's log)"
-    return {"invariants": sorted(invariants), "message": message, "reproducer": reproducer}
+    return {"invariants": sorted(invariants), "message": message, "reproducer": reproducer, "cause": cause}
 
 
 class Verdict(NamedTuple):

@@ -24,6 +24,7 @@ from ..report import (
     EXIT_PRECEDENCE,
     EXIT_STRICT,
     PROP_CALLS,
+    PROP_CAUSE,
     PROP_DIGEST,
     PROP_EXAMPLES,
     PROP_IMPL,
@@ -262,6 +263,9 @@ def judge_report(item, call, report, session, failure) -> None:
         # each invariant's first violation, as a baseline keys the failure
         signatures = {v.invariant: example_signature(v.message) for v in reversed(call.excinfo.value.violations)}
         report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated), (PROP_SIGNATURES, signatures)]
+    if report.failed:
+        exc = call.excinfo.value if call.excinfo is not None else None
+        report.user_properties = [*report.user_properties, (PROP_CAUSE, failure_cause(exc, bool(getattr(hung, "hung", None))))]
     known = props.get(PROP_KNOWN)
     if report.passed and known:
         # Every failing example met was explained: the property is "known", not "pass".
@@ -278,6 +282,23 @@ def judge_report(item, call, report, session, failure) -> None:
     if reason is not None:
         report.outcome = "skipped"
         report.wasxfail = DECLARED_PREFIX + reason
+
+
+def failure_cause(exc: BaseException | None, hung: bool) -> str:
+    """What ended a failed call (``report.FAILURE_CAUSES``): only a check's
+    ConformanceFailure is a "violation"; a leak, a time-out and any other
+    exception name every invariant of the test without judging one. A
+    violation that also leaked stays a violation (the leak is its note)."""
+    from ..checks import ConformanceFailure
+    from .isolation import ImplementationTimeout, LeakedGlobalState
+
+    if hung or isinstance(exc, ImplementationTimeout):
+        return "timeout"  # its report says so, whatever Hypothesis replayed (judge_report)
+    if isinstance(exc, ConformanceFailure):
+        return "violation"
+    if isinstance(exc, LeakedGlobalState):
+        return "leak"
+    return "crash"
 
 
 def count_examples(statistics: str) -> int:

@@ -209,6 +209,17 @@ class _MarksVisited(_Walk):
         super()._visit(module, states, modules, seen_states)
 
 
+class _LeaksDefaultDtype(ReferenceTraversal):
+    # Right root states; only it switches torch's default dtype and leaves it
+    # so. A leak, no violation: it FAILs the run (LeakedGlobalState names every
+    # invariant of the test) and meets no demand (tests/test_planted_traversal.py).
+    def root_states(self, root):
+        import torch
+
+        torch.set_default_dtype(torch.float64)
+        return super().root_states(root)
+
+
 def _impl(traversal_cls):
     class Planted(Implementation):
         name = traversal_cls.__name__.lstrip("_")
@@ -234,6 +245,7 @@ UnfilteredRoots = _impl(_UnfilteredRoots)
 Recursive = _impl(_Recursive)
 ListVisited = _impl(_ListVisited)
 MarksVisited = _impl(_MarksVisited)
+LeaksDefaultDtype = _impl(_LeaksDefaultDtype)
 
 _SWM = "test_states_with_modules"
 #: spec -> (invariant it must fail, or a tuple of which at least one must,
