@@ -235,6 +235,21 @@ def test_the_self_test_passes_a_sound_world_and_names_a_broken_collective(world_
         self_test(torch.device("cpu"), FSDP2_COLLECTIVES, inputs)
 
 
+def test_the_ddp_task_turns_the_ddp_optimizer_on_for_its_own_compiles_only(world_of_one, monkeypatch):
+    """Issue 56: SPL-16's task (ddp_run._train_and_record) set Dynamo's
+    ``optimize_ddp`` process-wide and left it; under torchrun it runs in the
+    test process, whose Dynamo config is compared after every test. Its own
+    compiled step still goes through the DDP optimizer."""
+    import torch._dynamo
+
+    from pytest_fsdpcheck.runs.ddp_run import _train_and_record
+
+    monkeypatch.setattr(torch._dynamo.config, "optimize_ddp", "no_optimization")
+    record = _train_and_record(0, 1, torch.device("cpu"), ())  # no implementation: the task alone
+    assert torch._dynamo.config.optimize_ddp == "no_optimization"
+    assert record["graphs_handed"] >= 1 and record["aot"].get("error") is None, record["aot"]
+
+
 def test_the_self_test_names_ranks_that_disagree_and_real_gradients_averaged_wrongly():
     from pytest_fsdpcheck.runs.selftest import check_against_local, fingerprint
 

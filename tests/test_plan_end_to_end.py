@@ -579,3 +579,72 @@ def test_the_timeout_option_reaches_fs2_9_and_a_slow_world_is_an_error(run_suite
     assert report is not None, "\n".join(result.outlines[-30:])
     assert report["matrix"]["torch"]["FS2-9"]["outcome"] == "error", report["matrix"]["torch"]
     assert "the world is too slow to judge the plan; raise --fsdpcheck-timeout" in result.stdout.str()
+
+
+def _observed_as_fs2_9_of_torch(body):
+    """``body`` run as the plugin runs a suite test of torch's FS2-9 (its
+    process-wide state compared before and after: run/verdicts.py), in
+    this process: as FS2-9's step runs under torchrun."""
+    from types import SimpleNamespace
+
+    import torch._dynamo  # noqa: F401 - imported before the snapshot, as the plugin does
+    import torch._inductor.config  # noqa: F401
+
+    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
+    from pytest_fsdpcheck.run import verdicts
+
+    class TorchColumn:
+        calls = 0
+
+        def start_test(self):
+            pass
+
+    item = SimpleNamespace(callspec=SimpleNamespace(params={"fsdpcheck_impl": TorchColumn()}), obj=body, config=None,
+                           user_properties=[(PROP_INVARIANTS, ["FS2-9"]), (PROP_IMPL, "torch")])
+    with verdicts.observed_call(item, SimpleNamespace(import_history=None, profile="ci")):
+        body()
+
+
+def _compiled_step_with_dropout():
+    """FS2-9's compiled step (plan_run._compiled) through Inductor on a
+    model that draws: its dropout mask must be eager's from the same seed."""
+    from pytest_fsdpcheck.runs import plan_run
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    x = torch.randn(3, 4, requires_grad=True)
+    graphs = []
+    compiled = plan_run._compiled(model, "inductor", graphs)
+    torch.manual_seed(5)
+    out = compiled(x)
+    out.sum().backward()
+    torch.manual_seed(5)
+    assert len(graphs) == 1 and torch.equal(out, model(x)), "the compiled step did not draw what eager draws"
+
+
+def test_the_compiled_step_leaves_inductors_config_as_it_found_it_and_a_leak_by_torch_still_fails(monkeypatch):
+    """Issue 56: the compiled step asked Inductor to draw as eager does by
+    setting ``fallback_random`` process-wide and never put it back; under
+    torchrun that step runs in the test process, and FS2-9 FAILed every
+    user's model as torch's leak. The setting is the step's own compiles'
+    now, and torch leaving that same setting changed
+    (tests/planted/torch_faults.py:CompileLeavesFallbackRandom) is still
+    FS2-9's LeakedGlobalState in torch's column, not put back by the step."""
+    import shutil
+
+    import torch._inductor.config as inductor_config
+
+    from pytest_fsdpcheck.run.isolation import LeakedGlobalState
+    from tests.planted.torch_faults import CompileLeavesFallbackRandom
+
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("Inductor compiles CPU kernels with a C++ compiler; none here")
+    assert inductor_config.fallback_random is False
+    _observed_as_fs2_9_of_torch(_compiled_step_with_dropout)
+    assert inductor_config.fallback_random is False
+
+    monkeypatch.setattr(torch, "compile", torch.compile)  # put back after the fault
+    CompileLeavesFallbackRandom.plant()
+    with pytest.raises(LeakedGlobalState, match=r"^FS2-9: torch left process-wide state changed: "
+                                                 r"inductor\.config \(fallback_random\)"):
+        _observed_as_fs2_9_of_torch(_compiled_step_with_dropout)
+    assert inductor_config.fallback_random is False  # the leak was put back by the isolation check
