@@ -36,6 +36,10 @@ Tables, one row per killer:
   implementation;
 - ``demand_check_failures`` (``parametrize_with_checks``): ``{killer:
   (wanted, check, model, impl)}``;
+- ``demand_model_case_errors`` (``--fsdpcheck-model``, a plan's mistake:
+  the user's, one line naming the factory and the rule, no cell):
+  ``{factory: (rule, factory)}``; ``demand_check_case_errors`` (the same
+  through ``parametrize_with_checks``): ``{factory: (rule, factory, impl)}``;
 - ``demand_torch_failures`` (torch's own column; the killer is a fault
   planted in the installed torch, ``tests/planted/torch_faults.py``):
   ``{fault: (wanted, selection)}``.
@@ -61,6 +65,9 @@ PATHS = {
     "demand_model_failures": "--fsdpcheck-model",
     "demand_check_failures": "parametrize_with_checks",
     "demand_torch_failures": "torch's column",
+    # a plan's mistake (PLN) is the user's: a case error naming the factory and the rule
+    "demand_model_case_errors": "--fsdpcheck-model",
+    "demand_check_case_errors": "parametrize_with_checks",
 }
 
 
@@ -180,6 +187,44 @@ def violations_in(text: str) -> set[str]:
         if inside and (violation := _VIOLATION.match(line)):
             found.add(violation.group(1))
     return found
+
+
+def demand_model_case_errors(result, report, table: dict) -> None:
+    """Every row's model, named with ``--fsdpcheck-model``, is the user's
+    mistake breaking the row's rule: the report's ``case_errors`` give it one
+    line starting ``model <factory>: <ID>:``, its setup error prints exactly
+    that line, and no test of the model is a failure in any implementation's
+    column (a plan's mistake is never a cell)."""
+    assert report is not None, "the suite wrote no JSON report:\n" + "\n".join(result.outlines[-40:])
+    sections = failure_sections(result.outlines)
+    problems = []
+    for killer, (wanted, model) in table.items():
+        error = report.get("case_errors", {}).get(model) or ""
+        head = f"model {model}: {wanted}: "
+        printed = sections.get(f"ERROR at setup of test_model_case[{model_id(model)}]", "").strip()
+        cells = sorted({nodeid for nodeid, record in report.get("tests", {}).items()
+                        if model_id(model) in nodeid and record.get("outcome") == "failed"})
+        if not error.startswith(head) or "\n" in error or printed != error or cells:
+            problems.append(f"{killer}: expected the case error {head}..., one line, printed as it is and no "
+                            f"implementation's failure; got {error!r}, printed {printed!r}, failed {cells}")
+    assert not problems, "\n".join(problems)
+
+
+def demand_check_case_errors(result, table: dict) -> None:
+    """Every row's model, in a user's ``parametrize_with_checks`` test, fails
+    ``check_case`` with one line ``model <factory>: <ID>: ...`` (the user's
+    mistake) and no other check of it fails."""
+    sections = failure_sections(result.outlines)
+    problems = []
+    for killer, (wanted, model, impl) in table.items():
+        mine = {name: text.strip() for name, text in sections.items()
+                if f"[{model}-" in name and impl_test(impl) in name}
+        case = [text for name, text in mine.items() if name.endswith("-check_case]")]
+        others = sorted(name for name in mine if not name.endswith("-check_case]"))
+        if not (case and case[0].startswith(f"model {model}: {wanted}: ") and "\n" not in case[0]) or others:
+            problems.append(f"{killer}: check_case on {model} ({impl}) did not fail in one line naming {wanted}, "
+                            f"or another check failed: {case} {others}")
+    assert not problems, "\n".join(problems)
 
 
 def demand_torch_failures(result, report, table: dict) -> None:
@@ -310,7 +355,7 @@ def _helper_calls(tree: ast.Module):
             call = statement.value if isinstance(statement, ast.Expr) else None
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in PATHS):
                 continue
-            position = 1 if call.func.id == "demand_check_failures" else 2
+            position = 1 if call.func.id in ("demand_check_failures", "demand_check_case_errors") else 2
             table = call.args[position] if len(call.args) > position else next(
                 (k.value for k in call.keywords if k.arg == "table"), None)
             if isinstance(table, ast.Name):

@@ -16,8 +16,10 @@ from pytest_fsdpcheck.core.catalog import INVARIANTS
 from tests import demands
 from tests.demands import (
     assert_leaked,
+    demand_check_case_errors,
     demand_check_failures,
     demand_failures,
+    demand_model_case_errors,
     demand_model_failures,
     demand_torch_failures,
     demands_in,
@@ -50,7 +52,7 @@ def test_the_users_model_paths_have_killers_of_their_own(census):
     for path in ("--fsdpcheck-model", "parametrize_with_checks"):
         on_path = killers([d for d in census if d.path == path])
         # a plan breaking each PLN rule, and an implementation's bug on a correct plan
-        assert {f"PLN-{n}" for n in range(1, 5)} <= set(on_path), (path, on_path)
+        assert {f"PLN-{n}" for n in range(1, 6)} <= set(on_path), (path, on_path)
         assert any(not i.startswith("PLN") for i in on_path), (path, on_path)
 
 
@@ -385,6 +387,31 @@ def test_the_helpers_assert_what_they_demand():
                   _section(check_test, "E   RuntimeError: PLN-1: boom")):  # a crash naming it
         with pytest.raises(AssertionError):
             demand_check_failures(_run(lines)[0], check_table)
+
+    # a plan's mistake: the user's case error, one line naming the factory and the rule, no cell
+    mistake_table = {"tests.planted.p:plan": ("PLN-1", "tests.planted.p:plan")}
+    case_head = "ERROR at setup of test_model_case[tests.planted.p.plan]"
+    line = "model tests.planted.p:plan: PLN-1: tied parameters split"
+    as_error = {"matrix": {}, "tests": {}, "case_errors": {"tests.planted.p:plan": line}}
+    demand_model_case_errors(_run(_section(case_head, line))[0], as_error, mistake_table)
+    cell = _report({"torch": {"FS2-1": "fail"}}, [("t.py::test_model_fsdp2_walk[torch-tests.planted.p.plan]", "torch",
+                                                   "violation", ["FS2-1"])])
+    for lines, report in [
+        (_section(case_head, line), {**as_error, "case_errors": {}}),  # no case error
+        (_section(case_head, line.replace("PLN-1", "PLN-2")), {**as_error, "case_errors": {
+            "tests.planted.p:plan": line.replace("PLN-1", "PLN-2")}}),  # another rule
+        (_section(case_head, line + "\nTraceback"), as_error),  # not the one line
+        (_section(case_head, line), {**as_error, "tests": cell["tests"]}),  # and a cell in torch's column
+    ]:
+        with pytest.raises(AssertionError):
+            demand_model_case_errors(_run(lines)[0], report, mistake_table)
+    check_mistakes = {"tests.planted.p:plan": ("PLN-1", "tests.planted.p:plan", "reference")}
+    case_test = "test_fsdp_reference[tests.planted.p:plan-check_case]"
+    demand_check_case_errors(_run(_section(case_test, line))[0], check_mistakes)
+    for lines in (_section(case_test, line.replace("PLN-1", "PLN-3")), [], _section(case_test, line + "\nmore"),
+                  _section(case_test, line) + _section(case_test.replace("check_case", "check_fsdp2_walk"), "x")):
+        with pytest.raises(AssertionError):
+            demand_check_case_errors(_run(lines)[0], check_mistakes)
 
     # not a demand: a leak FAILs the cell and kills nothing
     leak_table = {bug: ("FS2-1", "k")}

@@ -133,7 +133,16 @@ def _forward_problem(case) -> str | None:
             out = case.call(model)
     except Exception as exc:  # noqa: BLE001 - the user's model and inputs, in one line
         return f"example inputs do not fit: {_first_line(exc)}"
-    return _output_problem(out)
+    problem = _output_problem(out)
+    if problem is None and case.loss is not None:
+        from ..runs.plan_run import step_loss
+
+        try:
+            with torch.no_grad():
+                step_loss(out, (case.example_inputs, case.example_kwargs), case.loss)
+        except Exception as exc:  # noqa: BLE001 - the user's loss, in one line
+            return f"the case's loss on the model's output: {_first_line(exc)}"
+    return problem
 
 
 def _output_problem(out) -> str | None:
@@ -965,7 +974,7 @@ def _unsharded_step_seconds(case) -> float:
 
     import torch
 
-    from ..runs.plan_run import _loss
+    from ..runs.plan_run import step_loss
 
     best = float("inf")
     # the session's generator left as it was: a dropout in the step draws from a fork
@@ -974,7 +983,9 @@ def _unsharded_step_seconds(case) -> float:
             for _ in range(2):
                 model = model_copy(case.model, case)
                 started = time.monotonic()
-                _loss(model(*case.example_inputs, **dict(getattr(case, "example_kwargs", None) or {}))).backward()
+                kwargs = dict(getattr(case, "example_kwargs", None) or {})
+                step_loss(model(*case.example_inputs, **kwargs), (case.example_inputs, kwargs),
+                          getattr(case, "loss", None)).backward()
                 best = min(best, time.monotonic() - started)
         except Exception:  # noqa: BLE001 - the ranks run the same step and report its error
             return 0.0

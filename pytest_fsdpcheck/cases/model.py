@@ -54,6 +54,11 @@ class ModelCase:
       the plan on it, one rank's view at a time. Unset: a 1-D world of
       ``--fsdpcheck-world-size`` ranks (default 8). The real ranks (FS2-9)
       stay 2 on CPU whatever it says.
+    - ``loss``: the framework's own loss, ``loss(output, *example_inputs,
+      **example_kwargs)`` giving a scalar (next-token cross-entropy, say);
+      FS2-9 takes its step with it, in the sharded step and the control
+      alike. Unset: every floating tensor of the output squared and
+      averaged.
     - ``unreduced``: trainable parameters the plan puts in ``ignored_params``
       on purpose (qualified names, or ``fnmatch`` patterns such as
       ``"*.lora_*"``): FSDP2 never reduces an ignored parameter, so each
@@ -74,6 +79,7 @@ class ModelCase:
     mesh_shape: tuple | None = None
     example_kwargs: dict = field(default_factory=dict, compare=False)
     unreduced: tuple = ()
+    loss: Callable | None = field(default=None, compare=False, repr=False)
     #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
     #: (filled in by :func:`build_case`; shown in reproducers)
     factory_ref: str | None = field(default=None, compare=False)
@@ -101,6 +107,10 @@ class ModelCase:
             return [*self.example_inputs, *self.example_kwargs.values()]
         bound.apply_defaults()
         return list(bound.arguments.values())
+
+    def copy_of(self, model=None):
+        """An independent copy of ``model`` (default: the case's own): see :func:`model_copy`."""
+        return model_copy(self.model if model is None else model, self)
 
     def rebuild(self) -> ModelCase:
         """A fresh case (a new model) from the factory, or ``self`` without one."""
@@ -396,6 +406,8 @@ def case_problems(case: ModelCase) -> list[str]:
         value = getattr(case, what)
         if value is not None and not (isinstance(value, (int, float)) and value > 0):
             out.append(f"case {case.name!r}: {what} must be a positive number, got {value!r}")
+    if case.loss is not None and not callable(case.loss):
+        out.append(f"case {case.name!r}: loss is a {type(case.loss).__name__}, not a callable loss(output, *inputs)")
     if not (isinstance(case.unreduced, (tuple, list, frozenset, set))
             and all(isinstance(n, str) for n in case.unreduced)):
         out.append(f"case {case.name!r}: unreduced must be a tuple of parameter names or patterns, "

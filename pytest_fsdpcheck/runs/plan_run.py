@@ -236,13 +236,6 @@ def _run_in_torchrun_world(build, world_size: int, groups) -> list[dict]:
         return [{**result, "error": _error(exc)}]
 
 
-def _model_copy(model, case):
-    """``cases.model.model_copy``: a deep copy, or the case factory's fresh model with ``model``'s values."""
-    from ..cases.model import model_copy
-
-    return model_copy(model, case if getattr(case, "factory", None) is not None else None)
-
-
 def _error(exc: BaseException) -> str:
     """``Type: message`` first (the checker shows the first line), the traceback after."""
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
@@ -274,8 +267,9 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
         dist.broadcast(x.data, src=0, group=group)
     # the suite's own copies: a model deepcopy refuses (a lock, a handle) is
     # built afresh by its factory, never a failure charged to the plan's step
-    copy_of = functools.partial(_model_copy, case=case)
+    copy_of = getattr(case, "copy_of", None) or copy.deepcopy
     pristine = copy_of(base)
+    loss = getattr(case, "loss", None)
     weight = rank_weight(rank)
     if groups is None:
         groups = (PlanGroup(tuple(name for name, _ in pristine.named_parameters())),)
@@ -287,10 +281,10 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     started = time.monotonic()
     try:
         try:
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, loss)
         except _Rejected as exc:
             batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, loss)
     except Exception as exc:  # noqa: BLE001 - the checker compares it with the plan's own step
         # The control runs nothing of fully_shard: its failure is the
         # model's or the plan's at the plan's precision. The plan's eager
@@ -301,7 +295,8 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     mine = batches[rank]
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
-    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group, copy_of)
+    upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group, copy_of,
+                                                          loss)
     progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
@@ -342,7 +337,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             if mode == "compiled":
                 forward = _compiled(model, backend, graphs)
             torch.manual_seed(STEP_SEED)
-            (_loss(forward(*mine[0], **mine[1])) * weight).backward()
+            (step_loss(forward(*mine[0], **mine[1]), mine, getattr(case, "loss", None)) * weight).backward()
             record["grads"] = _grads(model)
             if mode == "compiled":
                 record["graphs"] = len(graphs)
@@ -354,7 +349,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
     return result
 
 
-def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy):
+def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy, loss=None):
     """``(upstream, noise, seconds)``: ``upstream`` per parameter the
     coarsest floating dtype of its own compute and of every module output
     of the unsharded step (its gradient is its module's inputs, computed
@@ -370,7 +365,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None,
     import torch.distributed as dist
 
     seen: set = set()
-    eager, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, dtypes_seen=seen)
+    eager, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, dtypes_seen=seen, loss=loss)
     upstream = {}
     for name, p in pristine.named_parameters():
         compute = plan_of.get(name, (p.dtype,))[0]
@@ -379,7 +374,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None,
     if all(torch.finfo(getattr(torch, d)).eps <= torch.finfo(torch.float32).eps for d in upstream.values()):
         return upstream, {}, None
     started = time.monotonic()
-    compiled, _ = _unsharded_grads(copy_of(pristine), batch, groups, compile_with=backend)
+    compiled, _ = _unsharded_grads(copy_of(pristine), batch, groups, compile_with=backend, loss=loss)
     seconds = time.monotonic() - started
     names = [name for name, grad in eager.items() if grad is not None and compiled.get(name) is not None]
     measured = torch.tensor([(compiled[n].double() - eager[n].double()).abs().max().item() * weight
@@ -488,7 +483,7 @@ def _draw_through_aten(backend, compile_graph):
     return functools.partial(compile_graph, config_patches={"fallback_random": True})
 
 
-def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy.deepcopy):
+def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy.deepcopy, loss=None):
     """The unsharded model's gradients reduced as the plan's groups say (see
     the module docstring), and ``{name: (param_dtype, reduce_dtype)}`` for
     the parameters the plan computes or reduces below their own dtype.
@@ -497,7 +492,7 @@ def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy
     grads_per_batch = []
     for r, batch in enumerate(batches):
         try:
-            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups)
+            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, loss=loss)
         except Exception as exc:
             if r == 0 or batches[r] is batches[0]:
                 raise
@@ -529,7 +524,7 @@ def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy
     return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
 
 
-def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None):
+def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None, loss=None):
     """One forward and backward of the unsharded ``model`` on ``inputs``
     (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
     (compute dtype, reduce dtype)} for the parameters in a group)``.
@@ -573,7 +568,7 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None)
     try:
         torch.manual_seed(STEP_SEED)
         args, kwargs = inputs
-        _loss(forward(*args, **kwargs)).backward()
+        step_loss(forward(*args, **kwargs), inputs, loss).backward()
     finally:
         for hook in hooks:
             hook.remove()
@@ -610,6 +605,19 @@ def output_tensors(output) -> list:
         elif hasattr(obj, "to_tuple"):  # transformers' ModelOutput
             pending.append(obj.to_tuple())
     return found
+
+
+def step_loss(output, inputs, loss=None) -> torch.Tensor:
+    """The step's scalar: the case's own ``loss(output, *args, **kwargs)``
+    (``inputs`` is ``(args, kwargs)``), or :func:`_loss` where it gives none."""
+    if loss is None:
+        return _loss(output)
+    args, kwargs = inputs
+    value = loss(output, *args, **kwargs)
+    if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point()):
+        raise TypeError(f"the case's loss returned {type(value).__name__}"
+                        f"{tuple(value.shape) if isinstance(value, torch.Tensor) else ''}, not a floating scalar")
+    return value.reshape(())
 
 
 def _loss(output) -> torch.Tensor:

@@ -83,6 +83,13 @@ def root_first_plan(model, mesh):  # PLN-4: the root before its layers
         fully_shard(layer, mesh=mesh)
 
 
+def root_never_sharded_plan(model, mesh):  # PLN-4 alone: every parameter in a group, the root in none
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard([model.embed, model.lm_head], mesh=mesh)
+    fully_shard(model.norm, mesh=mesh)
+
+
 def _inputs():
     return (torch.randint(0, 16, (2, 5), generator=torch.Generator().manual_seed(0)),)
 
@@ -113,6 +120,10 @@ def unsharded_root():
 
 def root_first():
     return _case("root_first", root_first_plan)
+
+
+def root_never_sharded():
+    return _case("root_never_sharded", root_never_sharded_plan)
 
 
 class Adapter(nn.Module):
