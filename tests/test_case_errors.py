@@ -151,6 +151,30 @@ def test_a_step_failing_as_its_control_does_is_the_users_mistake():
     assert "\n" not in mistake
 
 
+def test_a_failure_the_model_wholly_in_the_plans_dtype_shares_is_torchs_not_the_users():
+    """Issue 56 audit: torch's own bf16 operator raising (planted) made the
+    control and the step fail alike on a sound bf16 plan, and FS2-9 called
+    it the user's. A step the plan did not ask for tells them apart: the
+    model cast wholly to the plan's dtype (nothing mixed) runs where the
+    plan mixes precisions (the user's), and fails the same way where the
+    operators fail on their own (torch's FS2-9, naming why)."""
+    from pytest_fsdpcheck.checks.plan_distributed import check_plan_end_to_end, users_mistake
+
+    mixing = _records(MIXED, MIXED)
+    for record in mixing:
+        record["uniform"] = {"dtype": "bfloat16", "error": None}
+    assert users_mistake(mixing) is not None
+    operators = _records(MIXED, MIXED)
+    for record in operators:
+        record["uniform"] = {"dtype": "bfloat16", "error": f"{MIXED}\nTraceback ..."}
+    assert users_mistake(operators) is None
+    [v] = check_plan_end_to_end(operators)
+    assert v.invariant == "FS2-9" and v.message == (
+        f"ranks 0, 1: the unsharded control at the plan's precision failed: {MIXED}, where the unsharded model "
+        "cast wholly to bfloat16 (no dtypes mixed, no fully_shard) fails the same way: torch's operators fail at "
+        "the plan's precision on their own"), v.message
+
+
 def test_a_control_failing_where_the_step_does_otherwise_or_runs_is_still_judged():
     """The control's failure alone decides nothing: where the plan's step
     ran, or failed with another error, or one rank's control ran, the

@@ -49,6 +49,8 @@ THREADED = {"tests.planted.torch_faults:StatesWalkQuadraticInThread": ("TRV-8", 
 SIMULATED = {"tests.planted.torch_faults:LastShardRowMissing": ("FS2-10", "test_uneven_worlds")}
 MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
+OPERATOR_BF16 = {"tests.planted.torch_faults:LinearRaisesInBFloat16": (
+    "FS2-9", "test_model_case or test_model_plan_end_to_end")}
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
 SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_split_inside_compile_cases")}
@@ -232,7 +234,8 @@ def test_a_torch_reduction_ten_percent_off_fails_beyond_the_compiled_tolerance(r
     result, report = run_faulted(SCALED, extra=("--fsdpcheck-model", "tests.planted.plans:fp32_router"))
     demand_torch_failures(result, report, SCALED)
     out = result.stdout.str()
-    assert "compiled: the gradient of router.weight differs" in out and "tolerance" in out, "\n".join(result.outlines[-30:])
+    assert ", compiled: " in out and "the gradient of router.weight differs" in out and "tolerance" in out, \
+        "\n".join(result.outlines[-30:])
 
 
 def test_a_torch_step_raising_what_a_users_mistake_raises_is_torchs_fail(run_faulted, monkeypatch):
@@ -247,6 +250,19 @@ def test_a_torch_step_raising_what_a_users_mistake_raises_is_torchs_fail(run_fau
     assert report["case_errors"] == {}, report["case_errors"]
     assert result.parseoutcomes().get("passed", 0) >= 1, "test_model_case did not pass: " + "\n".join(result.outlines[-20:])
     assert "mat1 and mat2 must have the same dtype" in result.stdout.str()
+
+
+def test_a_torch_operator_failing_in_the_control_too_is_torchs_fail(run_faulted, monkeypatch):
+    """case error for a step failing in the control too: only where the
+    model cast wholly to the plan's dtype runs. torch's bf16 linear raising
+    a mixed-dtype error fails the control and the step alike on a sound
+    bf16 plan; the whole-bf16 step fails too, so it is torch's FS2-9 FAIL,
+    never the user's (issue 56 audit: it read "case error (yours)", exit 11)."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(OPERATOR_BF16, extra=("--fsdpcheck-model", "tests.planted.plans:bf16"))
+    demand_torch_failures(result, report, OPERATOR_BF16)
+    assert report["case_errors"] == {}, report["case_errors"]
+    assert "cast wholly to bfloat16 (no dtypes mixed, no fully_shard) fails the same way" in result.stdout.str()
 
 
 def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):

@@ -154,7 +154,9 @@ def test_rank_dependent_plan_fails_naming_the_parameter(fast_compile):
     violations = check_plan_end_to_end(_run("tests.planted.plans:rank_scaled"))
     assert violations and {v.invariant for v in violations} == {"FS2-9"}
     for mode in ("eager", "compiled"):
-        assert any(f"{mode}: the gradient of layers.1.mlp.2.weight differs" in v.message for v in violations), violations
+        # every gradient upstream of the rescaled shard is wrong: one line for the step, each named under it
+        assert any(f", {mode}: " in v.message and "the gradient of layers.1.mlp.2.weight differs" in str(v)
+                   for v in violations), violations
 
 
 def _ranks_modes(violations) -> set:
@@ -348,6 +350,32 @@ def test_checker_tolerance_follows_the_plans_dtypes():
     assert len(doubled) == 2 and "4 x eps(bfloat16) for fused kernels" in doubled[1].message
     # a gradient in another dtype than the parameter's
     assert "has dtype bfloat16" in check_plan_end_to_end(_low_records(want.bfloat16(), want, plan))[0].message
+
+
+def test_a_step_through_the_models_own_compiled_layers_takes_a_compilers_tolerance():
+    """Issue 56 finding 1: layers the model compiles itself (``layer.compile()``
+    before ``fully_shard``) run Inductor's kernels in the eager step too, and
+    were judged at eager's tolerance (2 x eps(float32)): a bf16 rounding was
+    a FAIL in torch's column. Such a step takes the compiled allowance; a
+    wrong gradient still fails, its first line saying how many differ, the
+    worst relative difference and what the step compiled."""
+    want = torch.tensor([1.0, 0.5, -0.25])
+    bf16_ulp = want.clone()
+    bf16_ulp[0] += 2 ** -8
+    plan = ("bfloat16", "float32")
+    own = _low_records(bf16_ulp, want, plan, mode_grads=want)
+    own[0]["eager"]["own_compiled"] = ["layers.0", "layers.1"]
+    assert check_plan_end_to_end(own) == []
+    plain = check_plan_end_to_end(_low_records(bf16_ulp, want, plan, mode_grads=want))
+    assert plain and plain[0].message.endswith("; the step compiled nothing (eager)"), plain
+    two = [{**own[0], "reference": {"w": want, "v": want}, "precision": {"w": plan, "v": plan},
+            "eager": {"error": None, "own_compiled": ["layers.0"], "grads": {"w": 3 * want, "v": want + 0.5}},
+            "compiled": {"error": None, "graphs": 2, "grads": {"w": want, "v": want}}}]
+    [wrong] = check_plan_end_to_end(two)
+    first = wrong.message.splitlines()[0]
+    assert first.startswith("rank 0, eager: 2 of 2 gradients are wrong; worst: the gradient of w differs"), first
+    assert ", 2 of its largest entry; the step compiled 1 of the model's own compiled modules (layers.0)" in first
+    assert "the gradient of v differs" in wrong.detail and "the gradient of w differs" in wrong.detail
 
 
 # --- issue 28 item 5: FS2-9 on users' plans can fail for the reasons it claims -------

@@ -70,6 +70,10 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             step = (record.get("eager") or {}).get("error")
             beside = (f"the plan's eager step failed otherwise: {_first_line(step)}" if step
                       else "the plan's eager step ran")
+            dtype = _operators_fail(record)
+            if dtype is not None:
+                beside = (f"the unsharded model cast wholly to {dtype} (no dtypes mixed, no fully_shard) fails the "
+                          "same way: torch's operators fail at the plan's precision on their own")
             violations.append(Violation("FS2-9", f"rank {rank}: the unsharded control at the plan's precision "
                                                  f"failed: {_first_line(record['control_error'])}, where {beside}",
                                         detail=str(record["control_error"])))
@@ -89,12 +93,17 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
                                                      f"{_first_line(step['error'])}", detail=str(step["error"])))
                 continue
             grads = step.get("grads") or {}
+            # the model's own compiled layers run a compiler's kernels even in the eager step
+            compiled = mode == "compiled" or bool(step.get("own_compiled"))
+            misses = []
             for name, want in reference.items():
                 problem = _compare(grads.get(name, _MISSING), want, rtol, atol,
-                                   _low_precision(precision.get(name), mode, world_size,
-                                                  upstream.get(name), noise.get(name)))
+                                   _low_precision(precision.get(name), "compiled" if compiled else mode,
+                                                  world_size, upstream.get(name), noise.get(name)))
                 if problem:
-                    violations.append(Violation("FS2-9", f"rank {rank}, {mode}: the gradient of {name} {problem}"))
+                    misses.append((name, *problem))
+            if misses:
+                violations.append(_gradients_missed(rank, mode, misses, len(reference), step, record.get("backend")))
             for name in grads.keys() - reference.keys():
                 violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {name} is a parameter after the plan "
                                                      "but not of the unsharded model"))
@@ -122,12 +131,29 @@ def users_mistake(records) -> str | None:
         step = (record.get("eager") or {}).get("error")
         if record.get("error") or not control or not step or _first_line(control) != _first_line(step):
             return None
+        if _operators_fail(record):
+            return None  # the model wholly in the plan's dtype fails too: torch's operators, not the plan
         failures.add(_first_line(control))
     if not failures:
         return None
     return ("the plan's step fails in the unsharded model at the plan's own precision too, where no fully_shard "
             f"runs: {' / '.join(sorted(failures))} (the plan's eager step raises the same on every rank); "
             "fix the plan or the model: FS2-9 judges no implementation on it")
+
+
+def _operators_fail(record) -> str | None:
+    """The dtype at which the unsharded model, cast *wholly* to the plan's
+    coarsest compute dtype (a step the plan did not ask for: nothing mixes
+    dtypes), failed as the control did, or None. A control failing at the
+    plan's precision shares torch's operators with the sharded step; this
+    step tells a plan mixing precisions (the user's: it runs) from
+    operators failing at that dtype on their own (torch's: it fails the
+    same way)."""
+    uniform = record.get("uniform") or {}
+    error = uniform.get("error")
+    if error and _first_line(error) == _first_line(record.get("control_error")):
+        return uniform.get("dtype")
+    return None
 
 
 def uncompilable_model(records) -> str | None:
@@ -181,21 +207,25 @@ def _low_precision(dtypes, mode: str, world_size: int, upstream: str | None = No
     return slack, absolute, f"{where}; allowed: {' + '.join(words)}"
 
 
-def _compare(have, want, rtol, atol, low=None) -> str | None:
+def _compare(have, want, rtol, atol, low=None) -> tuple[str, float] | None:
+    """``(what is wrong, the difference relative to the largest entry)``
+    (infinite where no number compares: missing, None, another shape or
+    dtype), or None where the gradient is within the tolerance."""
     import torch
 
+    inf = float("inf")
     if have is _MISSING:
-        return "is missing: the parameter is gone after the plan"
+        return "is missing: the parameter is gone after the plan", inf
     if want is None or have is None:
         if want is None and have is None:
             return None
         return ("is None, the unsharded model's is not" if have is None
-                else "exists, the unsharded model has none")
+                else "exists, the unsharded model has none"), inf
     if tuple(have.shape) != tuple(want.shape):
-        return f"has shape {tuple(have.shape)}, the unsharded model's {tuple(want.shape)}"
+        return f"has shape {tuple(have.shape)}, the unsharded model's {tuple(want.shape)}", inf
     if have.dtype != want.dtype:
-        return f"has dtype {str(have.dtype).removeprefix('torch.')}, the unsharded model's " \
-               f"{str(want.dtype).removeprefix('torch.')}"
+        return (f"has dtype {str(have.dtype).removeprefix('torch.')}, the unsharded model's "
+                f"{str(want.dtype).removeprefix('torch.')}"), inf
     have, want = have.double(), want.double()
     scale = want.abs().max().item() if want.numel() else 0.0
     slack, absolute, words = low if low is not None else (0.0, 0.0, "")
@@ -205,8 +235,37 @@ def _compare(have, want, rtol, atol, low=None) -> str | None:
         at = f" {words}" if words else ""
         tolerance = f"{allowed:.3g} + rtol {rtol:g} x each entry"
         return (f"differs from the unsharded model's{at}{')' if words else ''} (max abs difference {diff:.3g}, "
-                f"largest entry {scale:.3g}, tolerance {tolerance})")
+                f"largest entry {scale:.3g}, tolerance {tolerance})"), (diff / scale if scale else inf)
     return None
+
+
+def _what_compiled(mode: str, step: dict, backend) -> str:
+    """What the step ran through a compiler: the numerics its tolerance is for."""
+    own = step.get("own_compiled") or []
+    parts = []
+    if mode == "compiled":
+        graphs = step.get("graphs")
+        parts.append(f"the whole step with {backend or 'its backend'}"
+                     + (f" ({graphs} graph{'s' if graphs != 1 else ''})" if graphs is not None else ""))
+    if own:
+        parts.append(f"{len(own)} of the model's own compiled modules ({', '.join(own[:2])}"
+                     f"{', ...' if len(own) > 2 else ''})")
+    return " and ".join(parts) or "nothing (eager)"
+
+
+def _gradients_missed(rank, mode: str, misses: list, total: int, step: dict, backend) -> Violation:
+    """One violation for a step's wrong gradients: its first line says how
+    many differ, the worst (by its difference relative to its largest
+    entry, with that figure), what the step compiled and the tolerance; the
+    detail lists every parameter's line."""
+    name, problem, relative = max(misses, key=lambda miss: miss[2])
+    worst = f"the gradient of {name} {problem}"
+    if relative != float("inf"):
+        worst += f", {relative:.3g} of its largest entry"
+    count = f"{len(misses)} of {total} gradients are wrong; worst: " if len(misses) > 1 else ""
+    message = f"rank {rank}, {mode}: {count}{worst}; the step compiled {_what_compiled(mode, step, backend)}"
+    detail = "\n".join(f"the gradient of {n} {p}" for n, p, _ in misses)
+    return Violation("FS2-9", message, detail=detail)
 
 
 def _hung(record) -> str | None:

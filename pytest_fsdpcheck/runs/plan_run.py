@@ -64,7 +64,7 @@ import torch
 
 from .ddp_run import all_gather_objects, free_port, launched_by_torchrun, spawn_ranks
 from .fsdp2_run import compile_backend, dtensor_class
-from .precision import cast_inputs_hook, cast_outputs_hook, low_leaf, swap_in_leaves
+from .precision import cast_floating, cast_inputs_hook, cast_outputs_hook, low_leaf, swap_in_leaves
 
 BUILD_SEED = 0
 STEP_SEED = 28
@@ -291,7 +291,7 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
         # step still runs, so the checker can tell the user's mistake (the
         # step fails the same way) from torch's (it fails otherwise).
         return _control_failed(case, pristine, _error(exc), inputs, world_size, backend, weight, progress, group,
-                               copy_of)
+                               copy_of, groups)
     mine = batches[rank]
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
@@ -307,7 +307,7 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
 
 
 def _control_failed(case, pristine, error: str, inputs, world_size: int, backend, weight: float, progress,
-                    group=None, copy_of=copy.deepcopy) -> dict:
+                    group=None, copy_of=copy.deepcopy, groups=None) -> dict:
     """This rank's record where the unsharded control failed with ``error``
     (``control_error``): the plan's eager step on the case's own inputs
     beside it, the one the checker compares the failure with (the
@@ -316,7 +316,36 @@ def _control_failed(case, pristine, error: str, inputs, world_size: int, backend
               "weight": weight, "backend": backend}
     result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",), group,
                               copy_of))
+    result["uniform"] = _uniform_step(pristine, inputs, groups, copy_of, getattr(case, "loss", None))
     return result
+
+
+def _uniform_step(pristine, inputs, groups, copy_of, loss) -> dict | None:
+    """A step the plan did not ask for, to tell whose a failure at the
+    plan's precision is: the unsharded model with *every* floating
+    parameter, buffer and input cast to the plan's coarsest compute dtype,
+    so nothing mixes dtypes. Where it runs, the failure comes from the
+    plan's mix of precisions (the user's); where it fails the same way,
+    torch's operators fail at that dtype on their own (torch's).
+    ``{"dtype": ..., "error": None or the error}``, or None where the plan
+    computes nothing below the parameters' own dtypes."""
+    lows = [g.param_dtype for g in groups or () if g.param_dtype is not None and g.param_dtype.is_floating_point
+            and torch.finfo(g.param_dtype).eps > torch.finfo(torch.float32).eps]
+    if not lows:
+        return None
+    dtype = max(lows, key=lambda d: torch.finfo(d).eps)
+    record: dict = {"dtype": str(dtype).removeprefix("torch."), "error": None}
+    try:
+        model = copy_of(pristine)
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.is_floating_point():
+                tensor.data = tensor.data.to(dtype)
+        cast = cast_floating(dtype, inputs)
+        torch.manual_seed(STEP_SEED)
+        step_loss(model(*cast[0], **cast[1]), cast, loss).backward()
+    except Exception as exc:  # noqa: BLE001 - compared with the control's failure by the checker
+        record["error"] = _error(exc)
+    return record
 
 
 def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes, group=None,
@@ -339,6 +368,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             torch.manual_seed(STEP_SEED)
             (step_loss(forward(*mine[0], **mine[1]), mine, getattr(case, "loss", None)) * weight).backward()
             record["grads"] = _grads(model)
+            record["own_compiled"] = own_compiled_modules(model)
             if mode == "compiled":
                 record["graphs"] = len(graphs)
                 if not graphs:
@@ -347,6 +377,17 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             record["error"] = _error(exc)
         result[mode] = record
     return result
+
+
+def own_compiled_modules(model) -> list[str]:
+    """The qualified names of ``model``'s modules that compile their own
+    forward (``module.compile()``, ``torch.compile(module)`` held as a
+    child): a step through them runs compiled kernels even where the check
+    calls the model eagerly, so its numerics are a compiler's."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return [name or "<root>" for name, module in model.named_modules()
+            if isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None]
 
 
 def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy, loss=None):

@@ -517,6 +517,33 @@ class ForwardRaisesMixedDtype:
         cls.planted = True
 
 
+class LinearRaisesInBFloat16:
+    """FS2-9 killer of the user's mistake shared by the control: torch's
+    own ``F.linear`` raises on bf16 inputs what a plan mixing bf16 and fp32
+    gets. The unsharded control at the plan's precision fails as the
+    sharded step does (they share torch's operators), so only a step the
+    plan did not ask for (the model cast wholly to bf16) tells it is
+    torch's: FS2-9 FAIL in torch's column, never the case's one line."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        import torch
+        import torch.nn.functional as F
+
+        linear = F.linear
+
+        def raising(input, weight, bias=None):
+            if input.dtype == torch.bfloat16:
+                raise RuntimeError("mat1 and mat2 must have the same dtype, but got BFloat16 and Float")
+            return linear(input, weight, bias)
+
+        F.linear = raising
+        cls.planted = True
+
+
 class FrozenDtypesAsserted:
     """FS2-12, next to torch 2.3-2.7's known ``fs2-frozen-dtypes-asserted``
     (out of range on the installed torch): a group's lazy init asserts one
