@@ -53,6 +53,25 @@ def test_a_model_deepcopy_refuses_takes_the_step_from_fresh_copies(fast_compile)
     assert check_plan_end_to_end(records) == []
 
 
+@pytest.mark.e2e
+def test_a_lora_stack_in_production_passes_fs2_9_in_torchs_column(fast_compile):
+    """Issue 56's second framework as it trains (tests/planted/loratune.py):
+    RMSNorm, rotary, GQA, SwiGLU, tied embeddings, LoRA over frozen Linears,
+    each layer compiled by the model itself and checkpointed, bf16
+    parameters reduced in fp32, its own next-token loss, a lock deepcopy
+    refuses. Sound: no FS2-9 violation, eager (through its own compiled
+    layers: Inductor's kernels) or compiled."""
+    from pytest_fsdpcheck.cases.checks import control_groups
+    from pytest_fsdpcheck.cases.exposure import case_of
+
+    case = case_of("tests.planted.loratune:lora_locked")
+    records = _run_as_planned("tests.planted.loratune:lora_locked")
+    assert [r["error"] for r in records] == [None, None], records[0]["error"]
+    assert all(record["eager"]["own_compiled"] for record in records)
+    assert {g.param_dtype for g in control_groups(case)} == {torch.bfloat16}
+    assert check_plan_end_to_end(records) == []
+
+
 def _two_gloo_ranks(rank_main, folder, monkeypatch) -> list:
     """``rank_main(rank, port, folder)`` in two spawned processes on a
     localhost rendezvous; what each saved as ``folder/rank{rank}.pt``."""

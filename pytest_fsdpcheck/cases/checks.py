@@ -22,6 +22,7 @@ from .model import (
     ModelCase,
     _one_line,
     build_case,
+    examples_of,
     load_factory,
     strategies_of,
     unit_names,
@@ -1051,7 +1052,7 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
     strategies = strategies_of(source)
     if not strategies:
         return _on_case(check, build_case(source), impl)
-    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import HealthCheck, assume, example, given, settings
     from hypothesis import strategies as st
     from hypothesis.errors import Unsatisfiable
 
@@ -1071,7 +1072,14 @@ def run_check(check, case_or_factory, impl=None, max_examples: int = 10, shrink:
     environment: list[Exception] = []
     phases = [phase for phase in Phase if shrink or phase is not Phase.shrink]
 
+    def declared(test):
+        # the factory's declared configurations, each judged whatever is drawn (model_examples)
+        for configuration in reversed(examples_of(source)):
+            test = example(kwargs=configuration)(test)
+        return test
+
     @settings(profiles.current(), max_examples=max_examples, suppress_health_check=list(HealthCheck), phases=phases)
+    @declared
     @given(kwargs=st.fixed_dictionaries(strategies))
     def drawn(kwargs):
         if check is check_case:

@@ -18,6 +18,7 @@ from typing import Any
 ENTRY_POINT_GROUP = "pytest_fsdpcheck.models"
 #: where :func:`model_factory` keeps a factory's keyword strategies
 STRATEGIES_ATTR = "fsdpcheck_strategies"
+EXAMPLES_ATTR = "fsdpcheck_examples"
 
 
 class CaseError(Exception):
@@ -211,8 +212,43 @@ def model_factory(**strategies) -> Callable:
     return mark
 
 
+def model_examples(*configurations: dict) -> Callable:
+    """Declare configurations of a factory that every check always judges,
+    before and beside the ones drawn from its strategies (Hypothesis'
+    explicit examples: they count against no example budget, so FS2-9's one
+    drawn world by default still runs each of them). A framework names its
+    production configuration here, so the suite and
+    ``parametrize_with_checks`` both judge it whatever they draw::
+
+        @model_examples({"compile_layers": True, "checkpoint": True})
+        @model_factory(compile_layers=st.booleans(), checkpoint=st.booleans())
+        def make(compile_layers=True, checkpoint=True):
+            ...
+    """
+
+    def mark(factory):
+        declared = strategies_of(factory)
+        for configuration in configurations:
+            if not isinstance(configuration, dict):
+                raise CaseError(f"model_examples: {factory.__qualname__}: a configuration is a dict of its "
+                                f"keyword arguments, got {_describe(configuration)}")
+            unknown = [k for k in configuration if k not in declared]
+            if unknown:
+                raise CaseError(f"model_examples: {factory.__qualname__}: {unknown[0]!r} is not an argument "
+                                "@model_factory declares (apply @model_examples above it)")
+        setattr(factory, EXAMPLES_ATTR, [*examples_of(factory), *(dict(c) for c in configurations)])
+        return factory
+
+    return mark
+
+
 def strategies_of(factory) -> dict:
     return dict(getattr(factory, STRATEGIES_ATTR, None) or {})
+
+
+def examples_of(factory) -> list[dict]:
+    """The configurations :func:`model_examples` declares for ``factory``."""
+    return list(getattr(factory, EXAMPLES_ATTR, None) or [])
 
 
 def installed_models() -> dict[str, str]:

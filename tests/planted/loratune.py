@@ -13,6 +13,7 @@ Nothing here is the suite's: it imports only torch and the public
 
 import threading
 
+import hypothesis.strategies as st
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,7 +23,7 @@ try:
 except ImportError:  # torch 2.3 and 2.4 keep FSDP2 in the composable package
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 
-from pytest_fsdpcheck.cases import ModelCase
+from pytest_fsdpcheck.cases import ModelCase, model_examples, model_factory
 
 VOCAB, DIM, HEADS, KV_HEADS, HIDDEN = 32, 16, 4, 2, 24
 
@@ -179,11 +180,19 @@ def _case(name, model, the_plan=plan, **kw):
 # --- the sound setups -----------------------------------------------------------------
 
 
+# the production configuration, judged whatever else is drawn
+PRODUCTION = {"compile_layers": True, "checkpoint": True}
+
+
+@model_examples(PRODUCTION)
+@model_factory(compile_layers=st.booleans(), checkpoint=st.booleans())
 def full_finetune(compile_layers=True, checkpoint=True):
     torch.manual_seed(0)
     return _case("full_finetune", _wrapped(CausalLM(), compile_layers, checkpoint))
 
 
+@model_examples(PRODUCTION)
+@model_factory(compile_layers=st.booleans(), checkpoint=st.booleans())
 def lora(compile_layers=True, checkpoint=True):
     torch.manual_seed(0)
     return _case("lora", _wrapped(add_lora(CausalLM()), compile_layers, checkpoint))
