@@ -14,8 +14,10 @@ interpreter (a crashing worker).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pathlib
+import shlex
 
 import pytest
 
@@ -395,9 +397,24 @@ def test_a_faulty_implementation_fails_its_check_with_the_reason(run, impl, extr
 
 
 def test_a_test_id_as_printed_reruns_that_test(run):
-    result = run(["--fsdpcheck", "--fsdpcheck-impl", "reference", "test_traversal.py::test_handles[reference]"])
+    """A suite test's id as the summary prints it; a user's model's test by
+    the re-run command the reports print (JUnit, annotations): it names the
+    model, or its test is not collected (issue 56, item 4), and the run's
+    report gives the model cells of its own, from its tests' records."""
+    from pytest_fsdpcheck.report.junit import rerun_command
+
+    model = "tests.planted.plans:good"
+    nodeid = "conformance/test_models.py::test_model_fsdp2_walk[reference-tests.planted.plans.good]"
+    command = shlex.split(rerun_command(nodeid, "reference", model, world_size=4))
+    assert command[:2] == ["pytest", "--fsdpcheck"] and "--fsdpcheck-model" in command, command
+    result = run([*command[1:], "test_traversal.py::test_handles[reference]", "--fsdpcheck-report", "report.json"])
     _no_traceback(result)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
+    report = json.loads((pathlib.Path(result.folder) / "report.json").read_text())
+    assert report["header"]["world_size"] == 4
+    assert list(report["models"]) == [model] and report["models"][model]["reference"]["FS2-1"]["outcome"] == "pass"
+    assert "TRV-6" not in report["models"][model]["reference"] and "TRV-6" in report["matrix"]["reference"]
+    assert [t["model"] for t in report["tests"].values() if "model" in t] == [model]
 
 
 def test_selection_of_nothing_makes_no_verdicts(run):

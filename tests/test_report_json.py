@@ -123,6 +123,55 @@ def test_a_failure_records_its_cause():
         jsonschema.validate(report, schema())
 
 
+def test_each_model_has_cells_of_its_own_beside_the_runs():
+    """A framework naming several models sees which one failed (issue 56,
+    item 4): the run's cell holds every test, a model's cells its tests
+    alone, both from the same reports (the model is their PROP_MODEL, never
+    read from a test id); a known bug keeps the run's [n]."""
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
+    from pytest_fsdpcheck.report import PROP_CAUSE, PROP_MODEL, PROP_VIOLATED
+
+    make, other = "pkg.models:make", "pkg.models:other"
+    first, later = TORCH_BUGS[0].id, TORCH_BUGS[3].id
+    failing = "test_models.py::test_model_plan_end_to_end[torch-pkg.models.make]"
+
+    def passed(nodeid, invariants, model=None):
+        props = [(PROP_INVARIANTS, invariants), (PROP_IMPL, "torch"), *([(PROP_MODEL, model)] if model else [])]
+        return SimpleNamespace(nodeid=nodeid, when="call", outcome="passed", passed=True, failed=False, skipped=False,
+                               longrepr=None, user_properties=props, duration=0.0, sections=[])
+
+    known = _known_report("test_models.py::test_model_traversal[torch-pkg.models.other]", ["TRV-7"], [later])
+    known.user_properties.append((PROP_MODEL, other))
+    matrix = Matrix()
+    matrix.add_impl("torch")
+    for report in (passed("test_fsdp2.py::test_world[torch]", ["FS2-9"]),
+                   _known_report("test_traversal.py::test_states[torch]", ["TRV-7"], [first]),
+                   _failed_report(failing, "FS2-9: rank 1: wrong gradients", ["FS2-9"], "torch",
+                                  [(PROP_MODEL, make), (PROP_VIOLATED, ["FS2-9"]), (PROP_CAUSE, "violation")]),
+                   passed("test_models.py::test_model_plan_end_to_end[torch-pkg.models.other]", ["FS2-9"], other),
+                   passed("test_models.py::test_model_fsdp2_walk[torch-pkg.models.other]", ["FS2-1"], other),
+                   known):
+        matrix.record(report)
+    header = {"torch": "2.13.0", "implementations": ["torch"], "devices": ["cpu"], "profile": "ci", "seed": None,
+              "divergence_files": [], "complete": True, "world_size": 4}
+    content = payload(header, matrix, {})
+    assert content["matrix"]["torch"]["FS2-9"] == {"outcome": "fail", "tests": 3}  # every test, the models' included
+    assert content["models"] == {
+        make: {"torch": {"FS2-9": {"outcome": "fail", "tests": 1}}},
+        other: {"torch": {"FS2-1": {"outcome": "pass", "tests": 1}, "FS2-9": {"outcome": "pass", "tests": 1},
+                          "TRV-7": {"outcome": "known", "tests": 1, "known": [later]}}}}
+    assert content["tests"][failing]["model"] == make and "model" not in content["tests"]["test_fsdp2.py::test_world[torch]"]
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(content, schema())
+    lines = matrix.render()
+    at = next(i for i, line in enumerate(lines) if line.startswith("cells: "))
+    assert lines[at + 1].startswith("your models") and lines[at + 2].split() == ["invariant", "[model]", "torch"]
+    rows = {" ".join(line.split()[:2]): line.split()[2:] for line in lines[at + 3:]}
+    assert rows == {f"FS2-9 [{make}]": ["FAIL"], f"FS2-1 [{other}]": ["pass"], f"FS2-9 [{other}]": ["pass"],
+                    f"TRV-7 [{other}]": ["known", "[2]"]}  # the run's numbering: [1] is the suite's own bug
+    assert [line.split()[:2] for line in lines[1:at]] == [["TRV-7", "known"], ["FS2-1", "pass"], ["FS2-9", "FAIL"]]
+
+
 def test_the_schema_is_shipped_valid_and_versioned():
     jsonschema = pytest.importorskip("jsonschema")
     published = schema()

@@ -73,3 +73,44 @@ def test_a_github_annotation_per_fail():
     lines = github_annotations(CONTENT)
     assert lines == [f'::error title=fsdpcheck TRV-7 [torch]::TRV-7: root states lost m2 & <m3> '
                      f'(re-run: pytest --fsdpcheck --fsdpcheck-impl torch "{NODE}")']
+
+
+MAKE, OTHER = "pkg.models:make", "pkg.models:other"
+MODEL_NODE = "conformance/test_models.py::test_model_plan_end_to_end[torch-pkg.models.make]"
+SUITE_NODE = "conformance/test_fsdp2.py::test_world[torch]"
+
+
+def _failed(invariants, model=None):
+    return {"outcome": "failed", "implementation": "torch", "invariants": invariants,
+            **({"model": model} if model else {}),
+            "failure": {"invariants": invariants, "message": f"{invariants[0]}: wrong gradients", "reproducer": None}}
+
+
+MODELS = {
+    "header": {"torch": "2.13.0", "implementations": ["torch"], "world_size": 4},
+    "matrix": {"torch": {"FS2-9": {"outcome": "fail", "tests": 3}, "FS2-1": {"outcome": "pass", "tests": 2}}},
+    "models": {MAKE: {"torch": {"FS2-9": {"outcome": "fail", "tests": 1}}},
+               OTHER: {"torch": {"FS2-9": {"outcome": "pass", "tests": 1}, "FS2-1": {"outcome": "pass", "tests": 1}}}},
+    "tests": {MODEL_NODE: _failed(["FS2-9"], MAKE), SUITE_NODE: _failed(["FS2-9"])},
+}
+
+
+def test_a_testcase_per_model_names_the_model_and_reruns_it():
+    """Issue 56, item 4: a CI's test report shows which model failed, and
+    its re-run command names the model (without --fsdpcheck-model its test
+    is not collected) and the run's world size."""
+    suite = ET.fromstring(junit_xml(MODELS)).find("testsuite")
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert set(cases) == {"FS2-9[torch]", "FS2-1[torch]", f"FS2-9[torch][{MAKE}]", f"FS2-9[torch][{OTHER}]",
+                          f"FS2-1[torch][{OTHER}]"}
+    assert (suite.get("tests"), suite.get("failures")) == ("5", "2")  # the invariant's case holds every test
+    assert {case.get("classname") for case in cases.values()} == {"fsdpcheck.fsdp2"}
+    mine = cases[f"FS2-9[torch][{MAKE}]"].find("failure").text
+    rerun = (f"pytest --fsdpcheck --fsdpcheck-impl torch --fsdpcheck-model {MAKE} --fsdpcheck-world-size 4 "
+             f'"test_models.py::test_model_plan_end_to_end[torch-pkg.models.make]"')
+    assert rerun in mine and SUITE_NODE not in mine  # the model's case: its own tests alone
+    every = cases["FS2-9[torch]"].find("failure").text
+    assert rerun in every and 'pytest --fsdpcheck --fsdpcheck-impl torch --fsdpcheck-world-size 4 "test_fsdp2.py' in every
+    assert list(cases[f"FS2-9[torch][{OTHER}]"]) == []
+    only_model = {**MODELS, "tests": {MODEL_NODE: MODELS["tests"][MODEL_NODE]}}
+    assert github_annotations(only_model) == [f"::error title=fsdpcheck FS2-9 [torch]::FS2-9: wrong gradients (re-run: {rerun})"]

@@ -46,7 +46,7 @@ def run(tmp_path_factory):
         f"--rootdir={folder}", "-p", "tests.planted.noshrink",
         "--fsdpcheck-impl", "torch", "--fsdpcheck-impl", "reference", "--fsdpcheck-impl", PLANTED,
         "--fsdpcheck-model", CASE_ERROR, "--fsdpcheck-model", MODEL,
-        "-k", "test_sizes_cases or test_counted_once or test_model_case or test_model_plan_rules or test_model_buckets",
+        "-k", "test_sizes_cases or test_counted_once or test_model_case or test_model_fsdp2_walk or test_model_buckets",
         "--fsdpcheck-report", "report.json", "--fsdpcheck-html", "report.html",
     ]
     if _has_pytest_html():
@@ -73,6 +73,10 @@ def test_the_run_has_every_kind_of_cell(run):
     outcomes = {cell["outcome"] for cells in report["matrix"].values() for cell in cells.values()}
     assert {"pass", "fail", "known", "not provided"} <= outcomes, (outcomes, out[-2000:])
     assert report["case_errors"] and report["exposure"][MODEL], out[-2000:]
+    # each model's own cells, each implementation's (issue 56, item 4); the case error's checks none judged
+    models = report["models"]
+    assert set(models) == {MODEL, CASE_ERROR} and set(models[MODEL]) == {"torch", "reference", PLANTED}, models
+    assert {cell["outcome"] for cells in models[CASE_ERROR].values() for cell in cells.values()} <= {"skipped", "not provided"}, models
 
 
 def test_the_report_matches_its_published_schema(run):

@@ -32,6 +32,9 @@ PROP_KNOWN = "fsdpcheck_known"  # {known-bug id: examples it explained}
 PROP_ENVIRONMENT = "fsdpcheck_environment"
 #: a user's model case that is the user's mistake: {"model": spec, "error": one line}
 PROP_CASE_ERROR = "fsdpcheck_case_error"
+#: the user's model factory a suite test checks (its ``--fsdpcheck-model`` spec), on
+#: the tests parametrized by one: the matrix keeps that model's cells apart too
+PROP_MODEL = "fsdpcheck_model"
 #: what ended a failed suite test's call (one of FAILURE_CAUSES; run.verdicts.judge_report)
 PROP_CAUSE = "fsdpcheck_cause"
 #: a failure's cause, as its report records it (``failure.cause``): "violation",
@@ -118,7 +121,16 @@ def _props(report) -> dict:
 
 
 class Matrix:
-    def __init__(self):
+    """The run's cells, each the worst outcome of every test charged to it,
+    and, per user's model (:data:`PROP_MODEL`), a ``Matrix`` of that model's
+    tests alone (``models``): the same reports, so a model's cell is the
+    part of the run's cell its tests make."""
+
+    def __init__(self, model: str | None = None):
+        #: the model whose tests alone this matrix holds; None: the run's, every test
+        self.model = model
+        #: model spec -> the cells of its tests alone (no unexpected passes: a declaration's are the run's cells')
+        self.models: dict[str, Matrix] = {}
         self.cells: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.tests: dict[tuple[str, str], int] = defaultdict(int)
         self.impls: list[str] = []
@@ -159,10 +171,14 @@ class Matrix:
         impl = props.get(PROP_IMPL)
         if not invariants or impl is None:
             return
+        model = props.get(PROP_MODEL)
+        if model is not None and self.model is None:
+            self.models.setdefault(model, Matrix(model)).record(report)
         # a crashed xdist worker's report says when="???": it died during the call
         when = report.when if report.when in ("setup", "teardown") else "call"
         test = self.per_test.setdefault(report.nodeid, {"outcome": None, "implementation": impl,
-                                                         "invariants": list(invariants)})
+                                                         "invariants": list(invariants),
+                                                         **({"model": model} if model is not None else {})})
         if when == "call" or not report.passed:
             test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
         if when == "call":
@@ -214,10 +230,12 @@ class Matrix:
         return sorted(self.known_met, key=lambda met: (columns.get(met[0], len(columns)), met[0],
                                                        catalog.get(met[1], len(catalog)), met[1]))
 
-    def cell_text(self, inv: str, impl: str) -> str:
+    def cell_text(self, inv: str, impl: str, known_order: list[tuple[str, str]] | None = None) -> str:
+        """``known_order``: the run's numbering of known bugs, for a model's cell."""
         outcome = self.outcome(inv, impl)
         if outcome == "known":
-            numbers = sorted(self.known_order.index((impl, b)) + 1 for b in self.known_in_cell[(inv, impl)])
+            order = self.known_order if known_order is None else known_order
+            numbers = sorted(order.index((impl, b)) + 1 for b in self.known_in_cell[(inv, impl)])
             return "known " + ",".join(f"[{n}]" for n in numbers)
         return SYMBOL.get(outcome, "-")
 
@@ -244,7 +262,11 @@ class Matrix:
         invs = self.invariants()
         if not invs:
             return ["no conformance tests ran"]
-        width = max(8, *(len(i) for i in self.impls), *(len(self.cell_text(inv, i)) for inv in invs for i in self.impls))
+        order = self.known_order
+        models = [(f"{inv} [{spec}]", [sub.cell_text(inv, impl, order) for impl in self.impls])
+                  for spec, sub in sorted(self.models.items()) for inv in sub.invariants()]
+        width = max(8, *(len(i) for i in self.impls), *(len(self.cell_text(inv, i)) for inv in invs for i in self.impls),
+                    *(len(text) for _, row in models for text in row))
         lines = ["invariant  " + "  ".join(f"{i:<{width}}" for i in self.impls) + "  statement"]
         for inv in invs:
             row = [self.cell_text(inv, impl) for impl in self.impls]
@@ -254,6 +276,12 @@ class Matrix:
             for impl in self.impls:
                 totals[SYMBOL.get(self.outcome(inv, impl), "-")] += 1
         lines.append("cells: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())))
+        if models:
+            # each model's own rows: the part of the cells above its tests make
+            label = max(len("invariant [model]"), *(len(name) for name, _ in models))
+            lines.append("your models, each its own tests' cells (the rows above hold every test, theirs included):")
+            lines.append(f"{'invariant [model]':<{label}}  " + "  ".join(f"{i:<{width}}" for i in self.impls).rstrip())
+            lines.extend(f"{name:<{label}}  " + "  ".join(f"{c:<{width}}" for c in row).rstrip() for name, row in models)
         return lines
 
     def to_json(self) -> dict:
@@ -344,6 +372,7 @@ def payload(header: dict, matrix: Matrix, extra: dict) -> dict:
     """The JSON report's content (``report.schema.json``); the HTML pages are
     drawn from it too."""
     return {"schema_version": SCHEMA_VERSION, "header": header, "matrix": matrix.to_json(),
+            "models": {spec: sub.to_json() for spec, sub in sorted(matrix.models.items())},
             "tests": matrix.per_test, **extra}
 
 
@@ -552,6 +581,8 @@ def _header_json(session) -> dict:
         # before the summary, or nothing ran; stale entries and unreproduced
         # bugs are then not judged
         "complete": not session.incomplete,
+        # --fsdpcheck-world-size as given (None: the device's default); a re-run command passes it on
+        "world_size": getattr(session, "world_size", None),
         **_plan_json(session),
     }
 

@@ -17,7 +17,7 @@ import pytest
 
 from ..core.catalog import area_of
 from ..core.not_provided import PREFIX
-from ..report import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED, model_id
+from ..report import PROP_IMPL, PROP_INVARIANTS, PROP_MODEL, PROP_NOT_PROVIDED, model_id
 
 _CORPUS_MODULE = "test_golden.py"
 
@@ -209,6 +209,10 @@ def tag(session, items) -> None:
             continue
         item.user_properties.append((PROP_INVARIANTS, invariants))
         item.user_properties.append((PROP_IMPL, spec))
+        model = callspec.params.get("fsdpcheck_model_case")
+        if isinstance(model, str):
+            # a user's model's check: its cells are the model's own too (report.Matrix.models)
+            item.user_properties.append((PROP_MODEL, model))
         impl = callspec.params["fsdpcheck_impl"]
         reason = not_provided_at_collection(spec, impl, {area_of(i) for i in invariants},
                                             callspec.params.get("fsdpcheck_graph_form"))
