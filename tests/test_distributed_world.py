@@ -235,7 +235,7 @@ def test_the_self_test_passes_a_sound_world_and_names_a_broken_collective(world_
         self_test(torch.device("cpu"), FSDP2_COLLECTIVES, inputs)
 
 
-def test_the_ddp_task_turns_the_ddp_optimizer_on_for_its_own_compiles_only(world_of_one, monkeypatch):
+def test_the_ddp_task_turns_the_ddp_optimizer_on_for_its_own_compiles_only(world_of_one):
     """Issue 56: SPL-16's task (ddp_run._train_and_record) set Dynamo's
     ``optimize_ddp`` process-wide and left it; under torchrun it runs in the
     test process, whose Dynamo config is compared after every test. Its own
@@ -244,9 +244,12 @@ def test_the_ddp_task_turns_the_ddp_optimizer_on_for_its_own_compiles_only(world
 
     from pytest_fsdpcheck.runs.ddp_run import _train_and_record
 
-    monkeypatch.setattr(torch._dynamo.config, "optimize_ddp", "no_optimization")
-    record = _train_and_record(0, 1, torch.device("cpu"), ())  # no implementation: the task alone
-    assert torch._dynamo.config.optimize_ddp == "no_optimization"
+    # config.patch, not monkeypatch: pytest's monkeypatch reads the old value
+    # from the module's __dict__ (empty for a torch config), and its undo
+    # deletes the entry, hiding optimize_ddp from every later test here
+    with torch._dynamo.config.patch(optimize_ddp="no_optimization"):
+        record = _train_and_record(0, 1, torch.device("cpu"), ())  # no implementation: the task alone
+        assert torch._dynamo.config.optimize_ddp == "no_optimization"
     assert record["graphs_handed"] >= 1 and record["aot"].get("error") is None, record["aot"]
 
 

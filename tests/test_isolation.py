@@ -655,7 +655,7 @@ def test_verdict_state_is_put_back_whoever_changed_it(importable):
 
 @pytest.mark.plugin
 @pytest.mark.parametrize("order", ["collected", "reversed"])
-def test_a_compile_in_a_users_model_test_leaves_pln_verdicts_alone(run_suite, pytester, monkeypatch, tmp_path, order):
+def test_a_compile_in_a_users_model_test_leaves_its_verdicts_alone(run_suite, pytester, monkeypatch, tmp_path, order):
     """Issue 38 finding 4 as a user met it: a plan that runs its compiled
     blocks (tests.planted.compile_in_plan) compiles with Inductor inside the
     users'-model tests; whichever of them compiled first read
@@ -667,9 +667,12 @@ def test_a_compile_in_a_users_model_test_leaves_pln_verdicts_alone(run_suite, py
     monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
     if order == "reversed":
         pytester.makeconftest("def pytest_collection_modifyitems(items):\n    items.reverse()\n")
-    result, report = run_suite("torch", k="test_model_plan_rules or test_model_fsdp2_recorded",
+    # the plan is recorded (and compiles) in the case's probe, where its rules are judged now
+    result, report = run_suite("torch", k="test_model_case or test_model_fsdp2_recorded",
                                extra=["--fsdpcheck-model", "tests.planted.compile_in_plan:compiled_and_warmed"])
     out = result.stdout.str()
     assert "left process-wide state changed" not in out, out[-3000:]
+    assert report["case_errors"] == {}, report["case_errors"]
     cells = {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()}
-    assert {cells.get(inv) for inv in ("PLN-1", "PLN-2", "PLN-3", "PLN-4", "FS2-7")} == {"pass"}, cells
+    assert {cells.get(inv) for inv in ("FS2-1", "FS2-4", "FS2-7")} == {"pass"}, cells
+    assert result.ret == 0, out[-3000:]

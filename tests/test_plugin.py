@@ -297,6 +297,7 @@ def test_json_report_has_header_and_matrix(pytester, suite):
         "seed": None,
         "divergence_files": [],
         "complete": True,
+        "world_size": None,
     }
     assert report["matrix"]["reference"] == {
         "TRV-7": {"outcome": "pass", "tests": 1},

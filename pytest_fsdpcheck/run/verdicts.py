@@ -227,8 +227,6 @@ def prepare_failure(item, call):
 
 def judge_report(item, call, report, session, failure) -> None:
     """Turn a suite test's report into its verdict, in place."""
-    from ..checks import ConformanceFailure
-
     if failure is not None:
         report.sections.append(("fsdpcheck reproducer", failure.example + "\n"))
     if report.failed and call.when == "call" and hasattr(item, "_fsdpcheck_replay"):
@@ -256,12 +254,14 @@ def judge_report(item, call, report, session, failure) -> None:
     props = dict(item.user_properties)
     impl_id = props[PROP_IMPL]
     violated = signatures = None
-    if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, ConformanceFailure):
+    failures = conformance_failures(call.excinfo.value) if report.failed and call.excinfo is not None else []
+    if failures:
         from ..known.divergences import example_signature
 
-        violated = call.excinfo.value.invariants
+        violated = sorted({inv for failure in failures for inv in failure.invariants})
         # each invariant's first violation, as a baseline keys the failure
-        signatures = {v.invariant: example_signature(v.message) for v in reversed(call.excinfo.value.violations)}
+        signatures = {v.invariant: example_signature(v.message)
+                      for failure in reversed(failures) for v in reversed(failure.violations)}
         report.user_properties = [*report.user_properties, (PROP_VIOLATED, violated), (PROP_SIGNATURES, signatures)]
     if report.failed:
         exc = call.excinfo.value if call.excinfo is not None else None
@@ -284,6 +284,22 @@ def judge_report(item, call, report, session, failure) -> None:
         report.wasxfail = DECLARED_PREFIX + reason
 
 
+def conformance_failures(exc: BaseException | None) -> list:
+    """The check's ConformanceFailures ``exc`` is: itself, or every leaf of
+    an exception group made of them alone (Hypothesis' FlakyFailure, where
+    a bug shows on some calls only: still the check's violation). A group
+    holding anything else (a leak, a crash) is none."""
+    from ..checks import ConformanceFailure
+
+    if isinstance(exc, ConformanceFailure):
+        return [exc]
+    inner_exceptions = getattr(exc, "exceptions", None)  # an exception group (the backport's on Python 3.10)
+    if isinstance(inner_exceptions, (tuple, list)):
+        leaves = [found for inner in inner_exceptions for found in conformance_failures(inner) or [None]]
+        return leaves if leaves and None not in leaves else []
+    return []
+
+
 def failure_cause(exc: BaseException | None, hung: bool) -> str:
     """What ended a failed call (``report.FAILURE_CAUSES``): only a check's
     ConformanceFailure is a "violation"; a leak, a time-out and any other
@@ -294,7 +310,7 @@ def failure_cause(exc: BaseException | None, hung: bool) -> str:
 
     if hung or isinstance(exc, ImplementationTimeout):
         return "timeout"  # its report says so, whatever Hypothesis replayed (judge_report)
-    if isinstance(exc, ConformanceFailure):
+    if isinstance(exc, ConformanceFailure) or conformance_failures(exc):
         return "violation"
     if isinstance(exc, LeakedGlobalState):
         return "leak"
