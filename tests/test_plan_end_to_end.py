@@ -386,6 +386,13 @@ def test_a_step_through_the_models_own_compiled_layers_takes_a_compilers_toleran
     assert first.startswith("rank 0, eager: 2 of 2 gradients are wrong; worst: the gradient of w differs"), first
     assert ", 2 of its largest entry; the step compiled 1 of the model's own compiled modules (layers.0)" in first
     assert "the gradient of v differs" in wrong.detail and "the gradient of w differs" in wrong.detail
+    # per-block torch.compile (the blocks compile themselves): the outer compile owes no graph
+    blocks = [{**own[0], "compiled": {"error": None, "graphs": 0, "unsharded_graphs": 1,
+                                      "own_compiled": ["layers.0"], "grads": {"w": want}}}]
+    assert check_plan_end_to_end(blocks) == []
+    del blocks[0]["compiled"]["own_compiled"]
+    [eagerly] = check_plan_end_to_end(blocks)
+    assert "gave its backend no graph of the sharded model" in eagerly.message
 
 
 # --- issue 28 item 5: FS2-9 on users' plans can fail for the reasons it claims -------
