@@ -41,6 +41,7 @@ def _report() -> dict:
         "unexpected_passes": [{"invariant": "SPL-2", "implementation": IMPL}],
         "not_provided_but_expected": [{"invariant": "SPL-4", "implementation": "torch", "reason": HOSTILE}],
         "case_errors": {f"m:{HOSTILE}": HOSTILE},
+        "models": {f"m:{HOSTILE}": {IMPL: {"FS2-9": {"outcome": "error", "tests": 1}}}},
         "exposure": {f"m:{HOSTILE}": [{"bug": HOSTILE, "area": "splitting", "differs": HOSTILE, "releases": HOSTILE,
                                         "affects": "", "seen": "", "how": "replayed", "form": HOSTILE,
                                         "exposed": True}],
@@ -58,8 +59,19 @@ def test_every_value_of_a_run_is_escaped():
     page = run_page(_report())
     _assert_escaped(page)
     # each section the report's data asks for is there
-    for anchor in ("matrix", "failures", "known", "not-provided", "case-errors", "exposure", "declarations"):
+    for anchor in ("matrix", "model-matrix", "failures", "known", "not-provided", "case-errors", "exposure",
+                   "declarations"):
         assert f'id="{anchor}"' in page, anchor
+
+
+def test_each_model_has_rows_of_its_own():
+    """Issue 56 item 4: the page shows each user's model's cells, as the
+    terminal matrix and JUnit do, linking to the failure that explains them."""
+    page = run_page(_report())
+    row = re.search(r'<tr class="problem"><th>FS2-9</th><td><code>m:[^<]*</code></td><td class="cell [^"]*"[^>]*>'
+                    r'<a href="#error-FS2-9-0">ERROR</a></td></tr>', page)
+    assert row, page[page.index('id="model-matrix"'):][:1500]
+    assert 'id="model-matrix"' not in run_page({**_report(), "models": {}})
 
 
 def test_cells_link_to_what_explains_them():

@@ -114,6 +114,7 @@ def run_sections(report: dict) -> list[str]:
         '<div class="fsdpcheck">',
         *_header(report),
         *_matrix(report, impls, anchors, known_numbers),
+        *_model_rows(report, impls, anchors, known_numbers),
         *_failures(report, impls, anchors),
         *_known_bugs(report, anchors, known_numbers),
         *_not_provided(report, impls, anchors),
@@ -300,6 +301,29 @@ def _not_provided(report: dict, impls: list[str], anchors: _Anchors) -> list[str
     return ['<h2 id="not-provided">Not provided, and why</h2>',
             "<table><thead><tr><th>invariant</th><th>implementation</th><th></th><th>reason</th></tr></thead><tbody>",
             *rows, "</tbody></table>"]
+
+
+def _model_rows(report: dict, impls: list[str], anchors: _Anchors, known_numbers: dict) -> list[str]:
+    """Each user's model's own cells (the JSON's ``models``: spec ->
+    implementation -> invariant -> cell), one row per invariant and model,
+    below the matrix whose rows hold every test."""
+    models = report.get("models") or {}
+    rows = [(inv, spec, {impl: cells.get(impl, {}).get(inv, {}) for impl in impls})
+            for spec, cells in sorted(models.items())
+            for inv in sorted({inv for by_inv in cells.values() for inv in by_inv}, key=sort_key)]
+    if not rows:
+        return []
+    out = ['<h2 id="model-matrix">Your models, each its own tests\' cells</h2>',
+           "<p>The rows above hold every test, these models' included.</p>",
+           '<table class="matrix models"><thead><tr><th>invariant</th><th>model</th>',
+           *(f"<th>{_e(impl)}</th>" for impl in impls), "</tr></thead><tbody>"]
+    for inv, spec, cells in rows:
+        clean = all(c.get("outcome") in CLEAN for c in cells.values() if c)
+        row = [f'<tr class="{"clean" if clean else "problem"}"><th>{_e(inv)}</th><td><code>{_e(spec)}</code></td>']
+        row += [_cell(inv, impl, cells[impl], anchors, known_numbers) for impl in impls]
+        out.append("".join(row) + "</tr>")
+    out.append("</tbody></table>")
+    return out
 
 
 def _models(report: dict) -> list[str]:
