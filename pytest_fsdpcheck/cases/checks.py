@@ -24,6 +24,7 @@ from .model import (
     build_case,
     examples_of,
     load_factory,
+    model_copy,  # also this module's name for it (cases.exposure, users' tests)
     strategies_of,
     unit_names,
 )
@@ -259,8 +260,6 @@ def _require_plan(case, impl):
 
 
 def _copy(record):
-    from .model import model_copy
-
     return model_copy(record.pristine, record.case)
 
 
@@ -454,14 +453,6 @@ def _names_it(message: str, names) -> bool:
 
 
 # --- DDPOptimizer -------------------------------------------------------------------
-
-
-def model_copy(model, case=None):
-    """``cases.model.model_copy``: a copy keeping ``_ddp_ignored`` marks, or
-    a fresh model from ``case``'s factory where the model cannot be copied."""
-    from .model import model_copy as copy_of
-
-    return copy_of(model, case)
 
 
 def captured(case: ModelCase):

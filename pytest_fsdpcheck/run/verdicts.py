@@ -305,12 +305,11 @@ def failure_cause(exc: BaseException | None, hung: bool) -> str:
     ConformanceFailure is a "violation"; a leak, a time-out and any other
     exception name every invariant of the test without judging one. A
     violation that also leaked stays a violation (the leak is its note)."""
-    from ..checks import ConformanceFailure
     from .isolation import ImplementationTimeout, LeakedGlobalState
 
     if hung or isinstance(exc, ImplementationTimeout):
         return "timeout"  # its report says so, whatever Hypothesis replayed (judge_report)
-    if isinstance(exc, ConformanceFailure) or conformance_failures(exc):
+    if conformance_failures(exc):
         return "violation"
     if isinstance(exc, LeakedGlobalState):
         return "leak"
