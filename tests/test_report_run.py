@@ -215,7 +215,8 @@ def test_a_person_sees_the_matrix_and_reaches_the_reproducer(run, browser):
         return {hash: location.hash, top: box.top, height: innerHeight, text: target.innerText};
     })()""")
     assert seen is not None and seen["hash"] == link["href"], seen
-    assert 0 <= seen["top"] < seen["height"], f"the reproducer is off screen after the click: {seen}"
+    # the browser scrolls the anchor to the top in fractional pixels: -1/64 px is on screen
+    assert -1 < seen["top"] < seen["height"], f"the reproducer is off screen after the click: {seen}"
     assert "Reproducer" in seen["text"] and f"load_implementation('{PLANTED}')" in seen["text"], seen["text"][:500]
     assert browser.console_errors() == []
 
