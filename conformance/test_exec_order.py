@@ -21,7 +21,7 @@ from pytest_fsdpcheck.checks.exec_order import (
     observe_eager,
     tracer_snapshot,
 )
-from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth, timed
+from pytest_fsdpcheck.checks.growth import check_linear_growth, growth_times, timed
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.profiles import examples
 from pytest_fsdpcheck.generators.models import (
@@ -496,7 +496,6 @@ def _growth_violations(exec_order, shape, make, small, large):
             )
         )
     runs = {n: (lambda c=cases[n]: _trace(exec_order, c[0], c[1]())) for n in cases}
-    t_small = best_time(runs[small])
     limit = 10.0
-    t_large = best_time(runs[large], good_enough=limit * t_small / 2, first=t_first)
+    t_small, t_large = growth_times(runs[small], runs[large], limit, first_large=t_first)
     return violations + check_linear_growth("EXO-8", t_small, t_large, large // small, limit, shape)

@@ -13,7 +13,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
     expected_managed,
     world_of_one,
 )
-from pytest_fsdpcheck.checks.growth import best_time, check_growth_within, check_linear_growth
+from pytest_fsdpcheck.checks.growth import check_growth_within, check_linear_growth, growth_times
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
@@ -243,11 +243,12 @@ def test_linear_growth(fsdpcheck_impl):
     ignored = getattr(area, "takes_ignored_params", True)
     builts = {n: build_fsdp2(fsdp2_wide_tree(n, ignored=ignored), area) for n in (small, large)}
     try:
-        times = {n: best_time(lambda b=b: area.managed_modules(b.roots, b.ignored)) for n, b in builts.items()}
+        t_small, t_large = growth_times(
+            *(lambda b=builts[n]: area.managed_modules(b.roots, b.ignored) for n in (small, large)), 10)
     except RecursionError:
         violations = [Violation("FS2-6", "managed_modules raised RecursionError on a wide tree")]
     else:
-        violations = check_linear_growth("FS2-6", times[small], times[large], large // small, 10, "modules (wide)")
+        violations = check_linear_growth("FS2-6", t_small, t_large, large // small, 10, "modules (wide)")
     conform(fsdpcheck_impl, violations)
 
 

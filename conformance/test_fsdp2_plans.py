@@ -24,7 +24,7 @@ from pytest_fsdpcheck.checks.fsdp2 import (
     structure,
     world_of_one,
 )
-from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.growth import check_linear_growth, growth_times
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.profiles import examples
@@ -274,10 +274,11 @@ def test_shared_ignored_subtree_linear_growth(fsdpcheck_impl):
     small, large = 5000, 20_000
     builts = {n: _build(fsdpcheck_impl, fsdp2_shared_ignored(n, depth=32)).at(0) for n in (small, large)}
     try:
-        times = {n: best_time(lambda b=b: area.managed_modules(b.roots, b.ignored)) for n, b in builts.items()}
+        t_small, t_large = growth_times(
+            *(lambda b=builts[n]: area.managed_modules(b.roots, b.ignored) for n in (small, large)), 10)
     except RecursionError:
         violations = [Violation("FS2-6", "managed_modules raised RecursionError on layers sharing an ignored block")]
     else:
-        violations = check_linear_growth("FS2-6", times[small], times[large], large // small, 10,
+        violations = check_linear_growth("FS2-6", t_small, t_large, large // small, 10,
                                          "layers sharing an ignored block")
     conform(fsdpcheck_impl, violations)

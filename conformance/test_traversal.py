@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 
 from pytest_fsdpcheck.checks import Violation
-from pytest_fsdpcheck.checks.growth import best_time, check_linear_growth
+from pytest_fsdpcheck.checks.growth import check_linear_growth, growth_times
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.checks.traversal import (
     check_handles,
@@ -138,8 +138,8 @@ def test_linear_growth(fsdpcheck_impl, shape):
     traversal = fsdpcheck_impl.traversal
     trees = {n: build_tree(make(n), traversal) for n in (small, large)}
     try:
-        t_small = best_time(lambda: traversal.states_with_modules(trees[small].root))
-        t_large = best_time(lambda: traversal.states_with_modules(trees[large].root))
+        t_small, t_large = growth_times(lambda: traversal.states_with_modules(trees[small].root),
+                                        lambda: traversal.states_with_modules(trees[large].root), 10)
     except RecursionError:
         violations = [Violation("TRV-8", f"states_with_modules raised RecursionError on a {large}-module {shape}")]
     else:

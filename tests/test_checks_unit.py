@@ -293,3 +293,22 @@ def test_best_time_repeats_short_runs_and_stops_at_a_long_one(monkeypatch):
     assert growth.best_time(lambda: None, first=1.5) == 1.5  # a long first run: nothing more
     assert growth.best_time(lambda: None, first=0.1, good_enough=0.1) == 0.1
     assert next(durations) == 9.0
+
+
+def test_growth_times_times_the_small_side_again_after_the_large_one(monkeypatch):
+    """A small side timed while the other hardware thread was busy (0.2 s,
+    its cost twice over) counts at its best after the large one (0.1 s): the
+    quadratic's 1.6 s is 16x again, where alone it read 8x and passed."""
+    from pytest_fsdpcheck.checks import growth
+
+    calls = []
+
+    def fake_best_time(fn, good_enough=0.0, first=None):
+        calls.append(fn)
+        return {"small": [0.2, 0.1][calls.count("small") - 1], "large": 1.6}[fn]
+
+    monkeypatch.setattr(growth, "best_time", fake_best_time)
+    t_small, t_large = growth.growth_times("small", "large", 10)
+    assert calls == ["small", "large", "small"] and (t_small, t_large) == (0.1, 1.6)
+    assert growth.check_linear_growth("EXO-8", t_small, t_large, 4, 10, "parameters")
+    assert not growth.check_linear_growth("EXO-8", 0.2, 1.6, 4, 10, "parameters")
