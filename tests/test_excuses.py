@@ -51,6 +51,10 @@ MIXED_DTYPE = {"tests.planted.torch_faults:ForwardRaisesMixedDtype": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
 OPERATOR_BF16 = {"tests.planted.torch_faults:LinearRaisesInBFloat16": (
     "FS2-9", "test_model_case or test_model_plan_end_to_end")}
+#: the framework's own step (ModelCase.micro_batches, .optimizer): a bug only accumulation or an
+#: optimizer step on sharded parameters reaches
+NO_SYNC = {"tests.planted.torch_faults:NoSyncBackwardLosesGradients": ("FS2-9", "test_model_plan_end_to_end")}
+OPTIMIZER = {"tests.planted.torch_faults:ShardedAddcdivTwice": ("FS2-9", "test_model_plan_end_to_end")}
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
 SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_split_inside_compile_cases")}
@@ -270,6 +274,31 @@ def test_a_torch_operator_failing_in_the_control_too_is_torchs_fail(run_faulted,
     demand_torch_failures(result, report, OPERATOR_BF16)
     assert report["case_errors"] == {}, report["case_errors"]
     assert "cast wholly to bfloat16 (no dtypes mixed, no fully_shard) fails the same way" in result.stdout.str()
+
+
+def test_torch_losing_an_accumulated_micro_batch_fails_the_frameworks_step(run_faulted, monkeypatch):
+    """A framework's step accumulates micro-batches with gradient sync off
+    (issue 56: its own training step in FS2-9). torch losing what a backward
+    with sync off computed is invisible to a one-step check and FAILs FS2-9
+    in torch's column on a plan that accumulates, with the gradients' summary."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(NO_SYNC, extra=("--fsdpcheck-model", "tests.planted.plans:accumulating"))
+    demand_torch_failures(result, report, NO_SYNC)
+    assert report["case_errors"] == {}, report["case_errors"]
+    assert "gradients are wrong; worst: the gradient of" in result.stdout.str()
+
+
+def test_torchs_optimizer_step_wrong_on_sharded_parameters_fails(run_faulted, monkeypatch):
+    """The framework's optimizer stepped on the sharded parameters: DTensor's
+    in-place addcdiv_ (Adam's update) applied twice leaves every gradient
+    right and FAILs FS2-9 in torch's column against the same optimizer on
+    plain tensors holding the step's own gradients."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(OPTIMIZER, extra=("--fsdpcheck-model", "tests.planted.plans:accumulating"))
+    demand_torch_failures(result, report, OPTIMIZER)
+    out = result.stdout.str()
+    assert "after the framework's optimizer step on the sharded parameters" in out, "\n".join(result.outlines[-30:])
+    assert "gradients are wrong" not in out
 
 
 def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):

@@ -242,6 +242,75 @@ def _run_as_planned(spec):
     return run_plan_ranks(case_builder(case), world_size=2, timeout=240, groups=control_groups(case))
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("spec", ["accumulating", "accumulating_bf16"])
+def test_the_frameworks_own_step_passes_fs2_9(fast_compile, spec):
+    """ModelCase.micro_batches and .optimizer (issue 56: the framework's own
+    training step): two micro-batches with gradient sync off for the first,
+    then AdamW on the sharded parameters. Sound: the gradients are the
+    unsharded model's accumulated ones (at bf16, accumulated in the fp32
+    reduce dtype as FSDP2 keeps them) and the parameters after the step are
+    the plain optimizer's on the same gradients."""
+    records = _run_as_planned(f"tests.planted.plans:{spec}")
+    assert [r["error"] for r in records] == [None, None], records[0]["error"]
+    for record in records:
+        for mode in ("eager", "compiled"):
+            stepped = record[mode]["optimizer"]
+            assert set(stepped["after"]) == set(stepped["expected"]) == set(record["reference"])
+    assert check_plan_end_to_end(records) == []
+
+
+def test_micro_batches_split_every_batched_input_and_refuse_an_uneven_batch():
+    from pytest_fsdpcheck.runs.plan_run import micro_batches
+
+    tokens, mask, scale = torch.arange(8).reshape(4, 2), torch.ones(4, 2, dtype=torch.bool), torch.tensor([2.0, 3.0])
+    chunks = micro_batches(((tokens, scale), {"mask": mask, "eps": 0.5}), 2)
+    assert [c[0][0].tolist() for c in chunks] == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+    # a tensor of another first dimension (2 != 4) and a plain value go whole to each micro-batch
+    assert all(c[0][1] is scale and c[1]["eps"] == 0.5 and c[1]["mask"].shape == (2, 2) for c in chunks)
+    assert micro_batches(((tokens,), {}), 1) == [((tokens,), {})]
+    with pytest.raises(ValueError, match="micro_batches=3 does not divide the batch size 4"):
+        micro_batches(((tokens,), {}), 3)
+
+
+def test_the_frameworks_step_mistakes_are_the_users_one_line():
+    """An uneven micro-batch split, or an optimizer that fails on the plain
+    model, is the user's case error naming the factory, before any rank
+    runs (never a cell in torch's column)."""
+    from pytest_fsdpcheck.cases.checks import case_problem
+    from pytest_fsdpcheck.cases.exposure import case_of
+
+    assert case_problem(case_of("tests.planted.plans:micro_batches_uneven")) == (
+        "model tests.planted.plans:micro_batches_uneven: micro_batches=3 does not divide the batch size 2 "
+        "(the first dimension of the first tensor input)")
+    assert case_problem(case_of("tests.planted.plans:optimizer_broken")) == (
+        "model tests.planted.plans:optimizer_broken: the case's optimizer on the unsharded model: "
+        "ValueError: Invalid learning rate: -1.0")
+    assert case_problem(case_of("tests.planted.plans:accumulating")) is None
+
+
+def test_the_checker_judges_the_optimizer_step_against_the_plain_one():
+    """Parameters after the framework's optimizer step on the sharded model
+    equal the plain optimizer's on the same gradients within a few ulps of
+    the parameter's largest entry; beyond that one FS2-9 line per rank and
+    mode naming the worst parameter."""
+    grads = {"w": torch.ones(3)}
+    expected = {"w": torch.tensor([1.0, 2.0, 4.0])}
+    record = {"rank": 0, "world_size": 2, "reference": grads, "precision": {}}
+
+    def step(after):
+        return {"error": None, "grads": grads, "optimizer": {"after": {"w": after}, "expected": expected}}
+
+    ulp = torch.finfo(torch.float32).eps * 4.0
+    close = torch.tensor([1.0, 2.0, 4.0 + 2 * ulp])
+    assert check_plan_end_to_end([{**record, "eager": step(close), "compiled": step(close)}]) == []
+    off = torch.tensor([1.0, 2.0, 4.01])
+    violations = check_plan_end_to_end([{**record, "eager": step(off), "compiled": step(close)}])
+    assert [v.invariant for v in violations] == ["FS2-9"]
+    assert str(violations[0]).startswith("FS2-9: rank 0, eager: after the framework's optimizer step on the sharded "
+                                         "parameters, w differs from the plain optimizer's"), str(violations[0])
+
+
 def test_plan_groups_follow_the_recorded_policies():
     from pytest_fsdpcheck.cases.checks import control_groups
     from pytest_fsdpcheck.cases.exposure import case_of

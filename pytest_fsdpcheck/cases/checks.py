@@ -144,7 +144,40 @@ def _forward_problem(case) -> str | None:
                 step_loss(out, (case.example_inputs, case.example_kwargs), case.loss)
         except Exception as exc:  # noqa: BLE001 - the user's loss, in one line
             return f"the case's loss on the model's output: {_first_line(exc)}"
-    return problem
+    return problem or _training_step_problem(case)
+
+
+def _training_step_problem(case) -> str | None:
+    """Why the framework's own step (its micro-batches and optimizer, as
+    FS2-9 takes it) cannot run on the unsharded model, where no
+    implementation's code runs: the user's, in one line, or None."""
+    import torch
+
+    from ..runs.plan_run import TrainingStep, micro_batches
+    from .recording import _pristine
+
+    step = TrainingStep.of(case)
+    inputs = (case.example_inputs, case.example_kwargs)
+    try:
+        micro_batches(inputs, step.micro_batches)
+    except ValueError as exc:
+        return str(exc)
+    if step.optimizer is None:
+        return None
+    model = _pristine(case)
+    try:
+        with torch.enable_grad():
+            step.backward(model, inputs)
+    except Exception:  # noqa: BLE001 - the forward and loss are judged by the checks that step
+        return None
+    try:
+        optimizer = step.optimizer(model)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            return f"the case's optimizer(model) returned a {type(optimizer).__name__}, not a torch.optim.Optimizer"
+        optimizer.step()
+    except Exception as exc:  # noqa: BLE001 - the user's optimizer, in one line
+        return f"the case's optimizer on the unsharded model: {_first_line(exc)}"
+    return None
 
 
 def _output_problem(out) -> str | None:

@@ -66,6 +66,19 @@ class ModelCase:
       rank trains its own copy unless the framework reduces it itself.
       A trainable ignored parameter not named here is the plan's mistake
       (PLN-5), reported as the user's, never as the implementation's.
+    - ``micro_batches``: how many micro-batches the framework accumulates
+      gradients over before its optimizer steps. FS2-9 splits each rank's
+      batch that many ways (every tensor input whose first dimension is the
+      batch's, along it; it must divide the batch), divides each
+      micro-batch's loss by their number, and tells the sharded model
+      ``set_requires_gradient_sync(False)`` before every backward but the
+      last, as FSDP2 documents accumulation; the control accumulates the
+      same micro-batches unsharded.
+    - ``optimizer``: the framework's ``optimizer(model)`` building its
+      optimizer over the model's parameters (its parameter groups, weight
+      decay and all). FS2-9 takes one step with it after the backward, on
+      the sharded parameters, and the parameters after it must be those
+      the same optimizer gives plain tensors holding the same gradients.
     """
 
     name: str
@@ -81,6 +94,8 @@ class ModelCase:
     example_kwargs: dict = field(default_factory=dict, compare=False)
     unreduced: tuple = ()
     loss: Callable | None = field(default=None, compare=False, repr=False)
+    micro_batches: int = 1
+    optimizer: Callable | None = field(default=None, compare=False, repr=False)
     #: how to rebuild it: the factory's ``module:attr`` and its keyword arguments
     #: (filled in by :func:`build_case`; shown in reproducers)
     factory_ref: str | None = field(default=None, compare=False)
@@ -444,6 +459,13 @@ def case_problems(case: ModelCase) -> list[str]:
             out.append(f"case {case.name!r}: {what} must be a positive number, got {value!r}")
     if case.loss is not None and not callable(case.loss):
         out.append(f"case {case.name!r}: loss is a {type(case.loss).__name__}, not a callable loss(output, *inputs)")
+    if not (isinstance(case.micro_batches, int) and not isinstance(case.micro_batches, bool)
+            and case.micro_batches >= 1):
+        out.append(f"case {case.name!r}: micro_batches must be a whole number of at least 1, "
+                   f"got {case.micro_batches!r}")
+    if case.optimizer is not None and not callable(case.optimizer):
+        out.append(f"case {case.name!r}: optimizer is a {type(case.optimizer).__name__}, "
+                   "not a callable optimizer(model)")
     if not (isinstance(case.unreduced, (tuple, list, frozenset, set))
             and all(isinstance(n, str) for n in case.unreduced)):
         out.append(f"case {case.name!r}: unreduced must be a tuple of parameter names or patterns, "

@@ -47,6 +47,11 @@ NOISE_FACTOR = 2
 #: the unsharded control (and at least MIN_HANG_S) is hung, not slow
 HANG_FACTOR = 20
 MIN_HANG_S = 5.0
+#: an optimizer step on sharded parameters and the same step on plain
+#: tensors holding the same gradients may round differently (a foreach or
+#: fused kernel against a per-tensor one): this many ulps of the
+#: parameter's largest entry
+OPTIMIZER_ULPS = 8
 
 
 def _first_line(text) -> str:
@@ -104,6 +109,9 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
                     misses.append((name, *problem))
             if misses:
                 violations.append(_gradients_missed(rank, mode, misses, len(reference), step, record.get("backend")))
+            stepped = _optimizer_missed(rank, mode, step.get("optimizer"))
+            if stepped is not None:
+                violations.append(stepped)
             for name in grads.keys() - reference.keys():
                 violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {name} is a parameter after the plan "
                                                      "but not of the unsharded model"))
@@ -270,6 +278,40 @@ def _gradients_missed(rank, mode: str, misses: list, total: int, step: dict, bac
     message = f"rank {rank}, {mode}: {count}{worst}; the step compiled {_what_compiled(mode, step, backend)}"
     detail = "\n".join(f"the gradient of {n} {p}" for n, p, _ in misses)
     return Violation("FS2-9", message, detail=detail)
+
+
+def _optimizer_missed(rank, mode: str, optimizer: dict | None) -> Violation | None:
+    """The framework's optimizer step on the sharded parameters against the
+    same optimizer's step on plain tensors holding the sharded step's own
+    gathered gradients (``optimizer``: ``after`` and ``expected``, full
+    parameters by name): the same numbers go into the same formulas, in the
+    parameters' own dtype, so only the rounding of a differently ordered
+    elementwise kernel may differ (:data:`OPTIMIZER_ULPS` ulps of the
+    parameter's largest entry). Wrong gradients are judged apart; this
+    judges what the optimizer does with sharded parameters."""
+    if not optimizer:
+        return None
+    import torch
+
+    after, expected = optimizer.get("after") or {}, optimizer.get("expected") or {}
+    misses = []
+    for name, want in expected.items():
+        low = None
+        if isinstance(want, torch.Tensor) and want.is_floating_point():
+            low = (OPTIMIZER_ULPS * torch.finfo(want.dtype).eps, 0.0, "")
+        problem = _compare(after.get(name, _MISSING), want, 0.0, 0.0, low)
+        if problem:
+            text, relative = problem
+            misses.append((name, text.replace("the unsharded model", "the plain optimizer"), relative))
+    if not misses:
+        return None
+    name, problem, relative = max(misses, key=lambda miss: miss[2])
+    count = f"{len(misses)} of {len(expected)} parameters are wrong; worst: " if len(misses) > 1 else ""
+    worst = f"{name} {problem}" + (f", {relative:.3g} of its largest entry" if relative != float("inf") else "")
+    return Violation("FS2-9", f"rank {rank}, {mode}: after the framework's optimizer step on the sharded parameters, "
+                              f"{count}{worst} (the same optimizer stepped on plain tensors holding the step's own "
+                              "gradients)",
+                     detail="\n".join(f"{n} {p}" for n, p, _ in misses))
 
 
 def _hung(record) -> str | None:

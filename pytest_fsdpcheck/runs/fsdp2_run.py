@@ -611,6 +611,18 @@ def _check_control(reference: dict, local_mean: dict, ignored: set) -> str | Non
     return check_against_local(reference["global"], local_mean, CONTROL_RTOL, CONTROL_ATOL, skip=ignored)
 
 
+def fsdp_module_class():
+    """``FSDPModule`` (what ``fully_shard`` makes a module an instance of):
+    public in ``torch.distributed.fsdp`` from 2.6, under
+    ``torch.distributed._composable.fsdp`` before; None where neither has it."""
+    for home in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+        try:
+            return __import__(home, fromlist=["FSDPModule"]).FSDPModule
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
 def dtensor_class():
     """``DTensor``: public in ``torch.distributed.tensor`` from 2.5, private
     (``torch.distributed._tensor``) in 2.3 and 2.4."""

@@ -71,6 +71,104 @@ STEP_SEED = 28
 MODES = ("eager", "compiled")
 
 
+@dataclass(frozen=True)
+class TrainingStep:
+    """How the framework takes its step (a case's ``loss``,
+    ``micro_batches`` and ``optimizer``), taken the same way by the sharded
+    step and by every unsharded one it is compared with."""
+
+    loss: object = None
+    micro_batches: int = 1
+    optimizer: object = None
+
+    @classmethod
+    def of(cls, case) -> TrainingStep:
+        return cls(getattr(case, "loss", None), getattr(case, "micro_batches", 1) or 1,
+                   getattr(case, "optimizer", None))
+
+    def backward(self, forward, inputs, weight: float = 1.0, sync=None, after_each=None) -> None:
+        """Forward and backward of ``forward`` over the micro-batches of
+        ``inputs`` (positional, keyword; :func:`micro_batches`), each loss
+        divided by their number and times ``weight``, the gradients
+        accumulating; ``sync(last)`` is told before each whether its
+        backward is the one that reduces (FSDP2's documented accumulation:
+        ``set_requires_gradient_sync(False)`` on all but the last).
+        ``after_each()`` runs after every micro-batch's backward."""
+        chunks = micro_batches(inputs, self.micro_batches)
+        scale = weight / len(chunks)
+        for i, chunk in enumerate(chunks):
+            if sync is not None:
+                sync(i == len(chunks) - 1)
+            value = step_loss(forward(*chunk[0], **chunk[1]), chunk, self.loss)
+            # a factor of 1 is left out: the one-batch step stays the plain backward of its loss
+            (value if scale == 1.0 else value * scale).backward()
+            if after_each is not None:
+                after_each()
+
+
+def micro_batches(inputs, count: int) -> list[tuple]:
+    """``inputs`` (positional, keyword) as ``count`` micro-batches: every
+    tensor whose first dimension is the batch's (the first tensor input
+    with a dimension) split along it, other values whole in each. Raises
+    ``ValueError`` where ``count`` does not divide the batch."""
+    if count <= 1:
+        return [inputs]
+    batched = [t for t in _tensors(inputs) if t.dim() > 0]
+    if not batched:
+        raise ValueError(f"micro_batches={count}: no tensor input has a batch dimension to split")
+    size = batched[0].shape[0]
+    if size % count:
+        raise ValueError(f"micro_batches={count} does not divide the batch size {size} "
+                         "(the first dimension of the first tensor input)")
+    return [_map_tensors(inputs, lambda x, i=i: x.chunk(count)[i] if x.dim() and x.shape[0] == size else x)
+            for i in range(count)]
+
+
+def gradient_sync(model):
+    """``sync(flag)`` telling every FSDP2-managed module of ``model``
+    whether its next backward reduces, or None where none is managed."""
+    from .fsdp2_run import fsdp_module_class
+
+    fsdp_module = fsdp_module_class()
+    managed = [m for m in model.modules() if fsdp_module is not None and isinstance(m, fsdp_module)]
+    if not managed:
+        return None
+
+    def sync(flag: bool) -> None:
+        for module in managed:
+            module.set_requires_gradient_sync(flag, recurse=False)
+
+    return sync
+
+
+def optimizer_step(step: TrainingStep, model, pristine, grads: dict, copy_of=copy.deepcopy) -> dict:
+    """The framework's optimizer after the sharded step: ``{"after": full
+    parameters after its step on ``model``, "expected": the same optimizer's
+    step on a plain copy of ``pristine`` holding ``grads`` (the sharded
+    step's own gathered gradients)}``. The plain step shares no code of
+    FSDP2's: it tells an optimizer step on sharded parameters that goes
+    wrong from gradients that were already wrong (judged apart)."""
+    step.optimizer(model).step()
+    after = _full_params(model)
+    plain = copy_of(pristine)
+    for name, p in plain.named_parameters():
+        grad = grads.get(name)
+        p.grad = None if grad is None else grad.to(p.dtype).clone()
+    step.optimizer(plain).step()
+    expected = {name: p.detach().cpu().clone() for name, p in plain.named_parameters()}
+    return {"after": after, "expected": expected}
+
+
+def _full_params(model) -> dict:
+    """Full parameters by qualified name (a collective on every rank for sharded ones)."""
+    DTensor = dtensor_class()
+    out = {}
+    for name, p in model.named_parameters():
+        value = p.full_tensor() if isinstance(p, DTensor) else p
+        out[name] = value.detach().cpu().clone()
+    return out
+
+
 def rank_weight(rank: int) -> float:
     # a power of two, so rank r's gradients are exactly rank_weight(r) times
     # rank 0's in any dtype, and the control needs one backward
@@ -269,7 +367,7 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     # built afresh by its factory, never a failure charged to the plan's step
     copy_of = getattr(case, "copy_of", None) or copy.deepcopy
     pristine = copy_of(base)
-    loss = getattr(case, "loss", None)
+    step = TrainingStep.of(case)
     weight = rank_weight(rank)
     if groups is None:
         groups = (PlanGroup(tuple(name for name, _ in pristine.named_parameters())),)
@@ -281,10 +379,10 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     started = time.monotonic()
     try:
         try:
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, loss)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, step)
         except _Rejected as exc:
             batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, loss)
+            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, step)
     except Exception as exc:  # noqa: BLE001 - the checker compares it with the plan's own step
         # The control runs nothing of fully_shard: its failure is the
         # model's or the plan's at the plan's precision. The plan's eager
@@ -296,7 +394,7 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     control_s = (time.monotonic() - started) / world_size
     progress("noise", control_s=control_s)
     upstream, noise, compiled_control_s = _compiled_noise(pristine, mine, groups, backend, weight, group, copy_of,
-                                                          loss)
+                                                          step)
     progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
@@ -316,11 +414,11 @@ def _control_failed(case, pristine, error: str, inputs, world_size: int, backend
               "weight": weight, "backend": backend}
     result.update(_plan_steps(case, pristine, inputs, world_size, backend, weight, progress, ("eager",), group,
                               copy_of))
-    result["uniform"] = _uniform_step(pristine, inputs, groups, copy_of, getattr(case, "loss", None))
+    result["uniform"] = _uniform_step(pristine, inputs, groups, copy_of, TrainingStep.of(case))
     return result
 
 
-def _uniform_step(pristine, inputs, groups, copy_of, loss) -> dict | None:
+def _uniform_step(pristine, inputs, groups, copy_of, step: TrainingStep) -> dict | None:
     """A step the plan did not ask for, to tell whose a failure at the
     plan's precision is: the unsharded model with *every* floating
     parameter, buffer and input cast to the plan's coarsest compute dtype,
@@ -342,7 +440,7 @@ def _uniform_step(pristine, inputs, groups, copy_of, loss) -> dict | None:
                 tensor.data = tensor.data.to(dtype)
         cast = cast_floating(dtype, inputs)
         torch.manual_seed(STEP_SEED)
-        step_loss(model(*cast[0], **cast[1]), cast, loss).backward()
+        step.backward(model, cast)
     except Exception as exc:  # noqa: BLE001 - compared with the control's failure by the checker
         record["error"] = _error(exc)
     return record
@@ -355,6 +453,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     result = {}
+    step = TrainingStep.of(case)
     mesh = init_device_mesh("cpu", (world_size,)) if group is None else DeviceMesh.from_group(group, "cpu")
     for mode in modes:
         progress(mode)
@@ -366,8 +465,10 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             if mode == "compiled":
                 forward = _compiled(model, backend, graphs)
             torch.manual_seed(STEP_SEED)
-            (step_loss(forward(*mine[0], **mine[1]), mine, getattr(case, "loss", None)) * weight).backward()
+            step.backward(forward, mine, weight, gradient_sync(model))
             record["grads"] = _grads(model)
+            if step.optimizer is not None:
+                record["optimizer"] = optimizer_step(step, model, pristine, record["grads"], copy_of)
             record["own_compiled"] = own_compiled_modules(model)
             if mode == "compiled":
                 record["graphs"] = len(graphs)
@@ -390,7 +491,8 @@ def own_compiled_modules(model) -> list[str]:
             if isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None]
 
 
-def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy, loss=None):
+def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy,
+                    step: TrainingStep = TrainingStep()):
     """``(upstream, noise, seconds)``: ``upstream`` per parameter the
     coarsest floating dtype of its own compute and of every module output
     of the unsharded step (its gradient is its module's inputs, computed
@@ -406,7 +508,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None,
     import torch.distributed as dist
 
     seen: set = set()
-    eager, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, dtypes_seen=seen, loss=loss)
+    eager, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, dtypes_seen=seen, step=step)
     upstream = {}
     for name, p in pristine.named_parameters():
         compute = plan_of.get(name, (p.dtype,))[0]
@@ -415,7 +517,7 @@ def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None,
     if all(torch.finfo(getattr(torch, d)).eps <= torch.finfo(torch.float32).eps for d in upstream.values()):
         return upstream, {}, None
     started = time.monotonic()
-    compiled, _ = _unsharded_grads(copy_of(pristine), batch, groups, compile_with=backend, loss=loss)
+    compiled, _ = _unsharded_grads(copy_of(pristine), batch, groups, compile_with=backend, step=step)
     seconds = time.monotonic() - started
     names = [name for name, grad in eager.items() if grad is not None and compiled.get(name) is not None]
     measured = torch.tensor([(compiled[n].double() - eager[n].double()).abs().max().item() * weight
@@ -524,7 +626,8 @@ def _draw_through_aten(backend, compile_graph):
     return functools.partial(compile_graph, config_patches={"fallback_random": True})
 
 
-def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy.deepcopy, loss=None):
+def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy.deepcopy,
+             step: TrainingStep = TrainingStep()):
     """The unsharded model's gradients reduced as the plan's groups say (see
     the module docstring), and ``{name: (param_dtype, reduce_dtype)}`` for
     the parameters the plan computes or reduces below their own dtype.
@@ -533,7 +636,7 @@ def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy
     grads_per_batch = []
     for r, batch in enumerate(batches):
         try:
-            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, loss=loss)
+            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, step=step)
         except Exception as exc:
             if r == 0 or batches[r] is batches[0]:
                 raise
@@ -565,9 +668,9 @@ def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy
     return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
 
 
-def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None, loss=None):
-    """One forward and backward of the unsharded ``model`` on ``inputs``
-    (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
+def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None, step: TrainingStep = TrainingStep()):
+    """The framework's ``step`` (its micro-batches accumulated) of the
+    unsharded ``model`` on ``inputs`` (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
     (compute dtype, reduce dtype)} for the parameters in a group)``.
 
     The parameters are cast *for the whole step*, as FSDP2's all-gather
@@ -606,16 +709,28 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None,
 
         hooks.extend(module.register_forward_hook(record_dtypes) for module in model.modules())
     forward = model if compile_with is None else _compiled(model, compile_with, [])
+    # Micro-batches' gradients of a parameter computed below its reduce
+    # dtype accumulate in the reduce dtype, as FSDP2 keeps them while sync
+    # is off (``MixedPrecisionPolicy``: the unsharded gradient is upcast to
+    # ``reduce_dtype`` and accumulated there, never summed in bf16)
+    accumulated: dict = {}
+
+    def accumulate():
+        for name, leaf in low.items():
+            reduce_dtype = plan_of[name][1]
+            if leaf.grad is not None and leaf.grad.dtype != reduce_dtype:
+                grad, leaf.grad = leaf.grad.detach().to(reduce_dtype), None
+                accumulated[name] = grad if name not in accumulated else accumulated[name] + grad
+
     try:
         torch.manual_seed(STEP_SEED)
-        args, kwargs = inputs
-        step_loss(forward(*args, **kwargs), inputs, loss).backward()
+        step.backward(forward, inputs, after_each=accumulate if step.micro_batches > 1 else None)
     finally:
         for hook in hooks:
             hook.remove()
     grads = {}
     for name, p in params.items():
-        grad = low[name].grad if name in low else p.grad
+        grad = accumulated.get(name, low[name].grad if name in low else p.grad)
         grads[name] = None if grad is None else grad.detach()
     return grads, plan_of
 

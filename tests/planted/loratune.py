@@ -4,7 +4,8 @@ attention, a SwiGLU MLP, tied embeddings), LoRA adapters wrapping frozen
 Linears, a per-layer ``fully_shard`` plan with bf16 parameters and fp32
 reduction, each decoder layer compiled (``layer.compile()``) and wrapped for
 activation checkpointing before the plan shards it, and its own loss
-(next-token cross-entropy). The sound setups must get no FAIL in torch's
+(next-token cross-entropy), its own training step (two micro-batches
+accumulated with gradient sync off, then AdamW). The sound setups must get no FAIL in torch's
 column; each mistake (``mistake_*``) must be the user's, one line naming the
 factory and the rule, exit 11.
 
@@ -173,8 +174,17 @@ def _tokens():
     return (torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0)),)
 
 
+def adamw(model):
+    """The framework's optimizer: AdamW over what trains, no decay on norms and biases."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW([{"params": [p for p in trainable if p.dim() > 1], "weight_decay": 0.01},
+                              {"params": [p for p in trainable if p.dim() <= 1], "weight_decay": 0.0}], lr=1e-3)
+
+
 def _case(name, model, the_plan=plan, **kw):
-    return ModelCase(name, model, _tokens(), plan=the_plan, loss=next_token_loss, **kw)
+    # its own training step: next-token loss, two micro-batches accumulated, AdamW
+    return ModelCase(name, model, _tokens(), plan=the_plan, loss=next_token_loss, micro_batches=2, optimizer=adamw,
+                     **kw)
 
 
 # --- the sound setups -----------------------------------------------------------------

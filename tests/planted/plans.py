@@ -655,3 +655,33 @@ def _torchrun_worker_plan(model, mesh):
 
 def on_torchrun_ranks():
     return _case("on_torchrun_ranks", _torchrun_worker_plan)
+
+
+# --- the framework's own training step (ModelCase.micro_batches, .optimizer) ---------
+
+
+def adamw(model):
+    """A framework's optimizer: AdamW, weight decay on matrices only."""
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    return torch.optim.AdamW([{"params": [p for _, p in trainable if p.dim() > 1], "weight_decay": 0.1},
+                              {"params": [p for _, p in trainable if p.dim() <= 1], "weight_decay": 0.0}], lr=1e-2)
+
+
+def accumulating():
+    """Correct: two micro-batches accumulated (sync off for the first), then AdamW."""
+    return _case("accumulating", good_plan, micro_batches=2, optimizer=adamw)
+
+
+def accumulating_bf16():
+    """Correct: the same step at bf16 parameters and fp32 reduction."""
+    return _case("accumulating_bf16", bf16_plan, micro_batches=2, optimizer=adamw)
+
+
+def micro_batches_uneven():
+    """The user's mistake: three micro-batches of a batch of two."""
+    return _case("micro_batches_uneven", good_plan, micro_batches=3)
+
+
+def optimizer_broken():
+    """The user's mistake: an optimizer that fails on the plain model too."""
+    return _case("optimizer_broken", good_plan, optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=-1.0))

@@ -625,3 +625,74 @@ class GradientSyncIgnoresRecurse:
                         group.all_reduce_grads = requires_gradient_sync
 
         FSDPModule.set_requires_gradient_sync = every_group
+
+
+class NoSyncBackwardLosesGradients:
+    """FS2-9 killer of the framework's accumulation: a backward run with
+    gradient sync off (``set_requires_gradient_sync(False)``, every
+    micro-batch but the last) loses what it computed, so the reduction
+    after the last micro-batch holds that micro-batch alone. One-step
+    checks never turn sync off and cannot see it; the framework's step
+    (``ModelCase.micro_batches``) must FAIL it in torch's column."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        post_backward = _fsdp_param_group.FSDPParamGroup.post_backward
+
+        def losing(self, *args, **kwargs):
+            result = post_backward(self, *args, **kwargs)
+            if not self.reduce_grads:
+                for fsdp_param in self.fsdp_params:
+                    fsdp_param._unsharded_param.grad = None
+                    fsdp_param.unsharded_accumulated_grad = None
+            return result
+
+        _fsdp_param_group.FSDPParamGroup.post_backward = losing
+        cls.planted = True
+
+
+class ShardedAddcdivTwice:
+    """FS2-9 killer of the framework's optimizer step: DTensor's in-place
+    ``addcdiv_`` (Adam's parameter update) applies its value twice on
+    sharded parameters. The gradients are right, so only a check that
+    steps the framework's optimizer on the sharded parameters
+    (``ModelCase.optimizer``) and compares them with the same step on plain
+    tensors sees it: FS2-9 FAIL in torch's column."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        import torch
+
+        from pytest_fsdpcheck.runs.fsdp2_run import dtensor_class
+
+        dispatcher = dtensor_class()._op_dispatcher
+        addcdiv_ = torch.ops.aten.addcdiv_.default
+        if hasattr(dispatcher, "dispatch"):  # DTensor's Python dispatch (before its C++ fast path)
+            dispatch = dispatcher.dispatch
+
+            def twice(op_call, args, kwargs):
+                if op_call is addcdiv_:
+                    kwargs = {**kwargs, "value": kwargs.get("value", 1) * 2}
+                return dispatch(op_call, args, kwargs)
+
+            dispatcher.dispatch = twice
+        else:  # the C++ fast path still hands an op with a custom handler to it
+            handlers = dispatcher._custom_op_handlers
+
+            def handled_twice(op_call, args, kwargs):
+                del handlers[addcdiv_]  # the op itself, through the normal dispatch
+                try:
+                    return op_call(*args, **{**kwargs, "value": kwargs.get("value", 1) * 2})
+                finally:
+                    handlers[addcdiv_] = handled_twice
+
+            handlers[addcdiv_] = handled_twice
+        cls.planted = True
