@@ -344,6 +344,9 @@ def test_correct_bf16_plan_passes_at_its_own_precision(fast_compile, spec):
     ("bf16_doubled", "layers.1.", ("eager", "compiled"), "differs from the unsharded model's at the plan's precision"),
     # the reduction never runs: no gradient on the sharded parameters
     ("bf16_dropped", "layers.0.", ("eager", "compiled"), "is None"),
+    # the same plan accumulating two micro-batches: the framework's step turns sync off and back
+    # on for the last micro-batch, to what the plan left it (off for layers.0), never forced on
+    ("bf16_dropped_accumulating", "layers.0.", ("eager", "compiled"), "is None"),
     # fp32 reduction asked for, bf16 done: half a bf16 ulp of the sum, beyond the fp32 reduction's
     # tolerance; a compiled step's allowance for fused bf16 kernels covers it, so eager only
     ("bf16_reduced_in_bf16", "", ("eager",), "(bfloat16 compute, float32 reduction;"),

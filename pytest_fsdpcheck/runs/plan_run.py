@@ -125,20 +125,34 @@ def micro_batches(inputs, count: int) -> list[tuple]:
 
 
 def gradient_sync(model):
-    """``sync(flag)`` telling every FSDP2-managed module of ``model``
-    whether its next backward reduces, or None where none is managed."""
+    """``sync(last)`` for :meth:`TrainingStep.backward`: before a
+    micro-batch that is not the last, every FSDP2-managed module of
+    ``model`` is told ``set_requires_gradient_sync(False)``; before the
+    last, each gets back the setting the plan left it with (a plan that
+    turned a module's sync off keeps it off: that is the plan's step to
+    judge, never the suite's to fix). None where no module is managed."""
     from .fsdp2_run import fsdp_module_class
 
     fsdp_module = fsdp_module_class()
     managed = [m for m in model.modules() if fsdp_module is not None and isinstance(m, fsdp_module)]
     if not managed:
         return None
+    planned = [_requires_gradient_sync(module) for module in managed]
 
-    def sync(flag: bool) -> None:
-        for module in managed:
-            module.set_requires_gradient_sync(flag, recurse=False)
+    def sync(last: bool) -> None:
+        for module, flag in zip(managed, planned, strict=True):
+            module.set_requires_gradient_sync(flag if last else False, recurse=False)
 
     return sync
+
+
+def _requires_gradient_sync(module) -> bool:
+    """Whether ``module``'s FSDP2 group reduces in its next backward, as its
+    plan left it (FSDP2 keeps it on the group, ``reduce_grads``; true where
+    no group says otherwise)."""
+    state = module._get_fsdp_state() if hasattr(module, "_get_fsdp_state") else None
+    group = getattr(state, "_fsdp_param_group", None)
+    return bool(getattr(group, "reduce_grads", True))
 
 
 def optimizer_step(step: TrainingStep, model, pristine, grads: dict, copy_of=copy.deepcopy) -> dict:
@@ -465,7 +479,7 @@ def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, p
             if mode == "compiled":
                 forward = _compiled(model, backend, graphs)
             torch.manual_seed(STEP_SEED)
-            step.backward(forward, mine, weight, gradient_sync(model))
+            step.backward(forward, mine, weight, gradient_sync(model) if step.micro_batches > 1 else None)
             record["grads"] = _grads(model)
             if step.optimizer is not None:
                 record["optimizer"] = optimizer_step(step, model, pristine, record["grads"], copy_of)

@@ -685,3 +685,8 @@ def micro_batches_uneven():
 def optimizer_broken():
     """The user's mistake: an optimizer that fails on the plain model too."""
     return _case("optimizer_broken", good_plan, optimizer=lambda model: torch.optim.SGD(model.parameters(), lr=-1.0))
+
+
+def bf16_dropped_accumulating():
+    """Wrong, as bf16_dropped: layers.0's sync left off by the plan, with two micro-batches."""
+    return _case("bf16_dropped_accumulating", bf16_dropped_plan, micro_batches=2)
