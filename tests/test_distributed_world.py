@@ -538,6 +538,80 @@ def test_fs2_frozen_mp_latched_reads_only_the_mixed_steps_error_on_every_rank():
     assert not explains([Violation("FS2-11", v.message) for v in both])
 
 
+def _reused(world: int | None, rank: int, mode: str, label: str, missing: bool = False) -> Violation:
+    head = f"world size {world}, " if world else ""
+    if missing:
+        return Violation("FS2-9", f"{head}rank {rank}, {mode}: {label} has no gradient, expected the unsharded "
+                                  "gradient of the global batch")
+    return Violation("FS2-9", f"{head}rank {rank}, {mode}: gradient of {label}: expected the unsharded gradient of "
+                              "the global batch, max abs difference 2.007524013519287")
+
+
+def _reused_run(off="m7.w0", missing="m8.w0", second=3):
+    """What torch 2.11.0 and 2.12.1 gave (pytest --fsdpcheck --fsdpcheck-strict, CPU)."""
+    uncast = "RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::BFloat16"
+    found = [_latched(r, error=uncast) for r in (0, 1)]
+    for world, ranks, modes in ((None, 2, ("eager", "compiled")), (second, second, ("eager",))):
+        if world is None or second:
+            for r in range(ranks):
+                for mode in modes:
+                    found += [_reused(world, r, mode, off), _reused(world, r, mode, missing, missing=True)]
+    return found
+
+
+def test_fs2_grouped_module_reused_reads_only_the_pairs_two_gradients_and_the_uncast_input():
+    """fs2-grouped-module-reused (torch 2.9 ... 2.12) explains exactly what
+    2.11.0 and 2.12.1 give: on every rank and mode of both worlds the same
+    parameter's gradient off and the same other one's missing, and the bf16
+    step's uncast-input error on every rank, as torch's own walk does. A
+    third wrong gradient, another parameter on one rank, a rank or mode
+    without it, the silent bf16 form, another error or an error torch's own
+    walk does not share is not that bug."""
+    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused as explains
+
+    run = _reused_run()
+    assert explains(run) and explains(_reused_run(second=0))  # torchrun: its own world only
+    assert not explains(run + [_reused(None, 0, "eager", "m3.w0")])  # a third gradient wrong
+    assert not explains([v for v in run if not v.message.startswith("rank 1, compiled")])  # a mode missing
+    assert not explains([v for v in run if "bf16" not in v.message or not v.message.startswith("rank 1")])
+    swapped = [_reused(None, 1, "eager", "m8.w0"), _reused(None, 1, "eager", "m7.w0", missing=True)]
+    assert not explains([v for v in run if not v.message.startswith("rank 1, eager")] + swapped)
+    assert not explains([v for v in run if "bf16" not in v.message])  # no uncast input: another bug
+    latched = [v for v in run if "bf16" not in v.message] + [_latched(0), _latched(1)]
+    assert not explains(latched)  # 2.13's latch, not the uncast input
+    walkless = [v for v in run if "bf16" not in v.message] + [
+        _latched(r, walk=", where torch's own walk in the same run takes the step",
+                 error="RuntimeError: expected m1 and m2 to have the same dtype, but got: float != c10::BFloat16")
+        for r in (0, 1)]
+    assert not explains(walkless)
+    assert not explains([Violation("FS2-11", v.message) for v in run])
+
+
+def test_fs2_frozen_mp_latched_is_masked_only_where_the_grouped_reuse_was_seen():
+    """Before 2.13 the bf16 step raises fs2-grouped-module-reused's error
+    before the backward that shows the latch: strict does not call the
+    latch fixed in a run that saw the masking bug, and does in a run where
+    neither showed (torch 2.12.1's FS2-9 passing would be news)."""
+    import types
+
+    from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
+    from pytest_fsdpcheck.run.verdicts import _unreproduced
+
+    class Walk:
+        known_bugs = FULLY_SHARD_RUNTIME_BUGS
+
+    def unreproduced(examples):
+        matrix = types.SimpleNamespace(outcome=lambda inv, spec: "known" if examples else "pass",
+                                       known_examples=examples)
+        session = types.SimpleNamespace(known_bugs=True, impls={"walk": Walk()}, torch_version="2.12.1",
+                                        matrix=matrix, deselected=set(), cannot_compile=lambda: False)
+        return {bug.id for _, bug in _unreproduced(session)}
+
+    assert unreproduced({("walk", "fs2-grouped-module-reused"): 1}) == set()
+    assert unreproduced({}) == {"fs2-frozen-mp-latched", "fs2-grouped-module-reused"}
+    assert "fs2-frozen-mp-latched" in unreproduced({("walk", "fs2-frozen-dtypes-asserted"): 1})
+
+
 def test_a_walk_meeting_a_runtime_bug_is_told_to_declare_the_runtime_bugs_and_fails():
     """A walk (not torch's) whose FS2-9 is exactly fs2-frozen-mp-latched,
     declaring nothing: a FAIL, whose hint names fully_shard's runtime bugs

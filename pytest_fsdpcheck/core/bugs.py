@@ -69,6 +69,11 @@ class KnownBug:
     #: this Python and build cannot compile at all (torch 2.0 under Python
     #: 3.11), no run can show it, and strict does not call it fixed
     needs_compile: bool = False
+    #: ids of known bugs that, where they apply too, fail this bug's only
+    #: step first (another error at the same step): where one of them
+    #: explained examples in the run, this one cannot show, and strict does
+    #: not call it fixed
+    masked_by: tuple[str, ...] = ()
 
     def raised_this(self, error) -> bool:
         """Whether ``error`` (:attr:`Violation.error`) is one this bug raises."""

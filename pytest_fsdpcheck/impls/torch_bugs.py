@@ -77,6 +77,56 @@ def _mixed_step_latched(violations) -> bool:
     return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
 
 
+_REUSED_WRONG = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): gradient of (\S+): expected the "
+                           r"unsharded gradient of the global batch, max abs difference \S+")
+_REUSED_MISSING = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): (\S+) has no gradient, expected "
+                             r"the unsharded gradient of the global batch")
+_REUSED_UNCAST = re.compile(
+    r"rank (\d+), bf16: the step with fully_shard\(\[a, b\]\) in bf16 \(reduced in fp32\) after a first forward "
+    r"with that group frozen failed: RuntimeError: expected m1 and m2 to have the same dtype, but got: float != "
+    r"c10::BFloat16, as torch's own walk does in the same run")
+
+
+def _grouped_module_reused(violations) -> bool:
+    """FS2-9's statements that, in the world whose grouped call
+    ``fully_shard([a, b])`` had a module called again after the group's
+    forward ended, following a forward with the group frozen: on every rank
+    of the first world in eager and compiled mode, and of the second world
+    (``world size N, ``) in eager mode, the same one parameter's gradient is
+    off and the same other one's missing, and nothing else; and the bf16
+    step raised the uncast input's dtype error on every rank of the first
+    world, as torch's own walk does in the same run. Another parameter, a
+    rank or a mode without it, another error or a third wrong gradient is
+    not this bug."""
+    steps: dict = {}
+    uncast = []
+    for v in violations:
+        if v.invariant != "FS2-9":
+            return False
+        match = _REUSED_UNCAST.fullmatch(v.message)
+        if match:
+            uncast.append(int(match[1]))
+            continue
+        match = _REUSED_WRONG.fullmatch(v.message) or _REUSED_MISSING.fullmatch(v.message)
+        if match is None:
+            return False
+        kind = "off" if match.re is _REUSED_WRONG else "missing"
+        steps.setdefault((match[1] or "", int(match[2]), match[3]), {}).setdefault(kind, []).append(match[4])
+    worlds = sorted({world for world, _, _ in steps})
+    if "" not in worlds or len(worlds) > 2 or not uncast or sorted(uncast) != list(range(len(uncast))):
+        return False
+    for world in worlds:
+        size = len(uncast) if world == "" else int(world)
+        modes = ("eager", "compiled") if world == "" else ("eager",)
+        if {key for key in steps if key[0] == world} != {(world, r, m) for r in range(size) for m in modes}:
+            return False
+    pairs = {(tuple(found.get("off", ())), tuple(found.get("missing", ()))) for found in steps.values()}
+    if len(pairs) != 1:
+        return False
+    ((off, missing),) = pairs
+    return len(off) == 1 and len(missing) == 1 and off != missing
+
+
 _FROZEN_STEP_RAISED = (r"(frozen-low-base|frozen-index): fully_shard with mp_policy bf16 \(reduced in fp32\) and one "
                        r"step raised {error}, as torch's own walk does in the same run")
 _FROZEN_DTYPES_ASSERTED = re.compile(_FROZEN_STEP_RAISED.format(
@@ -530,6 +580,31 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         predicate=_mixed_step_latched,
         reproducer="fs2-frozen-mp-latched.py",
         upstream=("pytorch/pytorch#186998", "pytorch/pytorch#187376"),
+        # before 2.13 FS2-9's bf16 step (its grouped module reused) raises fs2-grouped-module-reused's
+        # error in the forward, before the backward that would show the latch (its reproducer, which
+        # reuses no module, shows it on 2.11.0 and 2.12.1 as on 2.13.0)
+        masked_by=("fs2-grouped-module-reused",),
+    ),
+    KnownBug(
+        id="fs2-grouped-module-reused",
+        invariants=("FS2-9",),
+        reason="A module of a grouped call fully_shard([a, b]) called once more after the group's forward ended "
+        "in the same step (pytorch/pytorch#183702's shape: a grouped module reused later in the iteration) runs "
+        "outside the group's forward hooks, which count the group's modules in _modules_to_run_forward "
+        "(torch.distributed.fsdp._fully_shard._fsdp_state): in fp32, after a forward in which the group had no "
+        "trainable parameter (a first forward with it frozen: nothing cleared that set in a backward), the step's "
+        "gradients are wrong, the reused module's off and the other module's missing (torch warns '1 of the 2 "
+        "modules passed to fully_shard did not run forward before backward'); with a bf16 mp_policy, the "
+        "reused module's second call computes on an input left in fp32 and raises 'expected m1 and m2 to have "
+        "the same dtype'. 2.13.0 unshards on the group's physical state and completes a partial group at the "
+        "root's post-forward (pytorch/pytorch#180428). Its reproducer shows both forms on 2.11.0 and 2.12.1 and "
+        "the fp32 one on 2.9.1 and 2.10.0; pytest --fsdpcheck --fsdpcheck-strict fails FS2-9 this way on 2.11.0 "
+        "and 2.12.1. It is torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        affects=">=2.9,<2.13",
+        seen=("2.9.1", "2.10.0", "2.11.0", "2.12.1"),
+        predicate=_grouped_module_reused,
+        reproducer="fs2-grouped-module-reused.py",
+        upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428"),
     ),
     KnownBug(
         id="exo-method-target-taken-as-param",
@@ -552,5 +627,6 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
 #: fail the same way in the same run), so the reference declares them too
 FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
     bug for bug in TORCH_BUGS
-    if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected"}
+    if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected",
+                  "fs2-grouped-module-reused"}
 )
