@@ -270,14 +270,22 @@ def _gradients_missed(rank, mode: str, misses: list, total: int, step: dict, bac
     many differ, the worst (by its difference relative to its largest
     entry, with that figure), what the step compiled and the tolerance; the
     detail lists every parameter's line."""
+    worst, detail = _summary(misses, total, "gradients", "the gradient of ")
+    message = f"rank {rank}, {mode}: {worst}; the step compiled {_what_compiled(mode, step, backend)}"
+    return Violation("FS2-9", message, detail=detail)
+
+
+def _summary(misses: list, total: int, what: str, prefix: str = "") -> tuple[str, str]:
+    """``(first line, detail)`` of ``misses`` (``(name, problem, relative
+    difference)`` each): how many of ``total`` ``what`` are wrong where more
+    than one, the worst by its relative difference with that figure; the
+    detail every one's line."""
     name, problem, relative = max(misses, key=lambda miss: miss[2])
-    worst = f"the gradient of {name} {problem}"
+    worst = f"{prefix}{name} {problem}"
     if relative != float("inf"):
         worst += f", {relative:.3g} of its largest entry"
-    count = f"{len(misses)} of {total} gradients are wrong; worst: " if len(misses) > 1 else ""
-    message = f"rank {rank}, {mode}: {count}{worst}; the step compiled {_what_compiled(mode, step, backend)}"
-    detail = "\n".join(f"the gradient of {n} {p}" for n, p, _ in misses)
-    return Violation("FS2-9", message, detail=detail)
+    count = f"{len(misses)} of {total} {what} are wrong; worst: " if len(misses) > 1 else ""
+    return count + worst, "\n".join(f"{prefix}{n} {p}" for n, p, _ in misses)
 
 
 def _optimizer_missed(rank, mode: str, optimizer: dict | None) -> Violation | None:
@@ -305,13 +313,10 @@ def _optimizer_missed(rank, mode: str, optimizer: dict | None) -> Violation | No
             misses.append((name, text.replace("the unsharded model", "the plain optimizer"), relative))
     if not misses:
         return None
-    name, problem, relative = max(misses, key=lambda miss: miss[2])
-    count = f"{len(misses)} of {len(expected)} parameters are wrong; worst: " if len(misses) > 1 else ""
-    worst = f"{name} {problem}" + (f", {relative:.3g} of its largest entry" if relative != float("inf") else "")
+    worst, detail = _summary(misses, len(expected), "parameters")
     return Violation("FS2-9", f"rank {rank}, {mode}: after the framework's optimizer step on the sharded parameters, "
-                              f"{count}{worst} (the same optimizer stepped on plain tensors holding the step's own "
-                              "gradients)",
-                     detail="\n".join(f"{n} {p}" for n, p, _ in misses))
+                              f"{worst} (the same optimizer stepped on plain tensors holding the step's own gradients)",
+                     detail=detail)
 
 
 def _hung(record) -> str | None:
