@@ -214,3 +214,23 @@ def test_a_plan_whose_step_fails_in_the_control_too_is_one_case_error_line(run_s
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes
     assert result.ret == EXIT_CASE_ERROR, "\n".join(result.outlines[-20:])
+
+
+def test_a_routed_plan_breaking_fsdp2s_per_rank_step_is_one_case_error_line_naming_what(run_suite, monkeypatch):
+    """Issue 57, each rank its own data: a routed model whose ranks reach
+    different experts. Leaving set_reduce_scatter_unused_params off, or
+    making each expert a group some rank never calls, breaks what FSDP2
+    documents such a step needs; real torch then mixes the ranks'
+    gradients silently (their collectives pair up by order). One case-error
+    line each, naming the factory and the parameter or module, exit 11;
+    never FS2-9 in torch's column, never an ERROR."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    unflagged, sharded = "tests.planted.plans:routed_unflagged", "tests.planted.plans:routed_experts_sharded"
+    result, report = run_suite("torch", k="test_model_plan_end_to_end",
+                               extra=["--fsdpcheck-model", unflagged, "--fsdpcheck-model", sharded])
+    errors = report["case_errors"]
+    assert "reach experts.0.bias only on rank 0" in errors.get(unflagged, "") and \
+        "set_reduce_scatter_unused_params off" in errors[unflagged], (errors, result.outlines[-30:])
+    assert "call experts.0's forward only on rank 0" in errors.get(sharded, ""), errors
+    assert "FS2-9" not in report["matrix"].get("torch", {}), report["matrix"].get("torch")
+    assert result.ret == EXIT_CASE_ERROR, "\n".join(result.outlines[-20:])

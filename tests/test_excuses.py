@@ -55,6 +55,10 @@ OPERATOR_BF16 = {"tests.planted.torch_faults:LinearRaisesInBFloat16": (
 #: optimizer step on sharded parameters reaches
 NO_SYNC = {"tests.planted.torch_faults:NoSyncBackwardLosesGradients": ("FS2-9", "test_model_plan_end_to_end")}
 OPTIMIZER = {"tests.planted.torch_faults:ShardedAddcdivTwice": ("FS2-9", "test_model_plan_end_to_end")}
+#: each rank its own data (issue 57): a plan that keeps FSDP2's per-rank step (unused parameters
+#: reduced, every group's module called on every rank) is never the user's mistake
+UNUSED_IGNORED = {"tests.planted.torch_faults:UnusedParamsFlagIgnored": ("FS2-9", "test_model_plan_end_to_end")}
+UNUSED_ONES = {"tests.planted.torch_faults:UnusedParamsGradientOnes": ("FS2-9", "test_model_plan_end_to_end")}
 SPLIT_HOOKS = {"tests.planted.torch_faults:DDPOptimizerHooksSeeCompile": ("SPL-18", "test_compile_hooks_cases")}
 SPLIT_CONFIGS = {"tests.planted.torch_faults:DDPOptimizerDropsCompilerConfigs": ("SPL-19", "test_compiler_configs_cases")}
 SPLIT_SIZES = {"tests.planted.torch_faults:DDPOptimizerSpecializesSizes": ("SPL-10", "test_split_inside_compile_cases")}
@@ -299,6 +303,31 @@ def test_torchs_optimizer_step_wrong_on_sharded_parameters_fails(run_faulted, mo
     out = result.stdout.str()
     assert "after the framework's optimizer step on the sharded parameters" in out, "\n".join(result.outlines[-30:])
     assert "gradients are wrong" not in out
+
+
+def test_torch_ignoring_unused_parameters_on_per_rank_data_fails_not_the_users(run_faulted, monkeypatch):
+    """case error for a plan breaking FSDP2's per-rank step: the routed
+    plan reduces unused parameters and calls every group's module on every
+    rank, so torch's reduce-scatter ignoring that switch (the ranks'
+    gradients mixed or the step crashing) is torch's FS2-9 FAIL naming
+    what only some ranks reach, never the user's case error."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(UNUSED_IGNORED, extra=("--fsdpcheck-model", "tests.planted.plans:routed"))
+    demand_torch_failures(result, report, UNUSED_IGNORED)
+    assert report["case_errors"] == {}, report["case_errors"]
+    assert "the ranks' batches reach different parameters experts.0.weight only on rank 0" in result.stdout.str()
+
+
+def test_torchs_unused_parameters_gradient_other_than_zero_fails(run_faulted, monkeypatch):
+    """A parameter no rank reached may hold FSDP2's documented zero
+    gradient where its group reduces unused parameters (the control has
+    none): a gradient of ones there, and the wrong term it adds where some
+    rank reached the parameter, is torch's FS2-9 FAIL."""
+    monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
+    result, report = run_faulted(UNUSED_ONES, extra=("--fsdpcheck-model", "tests.planted.plans:routed"))
+    demand_torch_failures(result, report, UNUSED_ONES)
+    assert report["case_errors"] == {}, report["case_errors"]
+    assert "experts.2.weight exists, the unsharded model has none" in result.stdout.str()
 
 
 def test_a_torch_limit_raised_beside_a_compile_is_a_leak(run_faulted):

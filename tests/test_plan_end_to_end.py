@@ -523,7 +523,8 @@ def test_the_control_averages_every_ranks_batch_and_falls_back_where_the_model_r
     torch.manual_seed(0)
     model = nn.Linear(4, 1, bias=False)
     batches = rank_batches(((torch.randn(3, 4),), {}), 2)  # (positional, keyword)
-    reference, _ = _control(model, batches, (PlanGroup(("weight",)),), rank=0, world_size=2)
+    reference, _, reach = _control(model, batches, (PlanGroup(("weight",)),), rank=0, world_size=2)
+    assert reach == {"params": {}, "modules": {}}
     grads = []
     for weight, ((x,), _) in zip((1.0, 2.0), batches, strict=True):
         model.zero_grad()
@@ -554,7 +555,7 @@ def test_the_control_runs_a_checkpointed_bf16_step_at_the_plans_precision():
     from pytest_fsdpcheck.runs.plan_run import _control, rank_batches
 
     case = case_of("tests.planted.plans:checkpointed_bf16")
-    reference, precision = _control(case.model, rank_batches((tuple(case.example_inputs), {}), 2),
+    reference, precision, _ = _control(case.model, rank_batches((tuple(case.example_inputs), {}), 2),
                                     control_groups(case), rank=0, world_size=2)
     assert precision["layers.0.mlp.0.weight"] == ("bfloat16", "float32")
     assert precision["layers.1._checkpoint_wrapped_module.mlp.0.weight"] == ("bfloat16", "float32")
@@ -765,3 +766,114 @@ def test_the_compiled_step_leaves_inductors_config_as_it_found_it_and_a_leak_by_
                                                  r"inductor\.config \(fallback_random\)"):
         _observed_as_fs2_9_of_torch(_compiled_step_with_dropout)
     assert inductor_config.fallback_random is False  # the leak was put back by the isolation check
+
+
+# --- issue 57, family 4: each rank its own data, reaching different parameters ------
+
+def test_the_control_keeps_per_rank_batches_that_reach_different_parameters():
+    """A routed model on per-rank data: the batches are kept (they fell back
+    to rank 0's batch on every rank, a plain pass that hid every routed
+    bug), the reach names what only some ranks reach, and a parameter's
+    reference is the ranks' average with a zero where a rank's batch did
+    not reach it (FSDP2's documented reduce-scatter of unused parameters)."""
+    from torch import nn
+
+    from pytest_fsdpcheck.runs.plan_run import PlanGroup, _control
+
+    class Routed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 1), nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.a(x) if x.sum() > 0 else self.b(x)
+
+    torch.manual_seed(0)
+    model = Routed()
+    batches = [((torch.ones(2, 3),), {}), ((-torch.ones(2, 3),), {})]
+    names = tuple(n for n, _ in model.named_parameters())
+    reference, _, reach = _control(model, batches, (PlanGroup(names),), rank=1, world_size=2)
+    assert reach == {"params": {"a.weight": [0], "a.bias": [0], "b.weight": [1], "b.bias": [1]},
+                     "modules": {"a": [0], "b": [1]}}
+    expected = {}
+    for (x,), _ in batches:
+        model.zero_grad()
+        model(x).square().mean().backward()
+        expected.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    # rank 0's term weighs 1, rank 1's 2; the rank that did not reach a parameter adds zero
+    assert torch.allclose(reference["a.weight"], expected["a.weight"] * 1.0 / 2)
+    assert torch.allclose(reference["b.weight"], expected["b.weight"] * 2.0 / 2)
+
+
+def _per_rank_records(error=None, unused_reduced=True, roots=("",), have=None, modules=None, **record):
+    """Two ranks' records of a routed plan: ``e.w`` reached on rank 0 only, ``z.w`` by none."""
+    one = torch.ones(2)
+    have = {"e.w": one, "z.w": torch.zeros(2)} if have is None else have
+    step = {"error": error, "grads": have,
+            "plan_groups": [{"roots": list(roots), "params": ["e.w", "z.w"], "unused_reduced": unused_reduced}]}
+    reach = {"params": {"e.w": [0]}, "modules": modules or {}}
+    return [{"rank": r, "error": None, "reference": {"e.w": one, "z.w": None}, "world_size": 2, "reach": reach,
+             "eager": dict(step), "compiled": dict(step), **record} for r in (0, 1)]
+
+
+def test_a_plan_that_breaks_fsdp2s_per_rank_step_is_the_users_mistake_naming_what():
+    """The plan leaves set_reduce_scatter_unused_params off for a parameter
+    only some ranks reach, or makes a group of a module some rank never
+    calls (its all-gather is every rank's collective): where the step then
+    fails, hangs or mixes gradients, a case error naming the parameter or
+    module; where the step passes, nothing."""
+    from pytest_fsdpcheck.checks.plan_distributed import reach_mistake
+
+    mixed = _per_rank_records(unused_reduced=False, have={"e.w": torch.full((2,), 3.0), "z.w": None})
+    why = reach_mistake(mixed, check_plan_end_to_end(mixed))
+    assert why is not None and "reach e.w only on rank 0" in why and "set_reduce_scatter_unused_params off" in why
+    crashed = _per_rank_records(error="RuntimeError: Connection closed by peer", unused_reduced=False)
+    assert "set_reduce_scatter_unused_params off" in reach_mistake(crashed, check_plan_end_to_end(crashed))
+    skipped = _per_rank_records(error="RuntimeError: Timed out waiting 60000ms for recv", roots=("e",),
+                              modules={"e": [0]})
+    why = reach_mistake(skipped, check_plan_end_to_end(skipped))
+    assert why is not None and "call e's forward only on rank 0" in why and "all-gathers" in why
+    passed = _per_rank_records(unused_reduced=False, have={"e.w": torch.ones(2), "z.w": None})
+    assert check_plan_end_to_end(passed) == [] and reach_mistake(passed, []) is None
+    # failing elsewhere (starting): not the step's, so not the plan's per-rank mistake
+    elsewhere = _per_rank_records(unused_reduced=False, have={"e.w": torch.ones(2), "z.w": None})
+    elsewhere[1] = {"rank": 1, "error": "RuntimeError: the world did not start"}
+    assert reach_mistake(elsewhere, check_plan_end_to_end(elsewhere)) is None
+
+
+def test_with_the_plan_keeping_fsdp2s_per_rank_step_a_failure_is_torchs_naming_the_parameter():
+    """The plan reduces unused parameters and every rank calls every group's
+    module: a failure, a hang or a wrong gradient is the implementation's
+    FS2-9 FAIL, its line naming what only some ranks reach; a parameter no
+    rank reached may hold FSDP2's documented zero, and nothing else."""
+    from pytest_fsdpcheck.checks.plan_distributed import reach_mistake, world_too_slow
+
+    assert check_plan_end_to_end(_per_rank_records()) == []
+    crashed = _per_rank_records(error="RuntimeError: Connection closed by peer")
+    violations = check_plan_end_to_end(crashed)
+    assert reach_mistake(crashed, violations) is None
+    assert violations and all("e.w only on rank 0" in v.message and "as FSDP2 documents" in v.message
+                              for v in violations), violations
+    ones = _per_rank_records(have={"e.w": torch.ones(2), "z.w": torch.ones(2)})
+    [eager, compiled] = check_plan_end_to_end(ones)
+    assert "z.w exists, the unsharded model has none" in eager.message
+    assert check_plan_end_to_end(_per_rank_records(unused_reduced=False, have={"e.w": torch.ones(2), "z.w": torch.zeros(2)}))
+    # a rank killed in its step, no slower than its control, with the ranks' reach uneven: a hang, never ERROR
+    killed = [_killed("eager", 10.0, control_s=3.0) | {"reach": {"params": {"e.w": [1]}, "modules": {}}}]
+    [hang] = check_plan_end_to_end(killed)
+    assert "waiting on a collective the other ranks never reached (hung)" in hang.message and "e.w" in hang.message
+    assert world_too_slow(killed) is None
+
+
+@pytest.mark.e2e
+def test_a_routed_model_on_per_rank_data_passes_fs2_9_with_fsdp2s_per_rank_step(fast_compile):
+    """Each rank its own batch, reaching different experts (and none
+    reaching expert 2); the plan reduces unused parameters as FSDP2
+    documents: every gradient is the ranks' average with a zero where a
+    rank did not reach it, expert 2's FSDP2's documented zero."""
+    records = _run("tests.planted.plans:routed")
+    assert [r["error"] for r in records] == [None, None], records[0]["error"]
+    assert records[0]["batches"] == "own"
+    assert records[0]["reach"]["params"]["experts.0.weight"] == [0]
+    assert records[0]["reach"]["params"]["experts.1.weight"] == [1]
+    assert check_plan_end_to_end(records) == []

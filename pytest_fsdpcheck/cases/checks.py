@@ -912,6 +912,14 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     limit = rank_limit(timeout_s, _unsharded_step_seconds(case))
     records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=control_groups(case),
                              call_limit=timeout_s or None)
+    from ..checks.plan_distributed import reach_mistake
+
+    violations = judge(records)
+    uneven = reach_mistake(records, violations)
+    if uneven is not None:
+        # a rank's batch skips what the plan makes every rank's collective:
+        # the step cannot run as FSDP2 documents it, whoever runs it
+        raise CaseError(f"{case_label(case)}: FS2-9: {uneven}")
     slow = world_too_slow(records)
     if slow is not None:
         raise EnvironmentFault(f"environment (gloo on cpu, world size {world_size}): {slow}; "
@@ -923,7 +931,6 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
         # the unsharded control runs nothing of fully_shard: failing the same
         # way, the step is the plan's or the model's, never torch's cell
         raise CaseError(f"{case_label(case)}: FS2-9: {mistake}")
-    violations = judge(records)
     uncompilable = uncompilable_model(records)
     if not violations and uncompilable is not None:
         raise NotProvided(uncompilable, case_input=True)

@@ -26,6 +26,19 @@ message states it with the measured difference. Beyond the fp32 tolerance
   model's own compiled-vs-eager noise with no FSDP at all is never the
   implementation's failure.
 
+Ranks whose batches reach different parameters or call different modules
+(a routed model on per-rank data, the record's ``reach``) are judged as
+FSDP2 documents such a step: every parameter's gradient is the average over
+the ranks with a zero where a rank's batch did not reach it, and a group
+that reduces unused parameters (``set_reduce_scatter_unused_params``)
+gives a parameter no rank reached a zero gradient, not none. A step that
+fails where the plan leaves that switch off for a parameter some rank does
+not reach, or where a rank never calls a group's module (the group
+all-gathers in that forward, a collective of every rank), is the plan's:
+:func:`reach_mistake`, a case error. With the plan keeping both, a failure
+is the implementation's, and its line names the parameters and the ranks
+that reach them, a hang included.
+
 A rank killed at the ranks' time limit in the plan's own step, where the
 unsharded control's same step took a small part of the time it spent
 there, is a hang in ``fully_shard``'s runtime: a FAIL
@@ -60,9 +73,11 @@ def _first_line(text) -> str:
 
 def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> list[Violation]:
     violations: list[Violation] = []
+    reach = _reach(records)
+    uneven = bool(reach["params"] or reach["modules"])
     for record in records:
         rank = record.get("rank", "?")
-        hang = _hung(record)
+        hang = _hung(record, uneven)
         if hang is not None:
             violations.append(Violation("FS2-9", f"rank {rank}, {hang}", detail=str(record["error"])))
             continue
@@ -90,6 +105,8 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
         noise = record.get("noise") or {}
         for mode in MODES:
             step = record.get(mode)
+            if step is not None and step.get("not_run") and uneven:
+                continue  # the eager step's failure, in a world it broke, is what is judged
             if step is None:
                 violations.append(Violation("FS2-9", f"rank {rank} recorded no {mode} step"))
                 continue
@@ -101,8 +118,12 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             # the model's own compiled layers run a compiler's kernels even in the eager step
             compiled = mode == "compiled" or bool(step.get("own_compiled"))
             misses = []
+            zero_for_unused = _unused_reduced(step)
             for name, want in reference.items():
-                problem = _compare(grads.get(name, _MISSING), want, rtol, atol,
+                have = grads.get(name, _MISSING)
+                if want is None and name in zero_for_unused and _all_zero(have):
+                    continue  # FSDP2 reduces a zero gradient for a parameter no rank reached, as documented
+                problem = _compare(have, want, rtol, atol,
                                    _low_precision(precision.get(name), "compiled" if compiled else mode,
                                                   world_size, upstream.get(name), noise.get(name)))
                 if problem:
@@ -123,9 +144,126 @@ def check_plan_end_to_end(records, rtol: float = RTOL, atol: float = ATOL) -> li
             # torch.compile of such an FSDP2 root hands its backend none)
             if step.get("graphs") == 0 and step.get("unsharded_graphs") != 0 and not step.get("own_compiled"):
                 violations.append(Violation("FS2-9", f"rank {rank}, {mode}: {_nothing_compiled(step.get('unsharded_graphs'))}"))
+    if uneven and violations:
+        where = _reach_words(reach)
+        groups = _plan_groups(records)
+        if groups is not None and _reach_broken(reach, groups) is None:
+            where += ("; the plan calls every group's module on every rank and reduces unused parameters, as FSDP2 "
+                      "documents such a step")
+        violations = [Violation(v.invariant, f"{v.message} ({where})", detail=v.detail) for v in violations]
     # one line for what the ranks report alike (a step failing, or the
     # same gradient wrong on every rank after the reduction)
     return by_rank(violations)
+
+
+def _reach(records) -> dict:
+    """The ranks' reach as the records say it (every rank computes every
+    rank's batch, so any record that has it has all of it)."""
+    for record in records:
+        if record.get("reach"):
+            return record["reach"]
+    return {"params": {}, "modules": {}}
+
+
+def _plan_groups(records) -> list[dict] | None:
+    for record in records:
+        for mode in MODES:
+            groups = (record.get(mode) or {}).get("plan_groups")
+            if groups is not None:
+                return groups
+    return None
+
+
+def _unused_reduced(step: dict) -> set:
+    return {name for group in step.get("plan_groups") or () if group.get("unused_reduced")
+            for name in group.get("params") or ()}
+
+
+def _all_zero(tensor) -> bool:
+    import torch
+
+    return isinstance(tensor, torch.Tensor) and not bool(tensor.any())
+
+
+def _ranks(ranks) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _reach_words(reach: dict, limit: int = 3) -> str:
+    """The ranks' batches' uneven reach, in a few words."""
+    parts = []
+    for kind, items in (("parameters", reach["params"]), ("modules' forwards", reach["modules"])):
+        if items:
+            shown = [f"{name} only on {_ranks(ranks)}" for name, ranks in list(items.items())[:limit]]
+            more = f" and {len(items) - limit} more" if len(items) > limit else ""
+            parts.append(f"{kind} {', '.join(shown)}{more}")
+    return "the ranks' batches reach different " + "; ".join(parts)
+
+
+def _step_failed(records, violations) -> bool:
+    """Whether the plan's own step did not pass: a step raised, a rank died
+    or was killed in one (its last phase a step), or, where no rank failed
+    elsewhere (starting, the control), a violation (a wrong gradient)."""
+    def in_step(record) -> bool:
+        return (record.get("progress") or {}).get("phase") in MODES
+
+    if any((record.get(mode) or {}).get("error") for record in records for mode in MODES):
+        return True
+    if any(record.get("error") and in_step(record) for record in records):
+        return True
+    elsewhere = any(record.get("error") and not in_step(record) for record in records)
+    return bool(violations) and not elsewhere
+
+
+def reach_mistake(records, violations) -> str | None:
+    """Why FS2-9 judges no implementation on a plan whose step did not
+    pass (``violations``, or a rank that failed, died or was killed) where
+    the ranks' batches reach different parameters or call different modules
+    (:func:`_reach`), and the plan breaks what FSDP2 documents such a step
+    needs:
+
+    - every rank calls the forward of each group's modules (its ``roots``):
+      the group all-gathers its parameters there, a collective of all its
+      ranks, so a rank that skips it leaves the others waiting;
+    - a group holding a parameter some rank's batch does not reach reduces
+      unused parameters (``set_reduce_scatter_unused_params(True)``, which
+      FSDP2 documents as needed where ranks use different parameters, as
+      DDP's ``find_unused_parameters``): without it the ranks' reduce-scatters
+      differ in size.
+
+    The user's mistake, a case error naming the module or parameter. None
+    where the step passed, the reach is even, or the plan keeps both: a
+    failure is then the implementation's (:func:`check_plan_end_to_end`)."""
+    reach = _reach(records)
+    if not (reach["params"] or reach["modules"]) or not _step_failed(records, violations):
+        return None
+    groups = _plan_groups(records)
+    return None if groups is None else _reach_broken(reach, groups)
+
+
+def _reach_broken(reach: dict, groups: list[dict]) -> str | None:
+    """What of FSDP2's documented per-rank step the plan's ``groups``
+    break for the ranks' ``reach`` (:func:`reach_mistake`), or None."""
+    for group in groups:
+        for root in group.get("roots") or ():
+            ranks = reach["modules"].get(root)
+            if ranks is not None:
+                return (f"the ranks' batches call {root or '<root>'}'s forward only on {_ranks(ranks)}, and the plan "
+                        "makes it a fully_shard group, which all-gathers its parameters in that forward, a collective "
+                        "of every rank: the other ranks never join it and the step fails or hangs; call the group's "
+                        "module on every rank, or shard it with its caller's group")
+    for group in groups:
+        if group.get("unused_reduced"):
+            continue
+        for name in group.get("params") or ():
+            ranks = reach["params"].get(name)
+            if ranks is not None:
+                root = ", ".join(r or "<root>" for r in group.get("roots") or ()) or "?"
+                return (f"the ranks' batches reach {name} only on {_ranks(ranks)}, and its group ({root}) leaves "
+                        "set_reduce_scatter_unused_params off, which FSDP2 documents as needed where ranks use "
+                        "different parameters: the ranks' reduce-scatters differ and the step fails, hangs or mixes "
+                        "gradients; call it on the group, True")
+    return None
 
 
 def users_mistake(records) -> str | None:
@@ -319,7 +457,7 @@ def _optimizer_missed(rank, mode: str, optimizer: dict | None) -> Violation | No
                      detail=detail)
 
 
-def _hung(record) -> str | None:
+def _hung(record, uneven: bool = False) -> str | None:
     """How a rank killed at the limit hung in the plan's own step (eager or
     compiled), where it spent more than :data:`HANG_FACTOR` times (and at
     least :data:`MIN_HANG_S`) what the unsharded control's same step took,
@@ -340,6 +478,9 @@ def _hung(record) -> str | None:
     call_limit = record.get("call_limit_s")
     if call_limit and spent >= call_limit:
         return f"{head}, longer than one call may take (--fsdpcheck-timeout {call_limit:g} s): hung"
+    if uneven:
+        # the other ranks finished their step's share: this one waits on a collective they never reached
+        return f"{head}, waiting on a collective the other ranks never reached (hung)"
     return None
 
 
@@ -349,8 +490,10 @@ def world_too_slow(records) -> str | None:
     in a step no slower than its control allows (:func:`_hung`): the whole
     world is slow, an ERROR of the environment, never the implementation's
     FAIL. ``None`` where no rank timed out that way."""
+    reach = _reach(records)
+    uneven = bool(reach["params"] or reach["modules"])
     for record in records:
-        if record.get("timed_out") and _hung(record) is None:
+        if record.get("timed_out") and _hung(record, uneven) is None:
             progress = record.get("progress") or {}
             phase = progress.get("phase", "starting")
             spent = (record.get("killed_at") or 0) - progress.get("phase_at", record.get("killed_at") or 0)

@@ -16,7 +16,14 @@ parameter left out of every group), or a reduction in the wrong dtype (bf16
 sums of equal bf16 values are exact), would go unseen. Where the model
 rejects the varied batches (the unsharded model raises or gives non-finite
 gradients on them), every rank takes the case's own inputs, recorded as
-``batches``.
+``batches``. Batches that reach different parameters or call different
+modules on different ranks (a routed, MoE-style model) are kept, as real
+per-rank data gives them: the record's ``reach`` names them, with the ranks
+that reach each, and each step's ``plan_groups`` what the plan's groups
+hold and whether they reduce unused parameters
+(``set_reduce_scatter_unused_params``), so the checker can tell a plan that
+leaves FSDP2's documented switch off (the user's) from a runtime that fails
+with it on (torch's).
 
 The control is the unsharded model at the plan's own precision
 (:class:`PlanGroup`, read from the plan's recorded calls): each group's
@@ -393,10 +400,10 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     started = time.monotonic()
     try:
         try:
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, step)
+            reference, precision, reach = _control(pristine, batches, groups, rank, world_size, copy_of, step)
         except _Rejected as exc:
             batches, batches_kind = [inputs] * world_size, f"shared: the model rejects varied inputs ({exc})"
-            reference, precision = _control(pristine, batches, groups, rank, world_size, copy_of, step)
+            reference, precision, reach = _control(pristine, batches, groups, rank, world_size, copy_of, step)
     except Exception as exc:  # noqa: BLE001 - the checker compares it with the plan's own step
         # The control runs nothing of fully_shard: its failure is the
         # model's or the plan's at the plan's precision. The plan's eager
@@ -412,9 +419,9 @@ def plan_task(case, rank: int, world_size: int, groups=None, progress=None, grou
     progress("eager", compiled_control_s=compiled_control_s)
     result = {"reference": reference, "precision": precision, "backend": backend, "world_size": world_size,
               "case": getattr(case, "name", "?"), "weight": weight, "batches": batches_kind,
-              "upstream": upstream, "noise": noise}
+              "upstream": upstream, "noise": noise, "reach": reach}
     result.update(_plan_steps(case, pristine, batches[rank], world_size, backend, weight, progress, MODES, group,
-                              copy_of))
+                              copy_of, uneven=bool(reach["params"] or reach["modules"])))
     return result
 
 
@@ -461,20 +468,29 @@ def _uniform_step(pristine, inputs, groups, copy_of, step: TrainingStep) -> dict
 
 
 def _plan_steps(case, pristine, mine, world_size: int, backend, weight: float, progress, modes, group=None,
-                copy_of=copy.deepcopy) -> dict:
+                copy_of=copy.deepcopy, uneven: bool = False) -> dict:
     """Per mode in ``modes``, the plan's step on a copy of ``pristine``
-    with this rank's batch ``mine``: its gradients, or its error."""
+    with this rank's batch ``mine``: its gradients, or its error, and
+    ``plan_groups`` (:func:`plan_groups`, read before the step). Where the
+    ranks' batches reach different parameters (``uneven``) and the eager
+    step failed, the compiled step is not run: its world is broken (a rank
+    died or a collective timed out) and the eager failure is judged."""
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     result = {}
     step = TrainingStep.of(case)
     mesh = init_device_mesh("cpu", (world_size,)) if group is None else DeviceMesh.from_group(group, "cpu")
     for mode in modes:
+        if uneven and mode != "eager" and (result.get("eager") or {}).get("error"):
+            result[mode] = {"error": None, "not_run": "the eager step failed with the ranks reaching different "
+                                                      "parameters: that failure is judged"}
+            continue
         progress(mode)
         record: dict = {"error": None}
         try:
             model = copy_of(pristine)
             case.plan(model, mesh)
+            record["plan_groups"] = plan_groups(model)
             forward, graphs = model, []
             if mode == "compiled":
                 forward = _compiled(model, backend, graphs)
@@ -503,6 +519,38 @@ def own_compiled_modules(model) -> list[str]:
 
     return [name or "<root>" for name, module in model.named_modules()
             if isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None]
+
+
+def plan_groups(model) -> list[dict] | None:
+    """The FSDP2 groups the plan left on ``model``, each ``{"roots": the
+    qualified names of the modules whose forward all-gathers it, "params":
+    the qualified names of the parameters it shards, "unused_reduced":
+    whether its reduce-scatter includes zero gradients of parameters no
+    backward reached (``set_reduce_scatter_unused_params``; False on a
+    release without it)}``, read from the groups' states before the step;
+    None where this torch's states cannot be read."""
+    from .fsdp2_run import fsdp_module_class
+
+    fsdp_module = fsdp_module_class()
+    if fsdp_module is None:
+        return None
+    name_of = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    groups: dict[int, dict] = {}
+    try:
+        for module_name, module in model.named_modules():
+            if not isinstance(module, fsdp_module):
+                continue
+            param_group = getattr(module._get_fsdp_state(), "_fsdp_param_group", None)
+            if param_group is None:
+                continue
+            entry = groups.setdefault(id(param_group), {
+                "roots": [], "unused_reduced": bool(getattr(param_group, "reduce_scatter_unused_params", False)),
+                "params": sorted({name_of[id(fp.sharded_param)] for fp in param_group.fsdp_params
+                                  if id(fp.sharded_param) in name_of})})
+            entry["roots"].append(module_name)
+    except AttributeError:  # a release whose states hold other names: nothing to read
+        return None
+    return list(groups.values())
 
 
 def _compiled_noise(pristine, batch, groups, backend, weight: float, group=None, copy_of=copy.deepcopy,
@@ -646,43 +694,57 @@ def _control(pristine, batches, groups, rank: int, world_size: int, copy_of=copy
     the module docstring), and ``{name: (param_dtype, reduce_dtype)}`` for
     the parameters the plan computes or reduces below their own dtype.
     Raises :class:`_Rejected` where a batch other than rank 0's gives an
-    error or a non-finite gradient."""
-    grads_per_batch = []
+    error or a non-finite gradient. Third, ``reach``: ``{"params": {name:
+    the ranks whose batch gives it a gradient}, "modules": {name: the ranks
+    whose batch calls its forward}}`` for the parameters and modules some
+    rank's batch reaches and another's does not (a routed model on per-rank
+    data); a parameter's reference is then the average over every rank
+    with a zero where a rank's batch did not reach it, as FSDP2's
+    reduce-scatter of unused parameters documents it."""
+    grads_per_batch, calls_per_batch = [], []
     for r, batch in enumerate(batches):
+        calls: set = set()
         try:
-            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, step=step)
+            grads, plan_of = _unsharded_grads(copy_of(pristine), batch, groups, step=step, calls_seen=calls)
         except Exception as exc:
             if r == 0 or batches[r] is batches[0]:
                 raise
             raise _Rejected(_error(exc).splitlines()[0]) from exc
         if r > 0 and any(g is not None and not torch.isfinite(g).all() for g in grads.values()):
             raise _Rejected(f"non-finite gradients on rank {r}'s batch")
-        # FSDP2 reduces the gradients a rank has: ranks must reach the same parameters
-        if r > 0 and {n for n, g in grads.items() if g is None} != {n for n, g in grads_per_batch[0].items() if g is None}:
-            raise _Rejected(f"rank {r}'s batch reaches other parameters than rank 0's")
         grads_per_batch.append(grads)
+        calls_per_batch.append(calls)
+    reached = {name: [r for r, grads in enumerate(grads_per_batch) if grads[name] is not None]
+               for name in grads_per_batch[0]}
+    called = {name: [r for r, calls in enumerate(calls_per_batch) if name in calls]
+              for name in sorted(set().union(*calls_per_batch))}
+    reach = {"params": {n: ranks for n, ranks in reached.items() if 0 < len(ranks) < len(batches)},
+             "modules": {n: ranks for n, ranks in called.items() if len(ranks) < len(batches)}}
     weights = [rank_weight(r) for r in range(world_size)]
     reference, precision = {}, {}
     for name, p in pristine.named_parameters():
         mine = grads_per_batch[rank][name]
-        if mine is None:
-            reference[name] = None
-            continue
         if name not in plan_of:  # in no group: nothing reduces it
-            reference[name] = (mine * rank_weight(rank)).to(p.dtype)
+            reference[name] = None if mine is None else (mine * rank_weight(rank)).to(p.dtype)
+            continue
+        if not reached[name]:
+            reference[name] = None
             continue
         compute, reduce_dtype = plan_of[name]
         total = None
         for w, grads in zip(weights, grads_per_batch, strict=True):
+            if grads[name] is None:  # this rank's batch never reached it: a zero term
+                continue
             term = (grads[name] * w).to(reduce_dtype)
             total = term if total is None else total + term
         reference[name] = (total / world_size).to(p.dtype)
         if compute != p.dtype or reduce_dtype != p.dtype:
             precision[name] = (str(compute).removeprefix("torch."), str(reduce_dtype).removeprefix("torch."))
-    return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision
+    return {k: v.cpu().clone() if v is not None else None for k, v in reference.items()}, precision, reach
 
 
-def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None, step: TrainingStep = TrainingStep()):
+def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None, step: TrainingStep = TrainingStep(),
+                     calls_seen=None):
     """The framework's ``step`` (its micro-batches accumulated) of the
     unsharded ``model`` on ``inputs`` (positional, keyword) at the groups' precision: ``({name: gradient in the compute dtype or None}, {name:
     (compute dtype, reduce dtype)} for the parameters in a group)``.
@@ -693,7 +755,9 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None,
     one computed below its dtype is replaced in its modules by a leaf of
     the compute dtype (a tied parameter by one leaf in every module holding
     it), never swapped in for the forward only (a checkpoint's recompute
-    then saw fp32 parameters and torch raised ``CheckpointError``)."""
+    then saw fp32 parameters and torch raised ``CheckpointError``).
+    ``calls_seen``: a set the qualified names of the modules whose forward
+    ran are added to."""
     params = dict(model.named_parameters())
     modules = dict(model.named_modules())
     low: dict = {}
@@ -717,6 +781,10 @@ def _unsharded_grads(model, inputs, groups, compile_with=None, dtypes_seen=None,
             if module is not None:
                 hooks.extend(_precision_hooks(module, group))
     swap_in_leaves(model, {id(params[name]): leaf for name, leaf in low.items()})
+    if calls_seen is not None:
+        for module_name, module in model.named_modules():
+            hooks.append(module.register_forward_pre_hook(
+                lambda module, args, module_name=module_name: calls_seen.add(module_name)))
     if dtypes_seen is not None:
         def record_dtypes(module, args, output):
             dtypes_seen.update(t.dtype for t in output_tensors(output) if t.is_floating_point())

@@ -690,3 +690,71 @@ def optimizer_broken():
 def bf16_dropped_accumulating():
     """Wrong, as bf16_dropped: layers.0's sync left off by the plan, with two micro-batches."""
     return _case("bf16_dropped_accumulating", bf16_dropped_plan, micro_batches=2)
+
+
+# --- FS2-9 with per-rank data that reaches different parameters (issue 57, family 4) ----
+
+EXPERTS = 4
+
+
+class RoutedLM(TinyLM):
+    """TinyLM with a routed (MoE-style) layer after its blocks: each
+    sequence goes to one expert, picked by its first token, and an expert
+    no sequence of the batch picks is not called. On FS2-9's per-rank
+    batches rank 0 reaches experts 0 and 3, rank 1 experts 1 and 3, and no
+    rank expert 2: ranks use different parameters, as a real MoE on
+    per-rank data does."""
+
+    def __init__(self):
+        super().__init__(tied=False)
+        self.experts = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(EXPERTS))
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        route = tokens[:, 0] % EXPERTS
+        for index, expert in enumerate(self.experts):
+            chosen = route == index
+            if bool(chosen.any()):  # a data-dependent branch: an expert no sequence picks is not called
+                h = h + expert(h) * chosen[:, None, None].to(h.dtype)
+        return self.lm_head(self.norm(h))
+
+
+def routed_plan(model, mesh):  # correct: the experts in the root's group, which reduces unused parameters
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.set_reduce_scatter_unused_params(True)
+
+
+def routed_unflagged_plan(model, mesh):  # the user's mistake: ranks use different parameters, no zero gradients
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def routed_experts_sharded_plan(model, mesh):  # the user's mistake: a group per expert, skipped by some ranks
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    for expert in model.experts:
+        fully_shard(expert, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.set_reduce_scatter_unused_params(True)
+
+
+def _routed(name, plan):
+    torch.manual_seed(0)
+    return ModelCase(name, RoutedLM(), _inputs(), plan=plan)
+
+
+def routed():
+    return _routed("routed", routed_plan)
+
+
+def routed_unflagged():
+    return _routed("routed_unflagged", routed_unflagged_plan)
+
+
+def routed_experts_sharded():
+    return _routed("routed_experts_sharded", routed_experts_sharded_plan)

@@ -696,3 +696,54 @@ class ShardedAddcdivTwice:
 
             handlers[addcdiv_] = handled_twice
         cls.planted = True
+
+
+class UnusedParamsFlagIgnored:
+    """FS2-9 killer of per-rank data (issue 57): FSDP2's reduce-scatter
+    ignores ``set_reduce_scatter_unused_params(True)``, so where ranks'
+    batches reach different parameters their reduce-scatters differ and
+    the step crashes or hangs. The plan keeps what FSDP2 documents (the
+    switch on, every group's module called on every rank), so this is
+    torch's FS2-9 FAIL naming the parameters, never the case error a plan
+    that leaves the switch off gets."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        post_backward = _fsdp_param_group.FSDPParamGroup.post_backward
+
+        def ignoring(self, *args, **kwargs):
+            asked, self.reduce_scatter_unused_params = self.reduce_scatter_unused_params, False
+            try:
+                return post_backward(self, *args, **kwargs)
+            finally:
+                self.reduce_scatter_unused_params = asked
+
+        _fsdp_param_group.FSDPParamGroup.post_backward = ignoring
+        cls.planted = True
+
+
+class UnusedParamsGradientOnes:
+    """FS2-9 killer of per-rank data (issue 57): the gradient FSDP2 reduces
+    for a parameter a rank's backward did not reach, with
+    ``set_reduce_scatter_unused_params(True)``, is ones, not zeros. Nothing
+    crashes: a parameter some rank reached averages in a wrong term, and
+    one no rank reached gets a gradient of ones, where the check allows
+    only FSDP2's documented zero."""
+
+    in_ranks = True
+    planted = False
+
+    @classmethod
+    def plant(cls):
+        import torch
+        from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+        cls_ = _fsdp_param.FSDPParam
+        cls_.unsharded_zero_grad_data = property(
+            lambda self: self._get_grad_inner_tensor(torch.ones_like(self.unsharded_param)))
+        cls.planted = True
