@@ -587,6 +587,47 @@ def test_fs2_grouped_module_reused_reads_only_the_pairs_two_gradients_and_the_un
     assert not explains([Violation("FS2-11", v.message) for v in run])
 
 
+def _summed(world: int | None, rank: int, mode: str, label: str, factor: int | None = None,
+            walk: str = ", as torch's own walk gives in the same run") -> Violation:
+    head = f"world size {world}, " if world else ""
+    return Violation("FS2-9", f"{head}rank {rank}, {mode}: gradient of {label} is {factor or world or 2} times the "
+                              f"unsharded gradient of the global batch{walk}")
+
+
+def _reused_summed_run(summed=("m0.w0", "m4.w1"), second=3):
+    """What torch 2.7.1 and 2.8.0 give: the grouped module's lines, and every other sharded gradient summed
+    over the ranks (gloo) on every rank and mode of both worlds."""
+    found = _reused_run(second=second)
+    for world, ranks, modes in ((None, 2, ("eager", "compiled")), (second, second, ("eager",))):
+        for r in range(ranks):
+            for mode in modes:
+                found += [_summed(world, r, mode, label) for label in summed]
+    return found
+
+
+def test_fs2_grouped_module_reused_summed_reads_both_bugs_and_nothing_more():
+    """On 2.7 and 2.8 the grouped module's lines stand beside gloo's summed
+    gradients: each gradient exactly the world size times the unsharded one,
+    as torch's own walk gives, the same gradients on every rank and mode.
+    Neither bug's signature alone reads it; a factor other than the world
+    size, a summed gradient torch's own walk does not share, one on one
+    rank only, or the grouped lines missing, is not these two bugs."""
+    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused, _grouped_module_reused_summed as explains
+
+    run = _reused_summed_run()
+    assert explains(run) and not _grouped_module_reused(run)
+    assert not explains(_reused_run())  # no gradient summed: fs2-grouped-module-reused alone
+    assert not explains([v for v in run if "bf16" not in v.message])
+    assert not explains(run + [_summed(None, 0, "eager", "m3.w0")])  # one more summed on one rank only
+    assert not explains([v for v in run if v.message != _summed(None, 1, "compiled", "m0.w0").message])
+    assert not explains([v if v.message != _summed(3, 2, "eager", "m4.w1").message else _summed(3, 2, "eager", "m4.w1", 2)
+                         for v in run])  # a factor other than the world size
+    walkless = ", where torch's own walk in the same run does not"
+    assert not explains([v if v.message != _summed(None, 0, "eager", "m0.w0").message
+                         else _summed(None, 0, "eager", "m0.w0", walk=walkless) for v in run])
+    assert not explains([v for v in run if "m8.w0" not in v.message])  # the grouped module's missing gradient
+
+
 def test_fs2_frozen_mp_latched_is_masked_only_where_the_grouped_reuse_was_seen():
     """Before 2.13 the bf16 step raises fs2-grouped-module-reused's error
     before the backward that shows the latch: strict does not call the
@@ -662,3 +703,27 @@ def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
                                "[m0.w0], not the unsharded model's updated values: rows 6:7 (rank 2's shard) still "
                                "from before the step: never updated")
     assert not explains(runner + second + [stale])
+
+
+def test_a_gradient_summed_over_the_ranks_beside_other_wrong_ones_says_so_and_what_torchs_walk_gives():
+    """Where not every sharded gradient is scaled alike (a grouped module's
+    gradient missing beside gloo's summing, 2.7 and 2.8), each gradient that
+    is exactly the world size times its expected value says so, and whether
+    torch's own walk's is the same; any other wrong gradient keeps its
+    difference; an ignored one is judged against this rank's own."""
+    from pytest_fsdpcheck.checks.distributed import _wrong_gradients
+
+    want = {"a": torch.tensor([1.0, -2.0]), "b": torch.tensor([3.0, 1.0]), "c": torch.tensor([0.5, 0.5]),
+            "i": torch.tensor([1.0, 1.0])}
+    result = {"oracle": {"ignored": ["i"]}, "reference": {"global": want, "local": {"i": torch.tensor([1.0, 1.0])}}}
+    got = {"a": 2 * want["a"], "b": want["b"] + 1, "c": 2 * want["c"], "i": 2 * want["i"]}
+    walk = {"a": 2 * want["a"], "b": want["b"], "c": want["c"]}
+    lines = _wrong_gradients(result, got, 1e-4, 1e-5, world_size=2, walk_grads=walk)
+    assert lines == [
+        "gradient of a is 2 times the unsharded gradient of the global batch, as torch's own walk gives in the same run",
+        "gradient of b: expected the unsharded gradient of the global batch, max abs difference 1.0",
+        "gradient of c is 2 times the unsharded gradient of the global batch, where torch's own walk in the same run "
+        "does not",
+        "gradient of i: expected this rank's unsharded gradient (ignored: not reduced), max abs difference 1.0"]
+    assert _wrong_gradients(result, got, 1e-4, 1e-5, world_size=3, walk_grads=walk)[0].startswith(
+        "gradient of a: expected the unsharded gradient of the global batch, max abs difference")

@@ -195,7 +195,8 @@ def check_fsdp2_end_to_end(results: list[dict], spec: str, rtol: float = 1e-4, a
 
 def _fsdp2_step(result: dict, step: dict, mode: str, world_size: int, rtol: float, atol: float) -> list[str]:
     out = _fsdp2_walk(result, step, mode)
-    grads = _wrong_gradients(result, step["grads"], rtol, atol)
+    control = result.get("torch_walk", {}).get(mode) or {}
+    grads = _wrong_gradients(result, step["grads"], rtol, atol, world_size, control.get("grads"))
     factor = _uniform_factor(result, step["grads"], rtol, atol) if grads else None
     if factor is not None:
         # One statement for a uniform scaling, with its factor, told apart
@@ -350,11 +351,23 @@ def _fsdp2_walk(result: dict, step: dict, mode: str) -> list[str]:
     return out
 
 
-def _wrong_gradients(result: dict, got: dict, rtol: float, atol: float) -> list[str]:
+def _wrong_gradients(result: dict, got: dict, rtol: float, atol: float, world_size: int | None = None,
+                     walk_grads: dict | None = None) -> list[str]:
+    """One line per wrong gradient. A sharded one that is exactly
+    ``world_size`` times its expected value (summed over the ranks, not
+    averaged) says so, and whether torch's own walk's gradient
+    (``walk_grads``, the same step in the same run) is the same, so a
+    signature can tell that reduction apart from a gradient wrong
+    otherwise beside it (fs2-gloo-grads-summed with another bug)."""
     import torch
 
     ignored = set(result["oracle"]["ignored"])
     grads: list[str] = []
+
+    def summed(tensor, want) -> bool:
+        return (isinstance(tensor, torch.Tensor) and tensor.shape == want.shape and bool(want.any())
+                and torch.allclose(tensor, want * world_size, rtol=rtol, atol=atol))
+
     for label, global_grad in result["reference"]["global"].items():
         local = label in ignored
         want = result["reference"]["local"][label] if local else global_grad
@@ -363,6 +376,11 @@ def _wrong_gradients(result: dict, got: dict, rtol: float, atol: float) -> list[
         if have is None:
             grads.append(f"{label} has no gradient, expected {which}")
         elif have.shape != want.shape or not torch.allclose(have, want, rtol=rtol, atol=atol):
+            if not local and world_size and world_size > 1 and summed(have, want):
+                walk = (", as torch's own walk gives in the same run" if summed((walk_grads or {}).get(label), want)
+                        else ", where torch's own walk in the same run does not")
+                grads.append(f"gradient of {label} is {world_size} times {which}{walk}")
+                continue
             diff = (have - want).abs().max().item() if have.shape == want.shape else f"shape {tuple(have.shape)}"
             grads.append(f"gradient of {label}: expected {which}, max abs difference {diff}")
     return grads

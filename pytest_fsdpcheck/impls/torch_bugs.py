@@ -79,6 +79,8 @@ def _mixed_step_latched(violations) -> bool:
 
 _REUSED_WRONG = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): gradient of (\S+): expected the "
                            r"unsharded gradient of the global batch, max abs difference \S+")
+_REUSED_SUMMED = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): gradient of (\S+) is (\d+) times "
+                            r"the unsharded gradient of the global batch, as torch's own walk gives in the same run")
 _REUSED_MISSING = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): (\S+) has no gradient, expected "
                              r"the unsharded gradient of the global batch")
 _REUSED_UNCAST = re.compile(
@@ -125,6 +127,37 @@ def _grouped_module_reused(violations) -> bool:
         return False
     ((off, missing),) = pairs
     return len(off) == 1 and len(missing) == 1 and off != missing
+
+
+def _grouped_module_reused_summed(violations) -> bool:
+    """fs2-grouped-module-reused as a release that also sums gradients over
+    the ranks on gloo shows it (fs2-gloo-grads-summed, 2.7 and 2.8): the
+    grouped module's statements exactly as :func:`_grouped_module_reused`
+    reads them, and every other statement of a step that the same sharded
+    gradients, at least one, are each exactly the world size times the
+    unsharded gradient (2 in the first world, N in ``world size N``), as
+    torch's own walk gives in the same run, on every rank and mode of both
+    worlds. A factor other than the world size, a gradient summed on one
+    rank or mode only, or one torch's own walk does not share is not these
+    two bugs."""
+    summed: dict = {}
+    rest = []
+    for v in violations:
+        match = _REUSED_SUMMED.fullmatch(v.message) if v.invariant == "FS2-9" else None
+        if match is None:
+            rest.append(v)
+            continue
+        world = match[1] or ""
+        if int(match[5]) != (int(world) if world else 2):
+            return False
+        summed.setdefault((world, int(match[2]), match[3]), set()).add(match[4])
+    if not _grouped_module_reused(rest):
+        return False
+    # the steps _grouped_module_reused found every rank and mode of: each sums the same gradients
+    steps = {(m[1] or "", int(m[2]), m[3]) for v in rest
+             for m in [_REUSED_WRONG.fullmatch(v.message) or _REUSED_MISSING.fullmatch(v.message)] if m}
+    labels = {frozenset(found) for found in summed.values()}
+    return set(summed) == steps and len(labels) == 1
 
 
 _FROZEN_STEP_RAISED = (r"(frozen-low-base|frozen-index): fully_shard with mp_policy bf16 \(reduced in fp32\) and one "
@@ -560,6 +593,9 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         predicate=_sharded_gradients_summed_on_gloo,
         reproducer="fs2-gloo-grads-summed.py",
         upstream=("pytorch/pytorch#162338",),
+        # FS2-9's world reuses a grouped module, so on 2.7 and 2.8 its summed gradients show beside that bug's
+        # lines, which fs2-grouped-module-reused-summed reads; its reproducer shows it alone
+        masked_by=("fs2-grouped-module-reused-summed",),
     ),
     KnownBug(
         id="fs2-frozen-mp-latched",
@@ -583,7 +619,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         # before 2.13 FS2-9's bf16 step (its grouped module reused) raises fs2-grouped-module-reused's
         # error in the forward, before the backward that would show the latch (its reproducer, which
         # reuses no module, shows it on 2.11.0 and 2.12.1 as on 2.13.0)
-        masked_by=("fs2-grouped-module-reused",),
+        masked_by=("fs2-grouped-module-reused", "fs2-grouped-module-reused-summed"),
     ),
     KnownBug(
         id="fs2-grouped-module-reused",
@@ -607,6 +643,25 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428"),
     ),
     KnownBug(
+        id="fs2-grouped-module-reused-summed",
+        invariants=("FS2-9",),
+        reason="fs2-grouped-module-reused on a release that also sums gradients over the ranks on gloo "
+        "(fs2-gloo-grads-summed): in FS2-9's world with a grouped call fully_shard([a, b]) whose module is "
+        "called again after the group's forward, following a forward with the group frozen, the reused module's "
+        "gradient is off and the other module's missing, and every other sharded gradient is world_size times "
+        "the unsharded one (torch's gloo reduction), as torch's own walk gives in the same run; the bf16 step "
+        "raises the uncast input's dtype error. The two bugs together, as 2.7 and 2.8 have them: neither "
+        "signature reads the other's lines, so each alone would leave the example unexplained. Its reproducer "
+        "(fs2-grouped-module-reused.py) shows the grouped module's form on 2.7.1 and 2.8.0, and "
+        "fs2-gloo-grads-summed.py the summing; pytest --fsdpcheck --fsdpcheck-strict fails FS2-9 this way on "
+        "both. It is torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        affects=">=2.7,<2.9",
+        seen=("2.7.1", "2.8.0"),
+        predicate=_grouped_module_reused_summed,
+        reproducer="fs2-grouped-module-reused.py",
+        upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428", "pytorch/pytorch#162338"),
+    ),
+    KnownBug(
         id="exo-method-target-taken-as-param",
         invariants=("EXO-3", "EXO-4"),
         reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
@@ -628,5 +683,5 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
 FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
     bug for bug in TORCH_BUGS
     if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected",
-                  "fs2-grouped-module-reused"}
+                  "fs2-grouped-module-reused", "fs2-grouped-module-reused-summed"}
 )
