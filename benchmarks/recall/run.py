@@ -20,6 +20,14 @@ Results go to ``--results`` (JSON, one entry per row, with the torch
 release and the times) and, with ``--write-docs``, into the table of
 ``docs/recall.md`` between its markers.  Nothing here asserts a figure:
 this is a measurement, like the rest of ``benchmarks/``.
+
+The open table (``open_rows.py``): ``--open`` runs, instead of the rows
+above (unless ``--only`` names some), the torch-only script of every report
+of the last twelve months that is open in the current release, under the
+installed torch, and records reproduced or not and the suite's verdict read
+from its catalog of known bugs (``open_run.py``); ``--write-docs`` without
+``--only`` runs them too, and writes that table, below the first, between
+its own markers (``--open --write-docs`` writes that table only).
 """
 
 from __future__ import annotations
@@ -134,7 +142,12 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=None,
                         help="the JSON results file (default: benchmarks/recall/results-torch<version>.json); "
                              "rows run now replace their entries, the others are kept")
-    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/recall.md's table from the results")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="rewrite docs/recall.md's tables from the results (without --only, also runs the "
+                             "open table's scripts)")
+    parser.add_argument("--open", action="store_true",
+                        help="run the open table's scripts (open_rows.py) under the installed torch; the rows "
+                             "above run only where --only names them")
     args = parser.parse_args(argv)
 
     import torch
@@ -144,7 +157,7 @@ def main(argv=None) -> int:
     results = json.loads(results_path.read_text()) if results_path.exists() else {"torch": version, "rows": {}}
     if results.get("torch") != version:
         parser.error(f"{results_path} holds results for torch {results.get('torch')}, this is {version}")
-    chosen = [bug for bug in rows() if not args.only or bug.id in args.only]
+    chosen = [bug for bug in rows() if not args.only or bug.id in args.only] if not args.open or args.only else []
     unknown = set(args.only or ()) - {bug.id for bug in chosen}
     if unknown:
         parser.error(f"no such row: {', '.join(sorted(unknown))}")
@@ -171,10 +184,19 @@ def main(argv=None) -> int:
             results["rows"][bug.id] = entry
             print(f"{bug.id}: {entry['verdict']} {_detail(entry)} ({entry['seconds']} s)", flush=True)
             results_path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    if args.write_docs:
-        from benchmarks.recall.docs import write
+    if args.open or (args.write_docs and not args.only):
+        from benchmarks.recall.open_rows import open_rows
+        from benchmarks.recall.open_run import run_open
 
-        write(results)
+        results["open"] = run_open(open_rows(), version)
+        results_path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    if args.write_docs:
+        from benchmarks.recall.docs import write, write_open
+
+        if not args.open or args.only:  # --open alone ran no row of the first table: leave it as it is
+            write(results)
+        if "open" in results:
+            write_open(results)
     return 0
 
 
