@@ -877,3 +877,23 @@ def test_a_routed_model_on_per_rank_data_passes_fs2_9_with_fsdp2s_per_rank_step(
     assert records[0]["reach"]["params"]["experts.0.weight"] == [0]
     assert records[0]["reach"]["params"]["experts.1.weight"] == [1]
     assert check_plan_end_to_end(records) == []
+
+
+@pytest.mark.e2e
+def test_a_group_whose_output_feeds_the_loss_on_some_ranks_only_fails_fs2_9_for_torch(fast_compile, monkeypatch):
+    """pytorch#158719, open on 2.13 (found by this check, issue 57): the
+    auxiliary head is its own group, called on every rank, its output used
+    by rank 0's batch only; the plan reduces unused parameters, as FSDP2
+    documents. The ranks' backward graphs differ, their reduce-scatters
+    pair up crosswise and the step hangs (gloo times out): torch's FS2-9
+    FAIL naming the parameters only rank 0 reaches, never the user's case
+    error nor a slow world."""
+    from pytest_fsdpcheck.checks.plan_distributed import reach_mistake, world_too_slow
+
+    monkeypatch.setenv("FSDPCHECK_COLLECTIVE_TIMEOUT", "15")  # the spawned ranks' gloo waits this long
+    records = _run("tests.planted.plans:aux_head")
+    assert records[0]["reach"] == {"params": {"aux.weight": [0], "aux.bias": [0]}, "modules": {}}
+    violations = check_plan_end_to_end(records)
+    assert reach_mistake(records, violations) is None and world_too_slow(records) is None
+    assert violations and all("aux.weight only on rank 0" in v.message and "as FSDP2 documents" in v.message
+                              for v in violations), violations

@@ -395,6 +395,24 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reproducer="spl-get-attr-module-split-crashes.py",
     ),
     KnownBug(
+        id="spl-dynamic-bucket-fake-run-raises",
+        invariants=("SPL-10", "SPL-11", "SPL-14", "SPL-17"),
+        reason="Inside torch.compile with dynamic shapes, DDPOptimizer's SubmodCompiler.run_node runs each "
+        "bucket a backend compiled without AOTAutograd (backend='eager', or any backend handing the submodule "
+        "back) on fakes under the compile's fake mode, to give the next bucket its example inputs, with the "
+        "python dispatcher as Dynamo left it. torch 2.8.0's Dynamo calls the backend with it off, so a bucket "
+        "that views a tensor by symbolic sizes (a Linear on a 3-D input, a checkpointed block, flex attention) "
+        "raises RuntimeError 'SymIntArrayRef expected to contain only concrete integers' from the meta kernel, "
+        "and the compile fails. The same split with the python dispatcher on runs. Measured by its reproducer: "
+        "present on 2.8.0, absent on 2.7.1 and 2.13.0.",
+        affects=">=2.8,<2.9",
+        seen=("2.8.0",),
+        reference={"splitting": {"bucket_fake_run": "plain"}},
+        raises=(("RuntimeError", r"SymIntArrayRef expected to contain only concrete integers"),),
+        reproducer="spl-dynamic-bucket-fake-run-raises.py",
+        needs_compile=True,
+    ),
+    KnownBug(
         id="spl-zero-byte-preamble-asserts",
         invariants=("SPL-3", "SPL-8"),
         reason="DDPOptimizer.compile_fn fuses a zero-byte earliest bucket (a parameter-free preamble) "

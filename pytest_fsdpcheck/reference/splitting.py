@@ -135,6 +135,9 @@ def plan(
     ``method_receiver="module_counted"`` counts, at a ``call_method`` node, the
     parameters of the module its receiver's string target names (a called
     module's output, in module-form graphs), once per module;
+    ``bucket_fake_run="plain"`` runs a bucket on its fakes inside Dynamo's compile
+    with the python dispatcher as the caller left it (torch 2.8's DDPOptimizer:
+    off there, so a view by symbolic sizes raises);
     ``zero_byte_preamble="asserted"`` raises torch's ``AssertionError`` where
     the earliest bucket, to be fused, lists a parameter (of zero elements);
     ``get_attr_modules="requires_grad_read"`` reads ``requires_grad`` off
@@ -241,6 +244,7 @@ _SWITCHES = {
     "get_attr_modules": ("called", "requires_grad_read"),
     "module_attr_meta": ("hidden", "seen"),
     "fw_metadata": ("paired", "last_bucket"),
+    "bucket_fake_run": ("python_dispatcher", "plain"),
 }
 
 
@@ -271,7 +275,7 @@ class ReferenceSplitting:
                 f"({bucket_bytes_cap}): the first bucket is the small one that warms up communication"
             )
         planning = {k: v for k, v in self._switches.items()
-                    if k not in ("submodule_metadata", "module_attr_meta", "fw_metadata")}
+                    if k not in ("submodule_metadata", "module_attr_meta", "fw_metadata", "bucket_fake_run")}
         buckets = plan(gm, bucket_bytes_cap, first_bucket_cap, example_inputs, **planning)
         infos = [
             BucketInfo(
@@ -295,7 +299,9 @@ class ReferenceSplitting:
         metadata = self._switches.get("submodule_metadata", "propagated")
         split_gm = _split_and_compile(gm, buckets, example_inputs, backend, copy_first, metadata != "dropped",
                                       hide_module_meta=self._switches.get("module_attr_meta", "hidden") == "hidden",
-                                      pair_backwards=self._switches.get("fw_metadata", "paired") == "paired")
+                                      pair_backwards=self._switches.get("fw_metadata", "paired") == "paired",
+                                      python_dispatcher=self._switches.get("bucket_fake_run",
+                                                                           "python_dispatcher") == "python_dispatcher")
         if metadata == "every_child":
             # torch 2.8-2.12: the captured graph's metadata onto every child
             # graph module of the split module, a higher-order op's hoisted
@@ -317,7 +323,7 @@ def _prepare_submodule(gm, submod, keep_metadata=True) -> bool:
 
 
 def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, keep_metadata=True,
-                       prepare=_prepare_submodule, hide_module_meta=True, pair_backwards=True):
+                       prepare=_prepare_submodule, hide_module_meta=True, pair_backwards=True, python_dispatcher=True):
     import torch
     from torch.fx.passes.split_module import split_module
 
@@ -362,7 +368,7 @@ def _split_and_compile(gm, buckets, example_inputs, backend, copy_first=False, k
                 single = prepare(gm, submod, keep_metadata)
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 compiled = backend(submod, list(args))
-                out = fake.run(submod, args)
+                out = fake.run(submod, args, python_dispatcher)
                 env[node] = out[0] if single else out
                 wrapper = _wrapper_class()(compiled, single)
                 if pair_backwards:
@@ -392,7 +398,7 @@ class _Real:
     def attribute(self, v):
         return v
 
-    def run(self, submod, args):
+    def run(self, submod, args, python_dispatcher=True):
         return submod(*args)
 
     def mode(self):
@@ -430,7 +436,13 @@ class _InFakeMode:
     def attribute(self, v):
         return self.value(v, static=True)
 
-    def run(self, submod, args):
+    def run(self, submod, args, python_dispatcher=True):
+        """``submod`` on fakes of its own tensors and ``args``, with the
+        python dispatcher on (``python_dispatcher``): a bucket that views
+        by symbolic sizes needs the python meta kernels, and Dynamo calls
+        its backend with the dispatcher off on some releases (2.8), so the
+        fake run turns it on itself rather than inherit the caller's."""
+        import contextlib
         import copy
 
         import torch
@@ -444,7 +456,13 @@ class _InFakeMode:
                 if t is not None and id(t) not in memo:
                     memo[id(t)] = self.attribute(t)
         copied = copy.deepcopy(submod, memo)
-        with self._fake_mode:
+        if python_dispatcher:
+            from torch._dispatch.python import enable_python_dispatcher
+
+            dispatcher = enable_python_dispatcher()
+        else:
+            dispatcher = _ConcreteSizesOnly()
+        with self._fake_mode, dispatcher:
             return copied(*args)
 
     def mode(self):
@@ -459,6 +477,26 @@ class _InFakeMode:
             return None, None
         self._last_metadata = meta
         return self._context, meta
+
+
+def _ConcreteSizesOnly():
+    """A dispatch mode in which a view by symbolic sizes raises as torch
+    2.8's C++ meta kernel does without the python dispatcher (the
+    ``bucket_fake_run="plain"`` switch: DDPOptimizer's fake run of a bucket
+    on that release); other releases' kernels take the sizes either way."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    views = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default}
+
+    class ConcreteSizesOnly(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            sizes = args[1] if func in views and len(args) > 1 else ()
+            if any(isinstance(size, torch.SymInt) and not size.node.is_constant() for size in sizes):
+                raise RuntimeError("RegisterMeta.cpp: SymIntArrayRef expected to contain only concrete integers")
+            return func(*args, **(kwargs or {}))
+
+    return ConcreteSizesOnly()
 
 
 def _tracing_fake(example_inputs):

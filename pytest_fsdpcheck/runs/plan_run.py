@@ -290,6 +290,14 @@ class _Progress:
             os.replace(partial, self.path)
 
 
+def rank_collective_timeout() -> float:
+    """Seconds a spawned rank's gloo collective waits for its peers before
+    it raises (``FSDPCHECK_COLLECTIVE_TIMEOUT``, default 60): a rank whose
+    peers never reach a collective (per-rank data skipping a group's
+    all-gather) fails there and says so, before the ranks' time limit."""
+    return float(os.environ.get("FSDPCHECK_COLLECTIVE_TIMEOUT", "60"))
+
+
 def _rank_main(rank: int, job: PlanJob) -> None:
     import torch.distributed as dist
 
@@ -303,7 +311,7 @@ def _rank_main(rank: int, job: PlanJob) -> None:
         from datetime import timedelta
 
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{job.port}", rank=rank,
-                                world_size=job.world_size, timeout=timedelta(seconds=60))
+                                world_size=job.world_size, timeout=timedelta(seconds=rank_collective_timeout()))
         initialized = True
         # the same seed on every rank, for a factory that does not seed itself
         torch.manual_seed(BUILD_SEED)

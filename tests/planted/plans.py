@@ -758,3 +758,37 @@ def routed_unflagged():
 
 def routed_experts_sharded():
     return _routed("routed_experts_sharded", routed_experts_sharded_plan)
+
+
+class AuxHeadLM(TinyLM):
+    """TinyLM with an auxiliary head, its own group, run on every batch but
+    added to the output only where the batch's first token is even
+    (pytorch#158719's shape: a group's output feeds the loss on some ranks
+    only). On FS2-9's per-rank batches rank 0's output takes it, rank 1's
+    does not: every rank calls the head, only rank 0 reaches its parameters."""
+
+    def __init__(self):
+        super().__init__(tied=False)
+        self.aux = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        extra = self.aux(h)
+        if bool(tokens[0, 0] % 2 == 0):  # data-dependent: the head's output is used on some batches only
+            h = h + extra
+        return self.lm_head(self.norm(h))
+
+
+def aux_head_plan(model, mesh):  # keeps FSDP2's per-rank step: every group's module called, unused reduced
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model.aux, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.set_reduce_scatter_unused_params(True)
+
+
+def aux_head():
+    torch.manual_seed(0)
+    return ModelCase("aux_head", AuxHeadLM(), _inputs(), plan=aux_head_plan)
