@@ -137,3 +137,32 @@ def test_every_fail_cell_of_the_grid_links_to_its_failures_and_reproducers(tmp_p
         assert message in section, section
     assert "print(&#x27;rebuild &lt;it&gt;&#x27;)" in page or "print('rebuild &lt;it&gt;')" in page, page
     assert "no reproducer" in page
+
+
+def test_affected_by_picks_the_releases_a_change_can_reach():
+    """Issue 58 item 3: a known bug's range and one release on each side; an
+    invariant's bugs' ranges and both ends of the promise; every known bug
+    and invariant names releases of the promise only; anything else is a
+    one-line error."""
+    from pytest_fsdpcheck.commands.history import RELEASES, affected_releases
+    from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
+
+    assert affected_releases(["fs2-grouped-module-reused-summed"]) == ["2.6.0", "2.7.1", "2.8.0", "2.9.1"]
+    assert affected_releases(["spl-dynamic-bucket-fake-run-raises"]) == ["2.7.1", "2.8.0", "2.9.1"]
+    fs2_9 = affected_releases(["FS2-9"])
+    assert fs2_9[0] == RELEASES[0] and fs2_9[-1] == RELEASES[-1] and "2.11.0" in fs2_9 and "2.4.1" not in fs2_9
+    assert affected_releases(["fs2-gloo-grads-summed", "spl-dynamic-bucket-fake-run-raises"]) == [
+        "2.6.0", "2.7.1", "2.8.0", "2.9.1"]
+    for bug in TORCH_BUGS:
+        reached = affected_releases([bug.id])
+        assert set(reached) <= set(RELEASES) and all(bug.applies_to_version(r) or r in reached for r in RELEASES
+                                                     if bug.applies_to_version(r)), bug.id
+    with pytest.raises(ValueError, match="--affected-by nope: neither a known bug's id"):
+        affected_releases(["nope"])
+
+
+def test_the_command_refuses_an_unknown_affected_by_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--affected-by", "nope"])
+    assert exited.value.code == 2
+    assert "neither a known bug's id" in capsys.readouterr().err

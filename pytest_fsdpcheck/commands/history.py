@@ -34,6 +34,38 @@ from ..report import SYMBOL
 
 PROJECT = Path(__file__).resolve().parents[2]
 
+#: the latest patch of every minor release the suite promises to be green on
+#: (README, docs/history.md): what ``--all`` runs and ``--affected-by`` picks from
+RELEASES = ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0",
+            "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+
+
+def affected_releases(names: list[str]) -> list[str]:
+    """The releases a change can reach, for each name a known bug's id or an
+    invariant ID: a known bug's whole declared range and the release on
+    each side of it (where its edge could move); an invariant's every
+    release a known bug of that invariant applies to and the first and last
+    release (a check that changes meets every bug it can excuse, and both
+    ends of the promise). Raises ``ValueError`` naming an unknown name."""
+    from ..core.catalog import INVARIANTS
+    from ..impls.torch_bugs import TORCH_BUGS
+
+    bugs = {bug.id: bug for bug in TORCH_BUGS}
+    picked: set[str] = set()
+    for name in names:
+        if name in bugs:
+            inside = [i for i, r in enumerate(RELEASES) if bugs[name].applies_to_version(r)]
+            if inside:
+                picked.update(RELEASES[max(inside[0] - 1, 0):inside[-1] + 2])
+        elif name in INVARIANTS:
+            picked.update((RELEASES[0], RELEASES[-1]))
+            picked.update(r for bug in TORCH_BUGS if name in bug.invariants
+                          for r in RELEASES if bug.applies_to_version(r))
+        else:
+            raise ValueError(f"--affected-by {name}: neither a known bug's id (python -m pytest_fsdpcheck.known) "
+                             "nor an invariant ID")
+    return [r for r in RELEASES if r in picked]
+
 
 def pinned(version: str) -> list[str]:
     """What a release's environment gets first and keeps: the release itself
@@ -411,6 +443,10 @@ def _write_grid(path: str | None, results: list[dict]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_fsdpcheck.commands.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("versions", nargs="*", help="torch releases, e.g. 2.0.1 2.13.0")
+    parser.add_argument("--all", action="store_true", help=f"every release of the promise ({RELEASES[0]} … {RELEASES[-1]})")
+    parser.add_argument("--affected-by", metavar="ID", nargs="+",
+                        help="the releases a change to these known bugs or invariants can reach: a bug's range and "
+                             "its neighbours; an invariant's bugs' ranges and both ends")
     parser.add_argument("--table-from", metavar="REPORT", nargs="+",
                         help="only print the table of these JSON reports: files, glob patterns, or folders "
                              "(every *.json in them); a column per torch release x implementation x devices")
@@ -454,8 +490,17 @@ def main(argv=None) -> int:
         print("\n".join(table(results)))
         _write_grid(args.html, results)
         return 0 if all(r["exit"] == 0 for r in results) else 1
+    if args.all:
+        args.versions = [*args.versions, *(r for r in RELEASES if r not in args.versions)]
+    if args.affected_by:
+        try:
+            reached = affected_releases(args.affected_by)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"releases {' '.join(args.affected_by)} can reach: {' '.join(reached)}", file=sys.stderr)
+        args.versions = [*args.versions, *(r for r in reached if r not in args.versions)]
     if not args.versions:
-        parser.error("give torch versions, or --table-from DIR")
+        parser.error("give torch versions, --all, --affected-by ID, or --table-from DIR")
     keep = Path(args.keep_reports) if args.keep_reports else None
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
