@@ -456,6 +456,12 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers per run")
     parser.add_argument("--json", help="write every release's result to this file")
     parser.add_argument("--keep-reports", help="copy each release's JSON report into this directory")
+    parser.add_argument("--record-observed", metavar="FILE",
+                        help="merge the releases run (with --table-from: the reports read) and the known bugs each "
+                             "observed into this record (the package's known/observed.json)")
+    parser.add_argument("--reports-commit", metavar="COMMIT",
+                        help="with --table-from and --record-observed: the commit the reports were made with "
+                             "(default: this checkout's)")
     parser.add_argument("--html", metavar="PATH",
                         help="also write the invariant x release grid as one self-contained HTML page")
     parser.add_argument("--model", metavar="PKG.MODULE:FACTORY",
@@ -489,6 +495,8 @@ def main(argv=None) -> int:
             return 2
         print("\n".join(table(results)))
         _write_grid(args.html, results)
+        _record_observed(args.record_observed, [r for r in results if r["implementation"] == "torch"],
+                         args.reports_commit)
         return 0 if all(r["exit"] == 0 for r in results) else 1
     if args.all:
         args.versions = [*args.versions, *(r for r in RELEASES if r not in args.versions)]
@@ -515,7 +523,26 @@ def main(argv=None) -> int:
     shutil.rmtree(wheel_dir, ignore_errors=True)
     print("\n".join(table(results)))
     _write_grid(args.html, results)
+    _record_observed(args.record_observed, results)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
+
+
+def _record_observed(path: str | None, results: list[dict], commit: str | None = None) -> None:
+    """Merge what ``results`` observed into the record at ``path`` (see
+    :mod:`pytest_fsdpcheck.known.observed`), with this checkout's commit."""
+    if not path:
+        return
+    import datetime
+
+    from ..known import observed
+
+    target = Path(path)
+    record = observed.load(target.read_text(encoding="utf-8") if target.exists() else "{}")
+    commit = commit or subprocess.run(["git", "-C", str(PROJECT), "rev-parse", "--short", "HEAD"],
+                                      capture_output=True, text=True).stdout.strip() or "unknown"
+    target.write_text(observed.dumps(observed.merged(record, results, commit, datetime.date.today().isoformat())),
+                      encoding="utf-8")
+    print(f"observed known bugs recorded in {target}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -110,12 +110,19 @@ def main(argv=None) -> int:
             print(f"{bug.id:<40} exit {done.returncode} ({_STATUS[code]}): {line}")
             codes.add(code)
         return CRASHED if CRASHED in codes else PRESENT if PRESENT in codes else 0
+    from ..known import observed
+    from .history import RELEASES
+
     torch_version = _installed_torch()
+    record = observed.load()
     for bug in TORCH_BUGS:
         active = "" if torch_version is None else (" (active)" if bug.applies_to_version(torch_version) else " (not active)")
         cited = ", ".join(bug.upstream) or "not reported upstream"
+        never, not_run = observed.gaps(bug, record, RELEASES)
+        marks = (f"  NEVER OBSERVED on {', '.join(never)}" if never else "") + \
+            (f"  (not run on {', '.join(not_run)})" if not_run else "")
         print(f"{bug.id:<40} {','.join(bug.invariants):<12} torch {bug.affects or 'any':<7} seen {bug.seen_range}{active}"
-              f"  [{cited}]")
+              f"  [{cited}]{marks}")
     return 0
 
 

@@ -74,6 +74,10 @@ class KnownBug:
     #: explained examples in the run, this one cannot show, and strict does
     #: not call it fixed
     masked_by: tuple[str, ...] = ()
+    #: release -> why the suite cannot observe the bug there though its
+    #: range holds it (``known.observed``: a run of that release where it
+    #: explained nothing is otherwise a range wider than the bug)
+    unobservable: Mapping[str, str] = field(default_factory=dict)
 
     def raised_this(self, error) -> bool:
         """Whether ``error`` (:attr:`Violation.error`) is one this bug raises."""

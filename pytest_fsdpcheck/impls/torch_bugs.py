@@ -13,6 +13,13 @@ import re
 
 from ..core.bugs import KnownBug
 
+#: releases the history command runs on a CPU machine under Python 3.11, and what they cannot show there
+_NO_COMPILE_HERE = {"2.0.1": "torch 2.0's torch.compile refuses Python 3.11, which the history runs on: no compiled "
+                             "check runs there"}
+_NO_CPU_STEP_HERE = {r: "fully_shard's runtime takes a CPU step from 2.7 (2.3 ... 2.6 need CUDA streams): the step "
+                        "that shows it is n/p on the CPU machine the history runs on"
+                     for r in ("2.3.1", "2.4.1", "2.5.1", "2.6.0")}
+
 _SUMMED_ON_GLOO = re.compile(
     r"(world size \d+, )?rank (\d+), (eager|compiled|bf16): every sharded gradient is (\d+) times the unsharded "
     r"gradient of the global batch, as torch's own walk gives in the same run \(fully_shard summed over the \4 "
@@ -360,6 +367,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         reproducer="spl-backward-compiles-with-last-bucket-fw-metadata.py",
         upstream=("pytorch/pytorch#160745",),
         needs_compile=True,
+        unobservable=_NO_COMPILE_HERE,
     ),
     KnownBug(
         id="spl-get-attr-module-raises",
@@ -576,6 +584,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         affects=">=2.3,<2.8",
         seen=("2.7.1",),
         predicate=_frozen_dtypes_asserted,
+        unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-frozen-dtypes-asserted.py",
         upstream=("pytorch/pytorch#154082", "pytorch/pytorch#154103"),
         raises=(("AssertionError", r"^FSDP expects uniform original parameter dtype but got \{.*\}$"),),
@@ -592,6 +601,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         affects=">=2.3,<2.12",
         seen=("2.7.1",),
         predicate=_int_param_rejected,
+        unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-int-param-rejected.py",
         raises=(("RuntimeError", r"^[Oo]nly Tensors of floating point (and complex )?dtype can require gradients$"),),
         # reported against FSDPParam._init_sharded_param (#177844) and fixed by "[FSDP2] support non-float
