@@ -587,7 +587,7 @@ def test_fs2_grouped_module_reused_reads_only_the_pairs_two_gradients_and_the_un
     assert not explains([Violation("FS2-11", v.message) for v in run])
 
 
-def _summed(world: int | None, rank: int, mode: str, label: str, factor: int | None = None,
+def _summed_line(world: int | None, rank: int, mode: str, label: str, factor: int | None = None,
             walk: str = ", as torch's own walk gives in the same run") -> Violation:
     head = f"world size {world}, " if world else ""
     return Violation("FS2-9", f"{head}rank {rank}, {mode}: gradient of {label} is {factor or world or 2} times the "
@@ -601,7 +601,7 @@ def _reused_summed_run(summed=("m0.w0", "m4.w1"), second=3):
     for world, ranks, modes in ((None, 2, ("eager", "compiled")), (second, second, ("eager",))):
         for r in range(ranks):
             for mode in modes:
-                found += [_summed(world, r, mode, label) for label in summed]
+                found += [_summed_line(world, r, mode, label) for label in summed]
     return found
 
 
@@ -618,13 +618,13 @@ def test_fs2_grouped_module_reused_summed_reads_both_bugs_and_nothing_more():
     assert explains(run) and not _grouped_module_reused(run)
     assert not explains(_reused_run())  # no gradient summed: fs2-grouped-module-reused alone
     assert not explains([v for v in run if "bf16" not in v.message])
-    assert not explains(run + [_summed(None, 0, "eager", "m3.w0")])  # one more summed on one rank only
-    assert not explains([v for v in run if v.message != _summed(None, 1, "compiled", "m0.w0").message])
-    assert not explains([v if v.message != _summed(3, 2, "eager", "m4.w1").message else _summed(3, 2, "eager", "m4.w1", 2)
+    assert not explains(run + [_summed_line(None, 0, "eager", "m3.w0")])  # one more summed on one rank only
+    assert not explains([v for v in run if v.message != _summed_line(None, 1, "compiled", "m0.w0").message])
+    assert not explains([v if v.message != _summed_line(3, 2, "eager", "m4.w1").message else _summed_line(3, 2, "eager", "m4.w1", 2)
                          for v in run])  # a factor other than the world size
     walkless = ", where torch's own walk in the same run does not"
-    assert not explains([v if v.message != _summed(None, 0, "eager", "m0.w0").message
-                         else _summed(None, 0, "eager", "m0.w0", walk=walkless) for v in run])
+    assert not explains([v if v.message != _summed_line(None, 0, "eager", "m0.w0").message
+                         else _summed_line(None, 0, "eager", "m0.w0", walk=walkless) for v in run])
     assert not explains([v for v in run if "m8.w0" not in v.message])  # the grouped module's missing gradient
 
 
