@@ -697,7 +697,7 @@ def bf16_dropped_accumulating():
 EXPERTS = 4
 
 
-class RoutedLM(TinyLM):
+class ExpertsLM(TinyLM):
     """TinyLM with a routed (MoE-style) layer after its blocks: each
     sequence goes to one expert, picked by its first token, and an expert
     no sequence of the batch picks is not called. On FS2-9's per-rank
@@ -745,7 +745,7 @@ def routed_experts_sharded_plan(model, mesh):  # the user's mistake: a group per
 
 def _routed(name, plan):
     torch.manual_seed(0)
-    return ModelCase(name, RoutedLM(), _inputs(), plan=plan)
+    return ModelCase(name, ExpertsLM(), _inputs(), plan=plan)
 
 
 def routed():
