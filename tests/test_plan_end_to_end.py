@@ -897,3 +897,36 @@ def test_a_group_whose_output_feeds_the_loss_on_some_ranks_only_fails_fs2_9_for_
     assert reach_mistake(records, violations) is None and world_too_slow(records) is None
     assert violations and all("aux.weight only on rank 0" in v.message and "as FSDP2 documents" in v.message
                               for v in violations), violations
+    from pytest_fsdpcheck.impls.torch_bugs import _unused_params_graphs_differ
+
+    assert _unused_params_graphs_differ(violations), violations  # modelled: fs2-unused-params-graphs-differ
+
+
+def test_fs2_unused_params_graphs_differ_reads_only_a_plan_keeping_fsdp2s_per_rank_step():
+    """pytorch#158719's signature: on every rank, the step hung, timed out,
+    died or left wrong gradients, where the ranks' batches reach different
+    parameters through modules every rank calls and the plan keeps what
+    FSDP2 documents. A module some rank does not call (the routed experts'
+    shape, which torch handles), another error, one rank only, or another
+    invariant is not this bug."""
+    from pytest_fsdpcheck.impls.torch_bugs import _unused_params_graphs_differ as explains
+
+    keeps = ("(the ranks' batches reach different parameters aux.weight only on rank 0, aux.bias only on rank 0; "
+             "the plan calls every group's module on every rank and reduces unused parameters, as FSDP2 documents "
+             "such a step)")
+    timed_out = "the plan's step failed: RuntimeError: [gloo/unbound_buffer.cc:78] Timed out waiting 15000ms for " \
+                "recv operation to complete"
+    run = [Violation("FS2-9", f"rank {r}, eager: {timed_out} {keeps}") for r in (0, 1)]
+    assert explains(run)
+    wrong = [Violation("FS2-9", f"ranks 0, 1, {m}: 4 of 24 gradients are wrong; worst: the gradient of aux.weight "
+                                f"is None, the unsharded model's is not {keeps}") for m in ("eager", "compiled")]
+    assert explains(wrong)
+    assert explains([Violation("FS2-9", f"rank 0 failed: died without a result {keeps}"), run[1]])
+    assert not explains(run[:1])  # one rank only
+    routed = keeps.replace("; the plan calls", "; modules' forwards experts.0 only on rank 0; the plan calls")
+    assert not explains([Violation("FS2-9", f"rank {r}, eager: {timed_out} {routed}") for r in (0, 1)])
+    other = [Violation("FS2-9", f"rank {r}, eager: the plan's step failed: KeyError: 'x' {keeps}") for r in (0, 1)]
+    assert not explains(other)
+    assert not explains([Violation("FS2-11", v.message) for v in run])
+    plain = [Violation("FS2-9", f"rank {r}, eager: {timed_out}") for r in (0, 1)]  # ranks reaching alike
+    assert not explains(plain)

@@ -167,6 +167,38 @@ def _grouped_module_reused_summed(violations) -> bool:
     return set(summed) == steps and len(labels) == 1
 
 
+_PER_RANK_STEP = re.compile(
+    r"ranks? (?P<ranks>\d+(?:, \d+)*)(?:, (?:eager|compiled):| failed:) (?P<what>.+) \(the ranks' batches reach different "
+    r"parameters (?P<params>[^;()]+); the plan calls every group's module on every rank and reduces unused "
+    r"parameters, as FSDP2 documents such a step\)", re.DOTALL)
+_GRAPHS_DIFFER_FAILED = re.compile(
+    r"the plan's step failed: RuntimeError: .*(Timed out waiting \d+ms for (recv|send) operation to complete|"
+    r"[Rr]eceived data size doesn't match expected size|Connection closed by peer).*"
+    r"|\d+ of \d+ gradients are wrong; worst: .*|the gradient of \S+ (differs from|is None|exists).*"
+    r"|the plan's step did not finish: .*\(hung\)|died without a result")
+
+
+def _unused_params_graphs_differ(violations) -> bool:
+    """FS2-9's statements on a user's plan where the ranks' batches reach
+    different parameters and call every module alike (no "modules'
+    forwards" in the reach: a group whose module every rank calls, its
+    output feeding the loss on some ranks only), and the plan reduces
+    unused parameters and calls every group's module on every rank, as
+    FSDP2 documents: the step hung, a collective timed out or got data of
+    another size, a rank died, or gradients came out wrong, on every rank
+    (the ranks' reduce-scatters pair up crosswise). A reach with a module
+    some rank does not call, a plan that breaks FSDP2's per-rank step (the
+    user's case error), another error, or a rank without a statement is not
+    this bug."""
+    ranks: set[int] = set()
+    for v in violations:
+        match = _PER_RANK_STEP.fullmatch(v.message) if v.invariant == "FS2-9" else None
+        if match is None or not _GRAPHS_DIFFER_FAILED.fullmatch(match["what"]):
+            return False
+        ranks.update(int(r) for r in match["ranks"].split(", "))
+    return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
+
+
 _FROZEN_STEP_RAISED = (r"(frozen-low-base|frozen-index): fully_shard with mp_policy bf16 \(reduced in fp32\) and one "
                        r"step raised {error}, as torch's own walk does in the same run")
 _FROZEN_DTYPES_ASSERTED = re.compile(_FROZEN_STEP_RAISED.format(
@@ -690,6 +722,30 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428", "pytorch/pytorch#162338"),
     ),
     KnownBug(
+        id="fs2-unused-params-graphs-differ",
+        invariants=("FS2-9",),
+        reason="With set_reduce_scatter_unused_params(True), FSDPParamGroup.post_backward reduces a group's "
+        "gradients when its backward hook fires: a group whose module every rank calls but whose output feeds "
+        "the loss on some ranks only (a multi-modal or auxiliary head on per-rank data) is reduced during the "
+        "backward on those ranks and at the root's final callback on the others, so the ranks' reduce-scatters "
+        "pair up crosswise: gradients silently wrong where the groups hold as many elements, gloo aborting "
+        "('Received data size doesn't match expected size') or the step hanging otherwise. FSDP2 documents the "
+        "switch for ranks using different parameters. Found by FS2-9's per-rank batches on a user's plan "
+        "(tests.planted.plans:aux_head hangs on 2.13.0); its reproducer shows it on 2.13.0 and 2.15.0 (2.12.1 "
+        "has no set_reduce_scatter_unused_params). Only a user's plan with that shape shows it: the default "
+        "suite's worlds give every rank the same graph. It is torch's runtime: any implementation driving "
+        "fully_shard meets it.",
+        affects=">=2.13",
+        seen=("2.13.0", "2.15.0"),
+        predicate=_unused_params_graphs_differ,
+        reproducer="fs2-unused-params-graphs-differ.py",
+        upstream=("pytorch/pytorch#158719", "pytorch/torchtitan#2747", "pytorch/pytorch#174862"),
+        unobservable={r: "only a user's plan whose ranks reach different parameters through modules every rank "
+                         "calls shows it (FS2-9 on --fsdpcheck-model); the history command runs the default suite, "
+                         "whose worlds give every rank the same graph: its reproducer is run instead"
+                      for r in ("2.13.0", "2.14.1", "2.15.0")},
+    ),
+    KnownBug(
         id="exo-method-target-taken-as-param",
         invariants=("EXO-3", "EXO-4"),
         reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
@@ -711,5 +767,5 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
 FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
     bug for bug in TORCH_BUGS
     if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected",
-                  "fs2-grouped-module-reused", "fs2-grouped-module-reused-summed"}
+                  "fs2-grouped-module-reused", "fs2-grouped-module-reused-summed", "fs2-unused-params-graphs-differ"}
 )

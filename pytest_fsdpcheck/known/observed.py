@@ -36,7 +36,7 @@ def gaps(bug, record: dict, releases) -> tuple[list[str], list[str]]:
     seen = set(record["observed"].get(bug.id, ()))
     inside = [r for r in releases if bug.applies_to_version(r)]
     never = [r for r in inside if r in record["runs"] and r not in seen and r not in bug.unobservable]
-    not_run = [r for r in inside if r not in record["runs"]]
+    not_run = [r for r in inside if r not in record["runs"] and r not in bug.unobservable]
     return never, not_run
 
 
