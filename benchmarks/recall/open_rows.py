@@ -96,6 +96,8 @@ OPEN_ROWS: tuple[OpenBug, ...] = (
         releases_named=("2.6",),
         invariants=("FS2-9",),
         measured=(("2.15.0", "reproduced"),),
+        # found by FS2-9's per-rank batches on a user's plan of this shape (tests.planted.plans:aux_head)
+        known="fs2-unused-params-graphs-differ",
     ),
     OpenBug(
         id="fs2-tp-partial-grad-reduce-dtype",
