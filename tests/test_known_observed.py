@@ -21,6 +21,8 @@ def test_a_run_release_of_the_range_where_the_bug_explained_nothing_is_never_obs
     assert observed.gaps(_bug(affects=">=2.6,<2.9"), record, RELEASES) == (["2.8.0"], ["2.6.0"])
     said = _bug(affects=">=2.7,<2.9", unobservable={"2.8.0": "masked"})
     assert observed.gaps(said, record, RELEASES) == ([], [])
+    masked = observed.load('{"runs": {"2.8.0": {}, "2.9.1": {}}, "observed": {"m": ["2.8.0"]}}')
+    assert observed.gaps(_bug(affects=">=2.8,<2.10", masked_by=("m",)), masked, RELEASES) == (["2.9.1"], [])
 
 
 def test_a_history_run_replaces_what_its_releases_observed_and_keeps_the_rest():

@@ -31,11 +31,13 @@ def load(text: str | None = None) -> dict:
 def gaps(bug, record: dict, releases) -> tuple[list[str], list[str]]:
     """``(never observed, not run)``: the releases of ``releases`` in the
     bug's declared range that were run without the bug explaining anything
-    there (and that the bug does not say it cannot show on), and those not
-    run yet."""
+    there (and that the bug does not say it cannot show on, nor a bug
+    masking it, ``masked_by``, was observed on), and those not run yet."""
     seen = set(record["observed"].get(bug.id, ()))
+    # where a bug that fails its step first (masked_by) was observed, this one could not show
+    masked = {r for other in bug.masked_by for r in record["observed"].get(other, ())}
     inside = [r for r in releases if bug.applies_to_version(r)]
-    never = [r for r in inside if r in record["runs"] and r not in seen and r not in bug.unobservable]
+    never = [r for r in inside if r in record["runs"] and r not in seen | masked and r not in bug.unobservable]
     not_run = [r for r in inside if r not in record["runs"] and r not in bug.unobservable]
     return never, not_run
 
