@@ -49,3 +49,25 @@ def test_no_known_bug_is_declared_on_a_release_that_ran_without_it():
     for bug in TORCH_BUGS:
         assert set(bug.unobservable) <= set(RELEASES) and all(bug.unobservable.values()), bug.id
         assert all(bug.applies_to_version(r) for r in bug.unobservable), f"{bug.id}: unobservable outside its range"
+
+
+def test_strict_does_not_call_fixed_a_bug_the_suite_cannot_show_on_this_release():
+    """fs2-unused-params-graphs-differ shows only on a user's plan of its
+    shape: a default run on 2.13 meets FS2-9 without it, and strict must not
+    call it fixed there (CI's command 1 did); a bug without such a reason
+    still is, where its tests ran and it showed nothing."""
+    import types
+
+    from pytest_fsdpcheck.run.verdicts import _unobservable_on, _unreproduced
+
+    by_id = {bug.id: bug for bug in TORCH_BUGS}
+    assert _unobservable_on(by_id["fs2-unused-params-graphs-differ"], "2.13.0+cpu")
+    assert not _unobservable_on(by_id["fs2-frozen-mp-latched"], "2.13.0+cpu")
+
+    class Torch:
+        known_bugs = (by_id["fs2-unused-params-graphs-differ"], by_id["fs2-frozen-mp-latched"])
+
+    matrix = types.SimpleNamespace(outcome=lambda inv, spec: "pass", known_examples={})
+    session = types.SimpleNamespace(known_bugs=True, impls={"torch": Torch()}, torch_version="2.13.0+cpu",
+                                    matrix=matrix, deselected=set(), cannot_compile=lambda: False)
+    assert {bug.id for _, bug in _unreproduced(session)} == {"fs2-frozen-mp-latched"}
