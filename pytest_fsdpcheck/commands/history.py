@@ -30,14 +30,11 @@ import time
 from pathlib import Path
 
 from ..core.catalog import sort_key
+from ..core.provided import RELEASES  # what --all runs and --affected-by picks from
 from ..report import SYMBOL
 
 PROJECT = Path(__file__).resolve().parents[2]
 
-#: the latest patch of every minor release the suite promises to be green on
-#: (README, docs/history.md): what ``--all`` runs and ``--affected-by`` picks from
-RELEASES = ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0",
-            "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
 
 
 def affected_releases(names: list[str]) -> list[str]:

@@ -110,8 +110,8 @@ def main(argv=None) -> int:
             print(f"{bug.id:<40} exit {done.returncode} ({_STATUS[code]}): {line}")
             codes.add(code)
         return CRASHED if CRASHED in codes else PRESENT if PRESENT in codes else 0
+    from ..core.provided import RELEASES
     from ..known import observed
-    from .history import RELEASES
 
     torch_version = _installed_torch()
     record = observed.load()

@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import re
 
+#: the latest patch of every minor release the suite promises to be green on
+#: (README, docs/history.md): what the history command's ``--all`` runs and
+#: ``--affected-by`` picks from, and what ``known/observed.json`` is kept for
+RELEASES = ("2.0.1", "2.1.2", "2.2.2", "2.3.1", "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0", "2.9.1", "2.10.0",
+            "2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+
 #: area, or "area.feature" -> the first torch release (major, minor) providing it
 PROVIDED_FROM: dict[str, tuple[int, int]] = {
     "traversal": (2, 0),

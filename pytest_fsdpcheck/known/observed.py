@@ -57,7 +57,7 @@ def merged(record: dict, results: list[dict], commit: str, date: str) -> dict:
         for bug in result.get("known_bugs", []):
             if bug.get("examples"):
                 observed.setdefault(bug["id"], set()).add(release)
-    from ..commands.history import RELEASES
+    from ..core.provided import RELEASES
 
     order = {r: i for i, r in enumerate(RELEASES)}
     key = lambda r: (order.get(r, len(order)), r)  # noqa: E731
