@@ -406,6 +406,7 @@ def test_split_inside_compile_cases(fsdpcheck_impl, case, kind):
     reason = compile_unsupported()
     if reason:
         raise NotProvided(reason)
+    _require_symbols_by_release(case, kind)
 
     def body(impl):
         return judge(run_dynamic_split(impl.splitting, case, kind, accepted_forms(impl.splitting)))
@@ -468,6 +469,26 @@ def _require_case_by_release(case, kind):
                           f"torch {releases('splitting.aot_sourceless_inputs')}; this is torch {here}, whose "
                           "aot_module_simplified asserts one distinct source per input",
                           release_lacks="splitting.aot_sourceless_inputs")
+
+
+#: the inside-compile cases whose buckets hand on values of two symbolic sizes (batch and length)
+TWO_SYMBOLS = ("sequence-mean",)
+
+
+def _require_symbols_by_release(case, kind):
+    """n/p, for every implementation (the reference splits with torch.fx's
+    split_module too), where two symbolic sizes cross a bucket boundary and
+    the installed torch's split_module cannot sort them (before 2.3); the
+    static kind and the one-symbol cases run on every release."""
+    from pytest_fsdpcheck.core.provided import expected_provided, installed_torch, releases
+
+    if case not in TWO_SYMBOLS or kind == "aot-static" or expected_provided("splitting.symbolic_cross_bucket",
+                                                                           installed_torch()):
+        return
+    here = ".".join(map(str, installed_torch()))
+    raise NotProvided(f"torch.fx's split_module sorts two symbolic sizes crossing a bucket boundary in torch "
+                      f"{releases('splitting.symbolic_cross_bucket')}; this is torch {here}, whose sympy symbols do "
+                      "not compare", release_lacks="splitting.symbolic_cross_bucket")
 
 
 def _require_by_release(impl, attribute, default, feature, lacks, provides):

@@ -46,6 +46,13 @@ PROVIDED_FROM: dict[str, tuple[int, int]] = {
     "splitting.splits_higher_order_ops": (2, 6),
     # FlexAttention (torch.nn.attention.flex_attention): first in 2.5
     "splitting.flex_attention": (2, 5),
+    # torch.fx's split_module sorts the free symbols of each value a bucket
+    # hands on (record_cross_partition_use): 2.1.2 and 2.2.2 sort the sympy
+    # symbols themselves, which do not compare ("cannot determine truth value
+    # of Relational: s0 < s1") once two cross a bucket boundary; 2.3.1 sorts
+    # them by name. Measured: 2.2.2 fails sequence-mean inside a dynamic
+    # compile in torch's and the reference's column alike, 2.3.1 passes
+    "splitting.symbolic_cross_bucket": (2, 3),
     # AOTAutograd takes a split submodule whose placeholders holding values
     # of earlier buckets have no Dynamo source (_dynamo_source None, what
     # SPL-10 asks a split to carry): 2.13.0's frontend_utils says so
