@@ -92,6 +92,9 @@ def test_provided_table():
     assert expected_provided("splitting.lazy_compile", "2.3.1") and expected_provided("splitting.lazy_compile", "2.4.1")
     assert not any(expected_provided("splitting.lazy_compile", v) for v in ("2.2.2", "2.5.1", "2.13.0"))
     assert releases("splitting.lazy_compile") == "2.3-2.4" and releases("fsdp2") == "2.3 on"
+    # split_module sorting two symbolic sizes: measured failing on 2.2.2, passing on 2.3.1
+    assert not expected_provided("splitting.symbolic_cross_bucket", "2.2.2")
+    assert expected_provided("splitting.symbolic_cross_bucket", "2.3.1")
     with pytest.raises(KeyError):
         expected_provided("no-such-area", "2.13.0")
 
@@ -121,3 +124,28 @@ def test_lazy_compile_follows_the_release(monkeypatch):
     with pytest.raises(RuntimeError, match="recorded for this torch release but was not found"):
         torch_splitting.TorchSplitting().split(built.gm, built.example_inputs, bucket_bytes_cap=1, first_bucket_cap=1,
                                                backend=lambda gm, ex: gm, lazy_compile=True)
+
+
+def test_two_symbols_across_a_bucket_are_np_only_before_the_release_that_sorts_them(monkeypatch):
+    """The n/p for split_module's unsortable symbols is decided by the
+    release alone and only for the case holding two symbolic sizes, dynamic
+    kinds only: on 2.3 and later (and for every other case or the static
+    kind on any release) the check runs, so a split failing there is a FAIL."""
+    import importlib
+
+    import pytest
+
+    from pytest_fsdpcheck.core import provided
+    from pytest_fsdpcheck.core.not_provided import NotProvided
+
+    splitting_suite = importlib.import_module("conformance.test_splitting")
+    monkeypatch.setattr(provided, "installed_torch", lambda: (2, 2))
+    with pytest.raises(NotProvided) as raised:
+        splitting_suite._require_symbols_by_release("sequence-mean", "eager")
+    assert raised.value.release_lacks == "splitting.symbolic_cross_bucket"
+    assert "2.3 on" in str(raised.value) and "torch 2.2" in str(raised.value)
+    for case, kind in (("sequence-mean", "aot-static"), ("linear-chain", "eager"), ("linear-chain", "aot")):
+        splitting_suite._require_symbols_by_release(case, kind)
+    monkeypatch.setattr(provided, "installed_torch", lambda: (2, 3))
+    for kind in ("eager", "aot", "aot-static"):
+        splitting_suite._require_symbols_by_release("sequence-mean", kind)
