@@ -41,8 +41,8 @@ from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
+from pytest_fsdpcheck.plugin.session import get_session, world_size_for
 from pytest_fsdpcheck.report import PROP_ENVIRONMENT
-from pytest_fsdpcheck.run.session import get_session, world_size_for
 
 RANK_TIMEOUT_S = 180.0
 

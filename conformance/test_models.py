@@ -97,9 +97,9 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
 
     from pytest_fsdpcheck.cases import CaseError
     from pytest_fsdpcheck.checks import EnvironmentFault
+    from pytest_fsdpcheck.plugin.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
+    from pytest_fsdpcheck.plugin.session import get_session, world_size_for
     from pytest_fsdpcheck.report import PROP_CASE_ERROR, PROP_ENVIRONMENT
-    from pytest_fsdpcheck.run.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
-    from pytest_fsdpcheck.run.session import get_session, world_size_for
 
     session = get_session(request.config)
     timeout_s = DEFAULT_TIMEOUT_S if session is None else session.timeout_s
@@ -128,7 +128,7 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
 def test_model_plan_simulated(fsdpcheck_impl, fsdpcheck_model_case, request):
     import functools
 
-    from pytest_fsdpcheck.run.session import simulated_world_size
+    from pytest_fsdpcheck.plugin.session import simulated_world_size
 
     # the plan at the size it trains at: --fsdpcheck-world-size, simulated (FS2-10), never capped
     check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=simulated_world_size(request.config))

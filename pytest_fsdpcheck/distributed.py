@@ -40,7 +40,7 @@ def rank_args(argv: list[str], rank: int) -> list[str]:
     and baseline, pytest's JUnit), so no two ranks write the same path."""
     if rank == 0:
         return list(argv)
-    from .run.options import WRITTEN_BY
+    from .plugin.options import WRITTEN_BY
 
     return _without(argv, (*WRITTEN_BY, *_PYTEST_WRITES))
 
@@ -84,8 +84,8 @@ def users_models_plugin():
     collect it with an empty parameter set."""
     import pytest
 
-    from .run.collection import conformance_dir
-    from .run.session import get_session
+    from .plugin.collection import conformance_dir
+    from .plugin.session import get_session
 
     class UsersModels:
         @pytest.hookimpl(trylast=True)
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    from .plugin.collection import conformance_dir
     from .report import EXIT_ENVIRONMENT
-    from .run.collection import conformance_dir
     from .runs.ddp_run import TORCHRUN_ENV
     from .runs.world import (
         choose_device,

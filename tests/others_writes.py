@@ -60,7 +60,7 @@ def by_others(ours: tuple[str, ...]) -> bool:
 def ours_in(folder: str) -> tuple[str, ...]:
     """The plugin's, the suite's and ``folder``'s own files."""
     import pytest_fsdpcheck
-    from pytest_fsdpcheck.run.collection import conformance_dir
+    from pytest_fsdpcheck.plugin.collection import conformance_dir
 
     return (os.path.dirname(os.path.realpath(pytest_fsdpcheck.__file__)) + os.sep,
             os.path.realpath(conformance_dir()) + os.sep, folder + os.sep)

@@ -174,7 +174,7 @@ def test_old_divergence_files_read_as_before(tmp_path):
 
 
 def _session(entries, per_test, declared):
-    from pytest_fsdpcheck.run.session import Session
+    from pytest_fsdpcheck.plugin.session import Session
 
     session = Session(impls={IMPL: None}, devices=["cpu"], profile="ci", seed=None, divergences=entries,
                       torch_version="2.13.0")
@@ -186,7 +186,7 @@ def _session(entries, per_test, declared):
 
 
 def test_an_entry_whose_test_passed_is_fixed_and_fails_only_a_baselines_run(tmp_path):
-    from pytest_fsdpcheck.run import verdicts
+    from pytest_fsdpcheck.plugin import verdicts
 
     text = (f'[[divergence]]\nmatch = "TRV-7"\ntest = "{ROOTS}"\nimplementation = "{IMPL}"\nreason = "still fails"\n\n'
             f'[[divergence]]\nmatch = "TRV-1"\ntest = "{WALK}"\nimplementation = "{IMPL}"\nreason = "passes now"\n')
@@ -205,7 +205,7 @@ def test_an_entry_whose_test_passed_is_fixed_and_fails_only_a_baselines_run(tmp_
 
 
 def test_expired_entries_are_findings(tmp_path):
-    from pytest_fsdpcheck.run import verdicts
+    from pytest_fsdpcheck.plugin import verdicts
 
     (entry,) = _load(tmp_path, '[[divergence]]\nmatch = "TRV-7"\nuntil = "2.13"\nreason = "r"\n')
     session = _session([], {}, [])

@@ -7,7 +7,7 @@ import pytest
 from pytest_fsdpcheck.contract import provided_areas
 from pytest_fsdpcheck.core.bugs import active_bugs, known_bugs_of
 from pytest_fsdpcheck.impls import ImplementationError
-from pytest_fsdpcheck.run.session import DeferredImplementation, Session, _load
+from pytest_fsdpcheck.plugin.session import DeferredImplementation, Session, _load
 
 pytestmark = pytest.mark.unit
 

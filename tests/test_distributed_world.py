@@ -91,7 +91,7 @@ def test_every_rank_gets_rank_zeros_choice_through_the_store():
 
 
 def test_forced_cuda_with_more_spawned_ranks_than_gpus_stops_before_any_rank(monkeypatch):
-    from pytest_fsdpcheck.run import session
+    from pytest_fsdpcheck.plugin import session
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -612,7 +612,8 @@ def test_fs2_grouped_module_reused_summed_reads_both_bugs_and_nothing_more():
     Neither bug's signature alone reads it; a factor other than the world
     size, a summed gradient torch's own walk does not share, one on one
     rank only, or the grouped lines missing, is not these two bugs."""
-    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused, _grouped_module_reused_summed as explains
+    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused
+    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused_summed as explains
 
     run = _reused_summed_run()
     assert explains(run) and not _grouped_module_reused(run)
@@ -636,7 +637,7 @@ def test_fs2_frozen_mp_latched_is_masked_only_where_the_grouped_reuse_was_seen()
     import types
 
     from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
-    from pytest_fsdpcheck.run.verdicts import _unreproduced
+    from pytest_fsdpcheck.plugin.verdicts import _unreproduced
 
     class Walk:
         known_bugs = FULLY_SHARD_RUNTIME_BUGS

@@ -70,7 +70,7 @@ def test_the_site_builds_without_warnings(tmp_path):
     # the generated pages hold what they are generated from
     from pytest_fsdpcheck.core.catalog import INVARIANTS
     from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
-    from pytest_fsdpcheck.run.options import OPTIONS
+    from pytest_fsdpcheck.plugin.options import OPTIONS
 
     assert all(o.flag in html["options"] for o in OPTIONS)
     # a flag in an option's help is code, so it can be copied: smart quotes
@@ -139,7 +139,7 @@ def _torchrun_flags() -> frozenset[str]:
 
 
 def _fsdpcheck_options() -> dict:
-    from pytest_fsdpcheck.run.options import OPTIONS
+    from pytest_fsdpcheck.plugin.options import OPTIONS
 
     return {o.flag: o for o in OPTIONS}
 
@@ -156,7 +156,7 @@ def _check_ref(ref: str) -> None:
 
 
 def _check_option_value(option, value: str) -> None:
-    from pytest_fsdpcheck.run import options
+    from pytest_fsdpcheck.plugin import options
 
     choices = dict(option.kwargs).get("choices")
     if choices:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_fsdpcheck.plugin.verdicts import Findings, exit_status
 from pytest_fsdpcheck.report import (
     EXIT_CASE_ERROR,
     EXIT_ENVIRONMENT,
@@ -26,7 +27,6 @@ from pytest_fsdpcheck.report import (
     PROP_INVARIANTS,
     Matrix,
 )
-from pytest_fsdpcheck.run.verdicts import Findings, exit_status
 
 pytestmark = pytest.mark.unit
 

@@ -218,8 +218,8 @@ def test_exposure_is_worked_out_only_for_models_a_check_ran_on(monkeypatch):
     from types import SimpleNamespace
 
     from pytest_fsdpcheck.cases import exposure as ex
+    from pytest_fsdpcheck.plugin import verdicts
     from pytest_fsdpcheck.report import Matrix
-    from pytest_fsdpcheck.run import verdicts
 
     replayed = []
     monkeypatch.setattr(ex, "model_exposure", lambda spec: replayed.append(spec) or [])

@@ -99,7 +99,7 @@ def test_each_floor_draws_its_features_within_its_rounds(run_seed):
     seeds them) until each of its features has been drawn, at most
     ``FLOOR_ROUNDS``: here each gets there, per graph form, for several
     run seeds."""
-    from pytest_fsdpcheck.run.fuzz import FLOOR_ROUNDS, stream_seed
+    from pytest_fsdpcheck.plugin.fuzz import FLOOR_ROUNDS, stream_seed
 
     by_name = {name.replace(".", ".py::", 1): (strategies, count, forms)
                for name, strategies, count, forms in suite_properties()}

@@ -337,7 +337,7 @@ def test_fuzz_options_under_ci_warn_and_run(run, flag):
 
 @pytest.mark.unit
 def test_writability_is_judged_without_creating_anything(tmp_path):
-    from pytest_fsdpcheck.run.options import unwritable_folder
+    from pytest_fsdpcheck.plugin.options import unwritable_folder
 
     (tmp_path / "blocker").write_text("x")
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")

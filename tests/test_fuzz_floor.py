@@ -16,8 +16,8 @@ import types
 import pytest
 
 from pytest_fsdpcheck.core import features
+from pytest_fsdpcheck.plugin import collection, fuzz
 from pytest_fsdpcheck.report import PROP_IMPL
-from pytest_fsdpcheck.run import collection, fuzz
 from tests.test_feature_reach import suite_properties
 
 pytestmark = pytest.mark.unit

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from pytest_fsdpcheck.checks import growth
-from pytest_fsdpcheck.run.isolation import time_limit
+from pytest_fsdpcheck.plugin.guard import time_limit
 
 pytestmark = [pytest.mark.unit, pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="no interval timers here")]
 

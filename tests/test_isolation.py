@@ -19,7 +19,7 @@ def test_raising_implementation_shows_its_own_frames(run_suite):
     assert "_lookup_owner" in out  # the implementation's frame is shown
     # ... and the suite's machinery is not
     assert "hypothesis/core.py" not in out
-    assert "pytest_fsdpcheck/plugin.py" not in out
+    assert "pytest_fsdpcheck/plugin/__init__.py" not in out
 
 
 @pytest.mark.plugin
@@ -209,7 +209,7 @@ def test_torchs_compile_worker_pool_is_not_a_leak(monkeypatch):
     import types
     from concurrent.futures import ProcessPoolExecutor
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     before = isolation._process_state()
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
@@ -269,7 +269,7 @@ def first_compile(monkeypatch, tmp_path):
 
 def _watched(body):
     """Leaks of ``body`` as a suite test's call reads them."""
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     with isolation.FirstImports() as imported:
         before = isolation.global_state()
@@ -290,7 +290,7 @@ def test_an_inductor_compile_in_a_test_is_torchs_bookkeeping_whatever_the_order(
     import sys
     import threading
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     assert _watched(lambda: _compiled_step(4)) == []
     assert sys.getrecursionlimit() == 1000  # still put back for the next test
@@ -333,7 +333,7 @@ def test_torchs_own_inductor_cache_dir_is_not_a_leak_but_another_value_is(monkey
 
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     before = isolation._process_state()
@@ -393,7 +393,7 @@ def test_first_imports_undo_draws_and_keep_what_the_module_relies_on(tmp_path, m
     import torch
     import torch._dynamo
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     (tmp_path / "draws_at_import.py").write_text(
         "import os, random, sys, torch, torch._dynamo\n"
@@ -457,7 +457,7 @@ def test_inductors_own_environment_variable_is_not_a_leak_but_another_value_is(m
 
     import torch
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     guards = torch._C._dynamo.guards
     if not hasattr(guards, "_torchinductor_pyobject_tensor_data_ptr"):
@@ -517,7 +517,7 @@ def test_a_reimported_module_is_not_a_first_import(importable, monkeypatch):
     import importlib
     import sys
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     monkeypatch.delenv("FSDPCHECK_RUNS", raising=False)
     path = importable("counts_runs", COUNTS.format(var="FSDPCHECK_RUNS"))
@@ -553,7 +553,7 @@ def test_the_implementations_own_modules_are_not_a_first_import(importable, monk
     in is read on its own and stays excused."""
     import importlib
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import guard, isolation
 
     monkeypatch.delenv("FSDPCHECK_OWN", raising=False)
     monkeypatch.delenv("FSDPCHECK_LIBRARY", raising=False)
@@ -565,7 +565,7 @@ def test_the_implementations_own_modules_are_not_a_first_import(importable, monk
     class Impl:
         traversal = area()
 
-    own = isolation.OwnCode.of(Impl())
+    own = guard.OwnCode.of(Impl())
     assert "own_impl" in own.packages
     before = isolation._process_state()
     with isolation.FirstImports(isolation.ImportHistory(), own) as imported:
@@ -579,7 +579,7 @@ def test_a_library_importing_a_module_met_before_is_not_excused(importable, monk
     import importlib
     import sys
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     monkeypatch.delenv("FSDPCHECK_RUNS", raising=False)
     importable("counts_runs_again", COUNTS.format(var="FSDPCHECK_RUNS"))
@@ -626,7 +626,7 @@ def test_verdict_state_is_put_back_whoever_changed_it(importable):
     import torch._dynamo  # noqa: F401 - imported before, as the suite does: its config is compared
     import torch._inductor.config  # noqa: F401
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import isolation
 
     importable("changes_verdict_state", "from tests.test_isolation import _change_verdict_state\n_change_verdict_state()\n")
     torch.set_grad_enabled(True)

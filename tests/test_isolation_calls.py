@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from pytest_fsdpcheck.run.isolation import Guarded, ImplementationExit, LeakedGlobalState
+from pytest_fsdpcheck.plugin.guard import Guarded, ImplementationExit, LeakedGlobalState
 
 pytestmark = pytest.mark.unit
 
@@ -119,8 +119,8 @@ def test_a_leak_fails_a_passing_known_or_skipped_test_and_is_named_on_a_failing_
     with the leak added to what it says."""
     from types import SimpleNamespace
 
+    from pytest_fsdpcheck.plugin import verdicts
     from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
-    from pytest_fsdpcheck.run import verdicts
 
     item = SimpleNamespace(user_properties=[(PROP_INVARIANTS, ("ANN-7",)), (PROP_IMPL, "planted")])
     leak = ["dynamo.config (disable)"]
@@ -178,7 +178,7 @@ def test_a_call_that_hangs_while_a_tree_is_built_fails_naming_it():
     import signal
     import time
 
-    from pytest_fsdpcheck.run.isolation import ImplementationTimeout
+    from pytest_fsdpcheck.plugin.guard import ImplementationTimeout
 
     def hangs_at_the_fifth(n):
         while n == 5:
@@ -220,7 +220,7 @@ def test_a_limit_below_the_watchdogs_own_cost_fails_the_first_call_in_one_line()
     again inside it, without end: a RecursionError, not a timeout."""
     import signal
 
-    from pytest_fsdpcheck.run.isolation import ImplementationTimeout
+    from pytest_fsdpcheck.plugin.guard import ImplementationTimeout
 
     handler, real = signal.getsignal(signal.SIGALRM), os._exit
     guarded, build = _build_chain(lambda n: None, timeout=1e-7)

@@ -324,7 +324,7 @@ def _section(name, body):
 
 
 #: what a leak's failure says: every invariant of its test, none judged
-LEAK = "pytest_fsdpcheck.run.isolation.LeakedGlobalState: {ids} x left process-wide state changed: default_dtype"
+LEAK = "pytest_fsdpcheck.plugin.guard.LeakedGlobalState: {ids} x left process-wide state changed: default_dtype"
 
 
 def test_the_helpers_assert_what_they_demand():

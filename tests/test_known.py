@@ -84,8 +84,8 @@ def test_a_bug_needing_torch_compile_is_not_called_fixed_where_nothing_can_compi
     from types import SimpleNamespace
 
     from pytest_fsdpcheck.core.bugs import KnownBug
-    from pytest_fsdpcheck.run import verdicts
-    from pytest_fsdpcheck.run.session import Session
+    from pytest_fsdpcheck.plugin import verdicts
+    from pytest_fsdpcheck.plugin.session import Session
 
     compiled = KnownBug(id="needs-compile", invariants=("SPL-10",), reason="r", predicate=lambda v: False,
                         needs_compile=True)

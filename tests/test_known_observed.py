@@ -58,7 +58,7 @@ def test_strict_does_not_call_fixed_a_bug_the_suite_cannot_show_on_this_release(
     still is, where its tests ran and it showed nothing."""
     import types
 
-    from pytest_fsdpcheck.run.verdicts import _unobservable_on, _unreproduced
+    from pytest_fsdpcheck.plugin.verdicts import _unobservable_on, _unreproduced
 
     by_id = {bug.id: bug for bug in TORCH_BUGS}
     assert _unobservable_on(by_id["fs2-unused-params-graphs-differ"], "2.13.0+cpu")

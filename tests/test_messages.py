@@ -85,9 +85,9 @@ def test_hypothesis_explanations_keep_the_users_and_torchs_lines_only():
 
     import torch
 
-    from pytest_fsdpcheck.run import isolation
+    from pytest_fsdpcheck.plugin import tracebacks
 
-    own = Path(isolation.__file__).parents[1]  # the package, above run/
+    own = Path(tracebacks.__file__).parents[1]  # the package, above plugin/
     torch_file = Path(torch.__file__).parent / "distributed" / "fsdp" / "_traversal_utils.py"
     stub = ["Explanation:", "    These lines were always and only run by failing examples:"]
     exc = AssertionError("TRV-1: ...")
@@ -100,7 +100,7 @@ def test_hypothesis_explanations_keep_the_users_and_torchs_lines_only():
         pytest.skip("exception groups are Python 3.11's")
     group = group_type("two", [exc, ValueError("x")])
     group.exceptions[1].__notes__ = [*stub, f"        {own / 'strategies.py'}:3"]
-    isolation.drop_own_explanations(group)
+    tracebacks.drop_own_explanations(group)
     assert exc.__notes__ == ["Falsifying example: ...", *stub, f"        {torch_file}:42",
                              f"        {own / 'reference' / 'traversal.py'}:7", "after"]
     assert group.exceptions[1].__notes__ == []

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from pytest_fsdpcheck.run import isolation
+from pytest_fsdpcheck.plugin import isolation
 
 pytestmark = pytest.mark.unit
 

@@ -125,7 +125,7 @@ def test_xdist_first_chunks_are_dealt():
     implementation, all 30 it provides) and the other only n/p skips: under
     -x nothing ran in parallel. Worker k's first chunk now takes every
     second of the cheapest items, a corpus model's tests staying together."""
-    from pytest_fsdpcheck.run.collection import deal_first_chunks, xdist_first_chunk
+    from pytest_fsdpcheck.plugin.collection import deal_first_chunks, xdist_first_chunk
 
     assert xdist_first_chunk(249, 2, None) == 31 and xdist_first_chunk(249, 2, 5) == 5
     assert xdist_first_chunk(3, 2, None) == 1

@@ -701,15 +701,15 @@ def test_the_timeout_option_reaches_fs2_9_and_a_slow_world_is_an_error(run_suite
 
 def _observed_as_fs2_9_of_torch(body):
     """``body`` run as the plugin runs a suite test of torch's FS2-9 (its
-    process-wide state compared before and after: run/verdicts.py), in
+    process-wide state compared before and after: plugin/verdicts.py), in
     this process: as FS2-9's step runs under torchrun."""
     from types import SimpleNamespace
 
     import torch._dynamo  # noqa: F401 - imported before the snapshot, as the plugin does
     import torch._inductor.config  # noqa: F401
 
+    from pytest_fsdpcheck.plugin import verdicts
     from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
-    from pytest_fsdpcheck.run import verdicts
 
     class TorchColumn:
         calls = 0
@@ -751,7 +751,7 @@ def test_the_compiled_step_leaves_inductors_config_as_it_found_it_and_a_leak_by_
 
     import torch._inductor.config as inductor_config
 
-    from pytest_fsdpcheck.run.isolation import LeakedGlobalState
+    from pytest_fsdpcheck.plugin.guard import LeakedGlobalState
     from tests.planted.torch_faults import CompileLeavesFallbackRandom
 
     if not (shutil.which("c++") or shutil.which("g++")):

@@ -506,8 +506,8 @@ def test_corpus_tests_of_one_model_are_made_adjacent_and_nothing_else_moves():
     same name) keep their places."""
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.run.collection import conformance_dir
-    from pytest_fsdpcheck.run.collection import group_by_corpus_model as _group_by_corpus_model
+    from pytest_fsdpcheck.plugin.collection import conformance_dir
+    from pytest_fsdpcheck.plugin.collection import group_by_corpus_model as _group_by_corpus_model
 
     def item(path, fn, model):
         return SimpleNamespace(path=path, nodeid=f"{path.name}::{fn}[{model}]", callspec=SimpleNamespace(params={"model": model}))

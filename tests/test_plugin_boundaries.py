@@ -153,7 +153,7 @@ def test_a_complete_run_says_so_and_counts_valid_examples_only(project):
 @pytest.mark.unit
 def test_the_valid_share_floor_fails_a_property_that_rejects_most_examples():
     from pytest_fsdpcheck.core.features import Tally
-    from pytest_fsdpcheck.run.verdicts import VALID_SHARE_FLOOR, _too_few_valid
+    from pytest_fsdpcheck.plugin.verdicts import VALID_SHARE_FLOOR, _too_few_valid
 
     class Item:
         class obj:
@@ -177,7 +177,7 @@ def test_rejected_examples_are_not_counted_as_coverage():
     from hypothesis import assume, given, settings
     from hypothesis import strategies as st
 
-    from pytest_fsdpcheck.run import fuzz
+    from pytest_fsdpcheck.plugin import fuzz
 
     @settings(max_examples=50, database=None, derandomize=True)
     @given(st.integers(0, 9))

@@ -95,9 +95,9 @@ def test_a_failure_records_its_cause():
     so nothing reading the report (the killers' demands) takes it for the
     invariants' own violation (issue 56, item 6)."""
     from pytest_fsdpcheck.checks import ConformanceFailure, Violation
+    from pytest_fsdpcheck.plugin.guard import ImplementationTimeout, LeakedGlobalState
+    from pytest_fsdpcheck.plugin.verdicts import failure_cause
     from pytest_fsdpcheck.report import PROP_CAUSE, PROP_VIOLATED
-    from pytest_fsdpcheck.run.isolation import ImplementationTimeout, LeakedGlobalState
-    from pytest_fsdpcheck.run.verdicts import failure_cause
 
     violation = ConformanceFailure([Violation("TRV-7", "lost a root")])
     leak = LeakedGlobalState("TRV-7: TRV-9: x left process-wide state changed: default_dtype")
@@ -298,8 +298,8 @@ def test_the_html_lists_known_bugs_in_number_order():
 def test_a_report_in_a_folder_not_made_yet_is_written_there(tmp_path):
     """As --junitxml does (issue 42 item 8): the folder is made when the
     report is written, not refused at the start."""
+    from pytest_fsdpcheck.plugin.options import _writable_report
     from pytest_fsdpcheck.report import write_atomically
-    from pytest_fsdpcheck.run.options import _writable_report
 
     path = str(tmp_path / "reports" / "today" / "fsdpcheck.json")
     assert _writable_report(path) == path

@@ -38,7 +38,7 @@ def _torch_imported_first():
     while it ran when it ends; torch cannot be imported twice in one process
     (the second import crashes it), and a module imported again is another
     module (two Hypothesis ``Phase`` classes)."""
-    from pytest_fsdpcheck.run.verdicts import warm_up
+    from pytest_fsdpcheck.plugin.verdicts import warm_up
 
     warm_up()
 

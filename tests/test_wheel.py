@@ -112,7 +112,7 @@ def test_suite_runs_from_installed_wheel(wheel, tmp_path, monkeypatch):
     empty.mkdir()
     others = OthersWrites(monkeypatch, tmp_path / "outside")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FSDPCHECK_IMPL", "PYTEST_ADDOPTS")}
-    code = "import pytest_fsdpcheck.plugin as p, pytest_fsdpcheck.run.collection as c; print(p.__file__); print(c.conformance_dir())"
+    code = "import pytest_fsdpcheck.plugin as p, pytest_fsdpcheck.plugin.collection as c; print(p.__file__); print(c.conformance_dir())"
     where = _run([str(python), "-c", code], cwd=empty, env=env).stdout.split()
     assert all(pathlib.Path(w).is_relative_to(inner_site) for w in where), where
 

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_fsdpcheck.run.options import SPAWNED_RANKS_CAP, spawned_ranks, spawned_ranks_note
-from pytest_fsdpcheck.run.session import simulated_world_size, world_size_for
+from pytest_fsdpcheck.plugin.options import SPAWNED_RANKS_CAP, spawned_ranks, spawned_ranks_note
+from pytest_fsdpcheck.plugin.session import simulated_world_size, world_size_for
 
 pytestmark = pytest.mark.unit
 
 
 def _config_asking(monkeypatch, world_size):
-    from pytest_fsdpcheck.run import session
+    from pytest_fsdpcheck.plugin import session
 
     config = SimpleNamespace()
     monkeypatch.setattr(session, "get_session", lambda cfg: SimpleNamespace(world_size=world_size) if cfg is config else None)
@@ -67,7 +67,7 @@ def test_a_mesh_shape_that_is_no_mesh_is_one_line(shape):
     import dataclasses
 
     from pytest_fsdpcheck.cases.model import MAX_MESH_RANKS, case_problems
-    from pytest_fsdpcheck.run.options import MAX_WORLD_SIZE
+    from pytest_fsdpcheck.plugin.options import MAX_WORLD_SIZE
     from tests.planted import plans
 
     assert MAX_MESH_RANKS == MAX_WORLD_SIZE

@@ -11,8 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_fsdpcheck.core.run_state import current
-from pytest_fsdpcheck.plugin import XdistHooks
-from pytest_fsdpcheck.run import fuzz
+from pytest_fsdpcheck.plugin import XdistHooks, fuzz
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """Pages generated from the package, so nothing there is written twice.
 
-- ``{fsdpcheck-options}``: the option table of ``pytest_fsdpcheck/run/options.py``
+- ``{fsdpcheck-options}``: the option table of ``pytest_fsdpcheck/plugin/options.py``
   (the one ``pytest --help`` and the ini keys are made from);
 - ``{fsdpcheck-known-bugs}``: the known torch bugs of
   ``pytest_fsdpcheck/impls/torch_bugs.py`` with their releases, reasons,
@@ -59,7 +59,7 @@ class _MarkdownDirective(SphinxDirective):
 
 class OptionsTable(_MarkdownDirective):
     def markdown(self) -> list[str]:
-        from pytest_fsdpcheck.run.options import OPTIONS
+        from pytest_fsdpcheck.plugin.options import OPTIONS
 
         self.env.note_dependency(str(REPO / "pytest_fsdpcheck" / "options.py"))
         lines = ["| option | ini key | meaning |", "| --- | --- | --- |"]

@@ -355,7 +355,7 @@ def check_fsdp2_recorded(case, impl=None):
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
-    # under the plugin the implementation comes guarded (isolation.Guarded):
+    # under the plugin the implementation comes guarded (guard.Guarded):
     # whether it is torch's own is a question about what it guards
     if not isinstance(getattr(impl, "_fsdpcheck_inner", impl).fsdp2, TorchFsdp2):
         raise NotProvided("the recorded fully_shard calls are the installed torch's own")

@@ -1,6 +1,6 @@
 """What the fuzz time budget leaves behind for the report to read: the skip
 reason of a test it left out, the run's shared start clock, and the shard part
-of a test id. The plugin's fuzz loop (run/fuzz.py) writes them; the report
+of a test id. The plugin's fuzz loop (plugin/fuzz.py) writes them; the report
 reads them without importing pytest."""
 
 from __future__ import annotations

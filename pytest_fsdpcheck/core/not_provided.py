@@ -5,7 +5,7 @@ It is a pytest skip, so pytest, Hypothesis and xdist treat it as one (the
 test reads ``SKIPPED``, its message ``not provided: <reason>`` as users know
 it), but what the verdict needs is read from the exception, never decoded
 from the message: the plugin copies :attr:`NotProvided.reason` and the two
-flags below onto the test's report (``run/verdicts.py``), and the matrix
+flags below onto the test's report (``plugin/verdicts.py``), and the matrix
 reads them there (``report``).
 """
 

@@ -3,7 +3,7 @@
 The known-bug judge's switch and record, the Hypothesis profile and its
 overrides, the running test's example digest and feature tally, the xdist
 stop file, the user cases probed: each belongs to one pytest session. The
-plugin's :class:`~pytest_fsdpcheck.run.session.Session` owns a :class:`RunState`
+plugin's :class:`~pytest_fsdpcheck.plugin.session.Session` owns a :class:`RunState`
 (in the config's stash) and makes it the current one while its config is
 configured (:func:`enter`, :func:`leave`), so a second session in the same
 process (``pytester.runpytest_inprocess``) judges, counts and draws with its

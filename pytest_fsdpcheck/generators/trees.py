@@ -187,7 +187,7 @@ def attach_states(tree: BuiltTree, traversal) -> None:
 
 
 def _calls_together(traversal, what: str):
-    # The plugin's guard (run/isolation.py) contains a run of calls as one
+    # The plugin's guard (plugin/guard.py) contains a run of calls as one
     # where its area offers to (two calls per module, each otherwise paying
     # for its own containment); any other area is called plainly. Looked up
     # on the type: an area's own __getattr__ must not answer for it.

@@ -35,7 +35,7 @@ PROP_CASE_ERROR = "fsdpcheck_case_error"
 #: the user's model factory a suite test checks (its ``--fsdpcheck-model`` spec), on
 #: the tests parametrized by one: the matrix keeps that model's cells apart too
 PROP_MODEL = "fsdpcheck_model"
-#: what ended a failed suite test's call (one of FAILURE_CAUSES; run.verdicts.judge_report)
+#: what ended a failed suite test's call (one of FAILURE_CAUSES; plugin.verdicts.judge_report)
 PROP_CAUSE = "fsdpcheck_cause"
 #: a failure's cause, as its report records it (``failure.cause``): "violation",
 #: a check's ConformanceFailure (its ``invariants`` are the ones it found

@@ -38,7 +38,7 @@ class _AttachHangingTraversal(ReferenceTraversal):
 
 class HangsAttaching(Implementation):
     """Hangs in a call the suite makes while it builds a tree, among the
-    calls contained as one run (run/isolation.py's _Span)."""
+    calls contained as one run (plugin/guard.py's _Span)."""
 
     traversal = _AttachHangingTraversal()
 

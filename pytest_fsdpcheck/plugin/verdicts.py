@@ -101,7 +101,7 @@ def observed_call(item, session):
         raised = False
     except BaseException as exc:
         in_flight = exc
-        from .isolation import drop_own_explanations
+        from .tracebacks import drop_own_explanations
 
         drop_own_explanations(exc)
         raise
@@ -132,7 +132,7 @@ def _charge_leak(item, found: list[str], exc: BaseException | None, raised: bool
     reason and names the leak too."""
     import pytest
 
-    from .isolation import LeakedGlobalState
+    from .guard import LeakedGlobalState
 
     props = dict(item.user_properties)
     invariants = " ".join(f"{inv}:" for inv in props.get(PROP_INVARIANTS) or ())
@@ -148,8 +148,8 @@ def _charge_leak(item, found: list[str], exc: BaseException | None, raised: bool
 @contextlib.contextmanager
 def observed_body(item):
     """Around a suite test's function itself: the global random generators
-    it must leave as it found them (see :func:`.isolation.generators`)."""
-    from .isolation import generator_leaks, generators
+    it must leave as it found them (see :func:`.guard.generators`)."""
+    from .guard import generator_leaks, generators
 
     before = generators()
     try:
@@ -305,7 +305,7 @@ def failure_cause(exc: BaseException | None, hung: bool) -> str:
     ConformanceFailure is a "violation"; a leak, a time-out and any other
     exception name every invariant of the test without judging one. A
     violation that also leaked stays a violation (the leak is its note)."""
-    from .isolation import ImplementationTimeout, LeakedGlobalState
+    from .guard import ImplementationTimeout, LeakedGlobalState
 
     if hung or isinstance(exc, ImplementationTimeout):
         return "timeout"  # its report says so, whatever Hypothesis replayed (judge_report)
@@ -326,7 +326,7 @@ def count_examples(statistics: str) -> int:
 def trim_traceback(item, excinfo):
     # Show the conformance test's line and the implementation's frames; the
     # suite's own machinery (checkers, generators, plugin) is noise to a user.
-    from .isolation import is_machinery
+    from .tracebacks import is_machinery
 
     default = type(item)._traceback_filter(item, excinfo)
     trimmed = default.filter(lambda entry: not is_machinery(entry))

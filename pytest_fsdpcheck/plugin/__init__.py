@@ -1,9 +1,9 @@
 """The pytest plugin: ``pytest --fsdpcheck`` runs the conformance suite.
 
 Hooks only, in the order pytest calls them; each hands over to the module
-that owns its concern, in ``run/``: :mod:`.run.options` (flags, ini names, validation),
-:mod:`.run.session` (what the run checks), :mod:`.run.collection` (which suite items,
-parametrized how, in which order), :mod:`.run.verdicts` (from an outcome to
+that owns its concern, in this folder: :mod:`.options` (flags, ini names, validation),
+:mod:`.session` (what the run checks), :mod:`.collection` (which suite items,
+parametrized how, in which order), :mod:`.verdicts` (from an outcome to
 pass / FAIL / known / declared / n/p) and :mod:`.report` (header, matrix,
 JSON). Without ``--fsdpcheck`` (or ``fsdpcheck = true`` in the ini file)
 every hook returns at once: no torch import, no file written, nothing
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from .run import collection, options, verdicts
-from .run.session import get_session, leave_run
+from . import collection, options, verdicts
+from .session import get_session, leave_run
 
 
 def pytest_addoption(parser):
@@ -30,7 +30,7 @@ def pytest_configure(config):
     if not options.enabled(config):
         options.warn_if_given_while_disabled(config)
         return
-    from .run import session
+    from . import session
 
     collection.add_suite_paths(config)
     try:
@@ -52,7 +52,7 @@ def pytest_configure(config):
 def pytest_report_header(config):
     state = get_session(config)
     if state is not None:
-        from .report import header_lines
+        from ..report import header_lines
 
         return header_lines(state)
     return None
@@ -62,11 +62,11 @@ def pytest_report_header(config):
 def pytest_sessionstart(session):
     state = get_session(session.config)
     if state is not None:
-        from .report import MatrixRecorder
+        from ..report import MatrixRecorder
 
         state.pytest_session = session
         if not hasattr(session.config, "workerinput"):
-            from .report import start_report
+            from ..report import start_report
 
             start_report(state)
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
@@ -134,7 +134,7 @@ def pytest_runtest_protocol(item, nextitem):
         if slicer is not None and not getattr(item, "_fsdpcheck_budget_skip", False):
             slicer.fixed_done(item.nodeid, time.time() - started)
         if state is not None and hasattr(item.config, "workerinput"):
-            from .run.fuzz import STOP_REASON, stop_requested
+            from .fuzz import STOP_REASON, stop_requested
 
             if stop_requested():
                 item.session.shouldstop = STOP_REASON  # xdist's worker loop ends after this test
@@ -159,7 +159,7 @@ def pytest_runtest_setup_watched(item):
     state = get_session(item.config)
     if state is None or not collection.is_suite_item(item):
         return (yield)
-    from .run import fuzz
+    from . import fuzz
 
     with fuzz.stop_watch():
         if state.run.stop_path is not None:
@@ -174,7 +174,7 @@ def pytest_runtest_call(item):
     state = get_session(item.config)
     if state is None or not collection.is_suite_item(item):
         return (yield)
-    from .run.fuzz import stop_watch
+    from .fuzz import stop_watch
 
     with verdicts.observed_call(item, state), stop_watch():
         return (yield)
@@ -186,7 +186,7 @@ def pytest_runtest_call_settings(item):
     # tryfirst: outside Hypothesis' wrapper, which adds to them in place
     if get_session(item.config) is None or not collection.is_suite_item(item):
         return (yield)
-    from .core.profiles import session_settings
+    from ..core.profiles import session_settings
 
     with session_settings(item.obj):
         return (yield)
@@ -209,7 +209,7 @@ def pytest_pyfunc_call(pyfuncitem):
     if (state is None or state.plan is None or state.under_hypofuzz or not collection.is_suite_item(pyfuncitem)
             or not getattr(pyfuncitem.obj, "is_hypothesis_test", False)):
         return None
-    from .run.fuzz import run_property
+    from .fuzz import run_property
 
     run_property(pyfuncitem, state.plan, state.slicer)
     return True
@@ -229,7 +229,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     state = get_session(config)
     if state is not None and not hasattr(config, "workerinput"):
-        from .report import EXIT_ENVIRONMENT, EXIT_MEANING, terminal_summary
+        from ..report import EXIT_ENVIRONMENT, EXIT_MEANING, terminal_summary
 
         # pytest prints the summary inside sessionfinish and exits with the
         # session's status as it stands after it
@@ -329,7 +329,7 @@ class XdistHooks:
             return
         self.failures += 1
         if self.failures >= self.maxfail:
-            from .run.fuzz import request_stop
+            from .fuzz import request_stop
 
             request_stop(self.stop_path)
 
@@ -346,7 +346,7 @@ class XdistHooks:
         state = get_session(sched.config)
         tagged = collection.tags_from_nodeid(state, crashitem) if state is not None else None
         if tagged is not None:
-            from .report import PROP_IMPL, PROP_INVARIANTS
+            from ..report import PROP_IMPL, PROP_INVARIANTS
 
             impl, invariants = tagged
             report.user_properties = [*report.user_properties, (PROP_INVARIANTS, invariants), (PROP_IMPL, impl)]
@@ -385,6 +385,6 @@ class HtmlHooks:
         # before this plugin's: the run's verdicts are drawn here first
         # (drawing them again there gives the same)
         verdicts.finish(state, session, session.exitstatus)
-        from .report import html_sections
+        from ..report import html_sections
 
         summary.extend(html_sections(state, verdicts.findings(state), verdicts.exposures(state)))

@@ -283,7 +283,7 @@ def leave_run(config) -> None:
 
 def _load(spec: str, timeout_s: float):
     from ..impls import load_implementation
-    from .isolation import Guarded
+    from .guard import Guarded
 
     return Guarded(load_implementation(spec), spec, timeout_s)
 
