@@ -42,7 +42,7 @@ from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
 from pytest_fsdpcheck.plugin.session import get_session, world_size_for
-from pytest_fsdpcheck.report import PROP_ENVIRONMENT
+from pytest_fsdpcheck.report.verdict import PROP_ENVIRONMENT
 
 RANK_TIMEOUT_S = 180.0
 

@@ -28,7 +28,7 @@ def fsdpcheck_case_built(request, fsdpcheck_model_case):
     error, and every check of the case is n/p instead of a FAIL in an
     implementation's column."""
     from pytest_fsdpcheck.cases import CaseError
-    from pytest_fsdpcheck.report import PROP_CASE_ERROR
+    from pytest_fsdpcheck.report.verdict import PROP_CASE_ERROR
 
     try:
         checks.run_check(checks.check_case, fsdpcheck_model_case)
@@ -99,7 +99,7 @@ def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
     from pytest_fsdpcheck.checks import EnvironmentFault
     from pytest_fsdpcheck.plugin.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
     from pytest_fsdpcheck.plugin.session import get_session, world_size_for
-    from pytest_fsdpcheck.report import PROP_CASE_ERROR, PROP_ENVIRONMENT
+    from pytest_fsdpcheck.report.verdict import PROP_CASE_ERROR, PROP_ENVIRONMENT
 
     session = get_session(request.config)
     timeout_s = DEFAULT_TIMEOUT_S if session is None else session.timeout_s

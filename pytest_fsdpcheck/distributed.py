@@ -101,7 +101,7 @@ def worst_status(codes) -> int:
     """The status the ranks' ``codes`` exit with: pytest's own statuses
     other than 0 and 1 (interrupted, internal, usage error...) the highest
     first, then the plugin's precedence (``report.EXIT_PRECEDENCE``)."""
-    from .report import EXIT_PRECEDENCE
+    from .report.verdict import EXIT_PRECEDENCE
 
     def severity(code: int) -> int:
         ours = EXIT_PRECEDENCE[::-1]  # 0 least, a FAIL most
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from .plugin.collection import conformance_dir
-    from .report import EXIT_ENVIRONMENT
+    from .report.verdict import EXIT_ENVIRONMENT
     from .runs.ddp_run import TORCHRUN_ENV
     from .runs.world import (
         choose_device,

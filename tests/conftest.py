@@ -73,7 +73,7 @@ def schema_errors(folders) -> list[str]:
 
     import jsonschema
 
-    from pytest_fsdpcheck.report import schema
+    from pytest_fsdpcheck.report.content import schema
 
     validator = jsonschema.Draft202012Validator(schema())
     errors = []

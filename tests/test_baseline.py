@@ -269,7 +269,7 @@ def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pyteste
     assert [e["match"] for e in report["baseline"]["expired"]] == ["TRV-7"]
     assert [e["match"] for e in report["baseline"]["fixed"]] == ["TRV-1"]
     jsonschema = pytest.importorskip("jsonschema")
-    from pytest_fsdpcheck.report import schema
+    from pytest_fsdpcheck.report.content import schema
 
     jsonschema.Draft202012Validator(schema()).validate(report)
 
@@ -280,7 +280,7 @@ def test_a_written_baseline_holds_the_next_run_and_fails_on_what_changed(pyteste
     plain = suite("--fsdpcheck-divergences", "ci/baseline.toml")
     assert plain.ret == pytest.ExitCode.OK, plain.stdout.str()
     plain.stdout.fnmatch_lines(["no longer fails: TRV-1 *"])
-    from pytest_fsdpcheck.report import EXIT_STRICT
+    from pytest_fsdpcheck.report.verdict import EXIT_STRICT
 
     stale = suite("--fsdpcheck-baseline", "ci/baseline.toml")
     assert stale.ret == EXIT_STRICT, stale.stdout.str()

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
-from pytest_fsdpcheck.report import EXIT_CASE_ERROR  # noqa: E402
+from pytest_fsdpcheck.report.verdict import EXIT_CASE_ERROR  # noqa: E402
 from tests.planted import mistakes, plans  # noqa: E402
 
 REF = "tests.planted.mistakes"

@@ -233,7 +233,7 @@ def test_conformance_failure_message_starts_with_the_ids():
 def test_a_violation_outside_the_tests_tags_fails_its_own_cell():
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.report import PROP_VIOLATED, Verdict, classify
+    from pytest_fsdpcheck.report.verdict import PROP_VIOLATED, Verdict, classify
 
     failed = SimpleNamespace(skipped=False, failed=True, passed=False, longrepr="")
     cells = classify(failed, ["FS2-8"], {PROP_VIOLATED: ["FS2-7"]})

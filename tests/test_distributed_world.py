@@ -20,7 +20,7 @@ from pytest_fsdpcheck.checks.distributed import (
     describe_world,
     fsdp2_environment,
 )
-from pytest_fsdpcheck.report import EXIT_ENVIRONMENT
+from pytest_fsdpcheck.report.verdict import EXIT_ENVIRONMENT
 from pytest_fsdpcheck.runs.world import Choice, Place, choose_device, exchange_places, shared_gpus
 from tests.demands import demand_failures
 from tests.helpers import failure_sections
@@ -271,7 +271,8 @@ def test_the_self_test_names_ranks_that_disagree_and_real_gradients_averaged_wro
 def test_an_environment_error_is_its_own_cell_below_fail():
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.report import PROP_ENVIRONMENT, PROP_IMPL, PROP_INVARIANTS, Matrix
+    from pytest_fsdpcheck.report.matrix import Matrix
+    from pytest_fsdpcheck.report.verdict import PROP_ENVIRONMENT, PROP_IMPL, PROP_INVARIANTS
 
     def report(nodeid, failed, environment=None):
         props = [(PROP_INVARIANTS, ["SPL-16"]), (PROP_IMPL, "impl")]

@@ -595,7 +595,8 @@ def test_ci_reads_both_quickstart_commands_from_the_readme():
 @pytest.mark.unit
 def test_every_verdict_the_matrix_prints_is_defined_in_the_readme():
     """Issue 42 item 8: a '-' cell appeared that the verdict table did not define."""
-    from pytest_fsdpcheck.report import SYMBOL, Matrix
+    from pytest_fsdpcheck.report.matrix import Matrix
+    from pytest_fsdpcheck.report.verdict import SYMBOL
 
     table = (REPO / "README.md").read_text(encoding="utf-8").split("## What the verdicts mean", 1)[1].split("\n## ", 1)[0]
     defined = set(re.findall(r"^\| `([^`]+)` \|", table, re.M))

@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_fsdpcheck.plugin.verdicts import Findings, exit_status
-from pytest_fsdpcheck.report import (
+from pytest_fsdpcheck.report.matrix import Matrix
+from pytest_fsdpcheck.report.verdict import (
     EXIT_CASE_ERROR,
     EXIT_ENVIRONMENT,
     EXIT_FAIL,
@@ -25,7 +26,6 @@ from pytest_fsdpcheck.report import (
     PROP_ENVIRONMENT,
     PROP_IMPL,
     PROP_INVARIANTS,
-    Matrix,
 )
 
 pytestmark = pytest.mark.unit

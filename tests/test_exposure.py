@@ -219,7 +219,7 @@ def test_exposure_is_worked_out_only_for_models_a_check_ran_on(monkeypatch):
 
     from pytest_fsdpcheck.cases import exposure as ex
     from pytest_fsdpcheck.plugin import verdicts
-    from pytest_fsdpcheck.report import Matrix
+    from pytest_fsdpcheck.report.matrix import Matrix
 
     replayed = []
     monkeypatch.setattr(ex, "model_exposure", lambda spec: replayed.append(spec) or [])

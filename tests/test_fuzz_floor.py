@@ -17,7 +17,7 @@ import pytest
 
 from pytest_fsdpcheck.core import features
 from pytest_fsdpcheck.plugin import collection, fuzz
-from pytest_fsdpcheck.report import PROP_IMPL
+from pytest_fsdpcheck.report.verdict import PROP_IMPL
 from tests.test_feature_reach import suite_properties
 
 pytestmark = pytest.mark.unit

@@ -120,7 +120,7 @@ def test_a_leak_fails_a_passing_known_or_skipped_test_and_is_named_on_a_failing_
     from types import SimpleNamespace
 
     from pytest_fsdpcheck.plugin import verdicts
-    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
+    from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS
 
     item = SimpleNamespace(user_properties=[(PROP_INVARIANTS, ("ANN-7",)), (PROP_IMPL, "planted")])
     leak = ["dynamo.config (disable)"]

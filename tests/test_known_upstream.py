@@ -76,7 +76,7 @@ def test_list_and_show_give_each_citation(capsys):
 
 def _json_entries() -> list[dict]:
     """``_known_json`` over every torch bug, each made active on any torch."""
-    from pytest_fsdpcheck.report import _known_json
+    from pytest_fsdpcheck.report.content import _known_json
 
     impl = SimpleNamespace(known_bugs=tuple(dataclasses.replace(bug, affects="") for bug in TORCH_BUGS))
     session = SimpleNamespace(impls={"torch": impl}, torch_version="2.13.0",

@@ -13,7 +13,7 @@ import pytest
 from pytest_fsdpcheck.cases import build_case, checks
 from pytest_fsdpcheck.checks import ConformanceFailure
 from pytest_fsdpcheck.known import judge
-from pytest_fsdpcheck.report import EXIT_STRICT
+from pytest_fsdpcheck.report.verdict import EXIT_STRICT
 from tests.planted import model_checks as planted
 
 pytestmark = pytest.mark.unit

@@ -110,7 +110,7 @@ def test_a_saved_failure_runs_first(collected, pytester, monkeypatch):
 def _fake(name, model=None):
     from types import SimpleNamespace
 
-    from pytest_fsdpcheck.report import PROP_IMPL
+    from pytest_fsdpcheck.report.verdict import PROP_IMPL
 
     path = pathlib.Path("test_golden.py" if model else "test_traversal.py")
     params = {"model": model} if model else {}

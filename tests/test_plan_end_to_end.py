@@ -709,7 +709,7 @@ def _observed_as_fs2_9_of_torch(body):
     import torch._inductor.config  # noqa: F401
 
     from pytest_fsdpcheck.plugin import verdicts
-    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS
+    from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS
 
     class TorchColumn:
         calls = 0

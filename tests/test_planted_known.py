@@ -5,7 +5,7 @@ reported as possibly fixed, and fails a strict run."""
 
 import pytest
 
-from pytest_fsdpcheck.report import EXIT_STRICT
+from pytest_fsdpcheck.report.verdict import EXIT_STRICT
 from tests.helpers import PLANTED_RUN, failure_sections
 from tests.planted.known import BUGS, TESTS, class_name
 

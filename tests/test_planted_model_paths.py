@@ -12,7 +12,7 @@ pytestmark = pytest.mark.kill
 
 pytest.importorskip("torch.distributed.fsdp")
 
-from pytest_fsdpcheck.report import EXIT_CASE_ERROR, EXIT_FAIL  # noqa: E402
+from pytest_fsdpcheck.report.verdict import EXIT_CASE_ERROR, EXIT_FAIL  # noqa: E402
 from tests.demands import (  # noqa: E402
     demand_check_case_errors,
     demand_check_failures,

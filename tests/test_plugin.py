@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from pytest_fsdpcheck.report import EXIT_ENVIRONMENT, EXIT_STRICT
+from pytest_fsdpcheck.report.verdict import EXIT_ENVIRONMENT, EXIT_STRICT
 
 pytestmark = pytest.mark.plugin
 

@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from pytest_fsdpcheck.report import EXIT_ENVIRONMENT, EXIT_STRICT
+from pytest_fsdpcheck.report.verdict import EXIT_ENVIRONMENT, EXIT_STRICT
 
 # What the plugin imports and leaves in the user's process is the subject:
 # inner runs start a new interpreter (tests/preloaded.py).

@@ -10,16 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_fsdpcheck.report import (
-    PROP_IMPL,
-    PROP_INVARIANTS,
-    PROP_NOT_PROVIDED,
-    SCHEMA_VERSION,
-    Matrix,
-    payload,
-    schema,
-    write_atomically,
-)
+from pytest_fsdpcheck.report.content import SCHEMA_VERSION, payload, schema, write_atomically
+from pytest_fsdpcheck.report.matrix import Matrix
+from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS, PROP_NOT_PROVIDED
 
 pytestmark = pytest.mark.unit
 
@@ -97,7 +90,7 @@ def test_a_failure_records_its_cause():
     from pytest_fsdpcheck.checks import ConformanceFailure, Violation
     from pytest_fsdpcheck.plugin.guard import ImplementationTimeout, LeakedGlobalState
     from pytest_fsdpcheck.plugin.verdicts import failure_cause
-    from pytest_fsdpcheck.report import PROP_CAUSE, PROP_VIOLATED
+    from pytest_fsdpcheck.report.verdict import PROP_CAUSE, PROP_VIOLATED
 
     violation = ConformanceFailure([Violation("TRV-7", "lost a root")])
     leak = LeakedGlobalState("TRV-7: TRV-9: x left process-wide state changed: default_dtype")
@@ -129,7 +122,7 @@ def test_each_model_has_cells_of_its_own_beside_the_runs():
     alone, both from the same reports (the model is their PROP_MODEL, never
     read from a test id); a known bug keeps the run's [n]."""
     from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
-    from pytest_fsdpcheck.report import PROP_CAUSE, PROP_MODEL, PROP_VIOLATED
+    from pytest_fsdpcheck.report.verdict import PROP_CAUSE, PROP_MODEL, PROP_VIOLATED
 
     make, other = "pkg.models:make", "pkg.models:other"
     first, later = TORCH_BUGS[0].id, TORCH_BUGS[3].id
@@ -243,7 +236,7 @@ def test_every_report_a_test_leaves_is_checked_against_the_schema(pytester):
 def test_a_run_starts_both_reports_as_incomplete(tmp_path):
     """A run that dies before its summary leaves reports saying so, never
     the previous run's green JSON or page."""
-    from pytest_fsdpcheck.report import start_report
+    from pytest_fsdpcheck.report.terminal import start_report
 
     for name in ("report.json", "report.html"):
         (tmp_path / name).write_text("a previous run's green report")
@@ -257,7 +250,7 @@ def test_a_run_starts_both_reports_as_incomplete(tmp_path):
 
 
 def _known_report(nodeid, invariants, bug_ids, impl="torch"):
-    from pytest_fsdpcheck.report import PROP_IMPL, PROP_INVARIANTS, PROP_KNOWN
+    from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS, PROP_KNOWN
 
     known = {bug: {"examples": 1, "invariants": list(invariants)} for bug in bug_ids}
     props = [(PROP_INVARIANTS, list(invariants)), (PROP_IMPL, impl), (PROP_KNOWN, known)]
@@ -299,7 +292,7 @@ def test_a_report_in_a_folder_not_made_yet_is_written_there(tmp_path):
     """As --junitxml does (issue 42 item 8): the folder is made when the
     report is written, not refused at the start."""
     from pytest_fsdpcheck.plugin.options import _writable_report
-    from pytest_fsdpcheck.report import write_atomically
+    from pytest_fsdpcheck.report.content import write_atomically
 
     path = str(tmp_path / "reports" / "today" / "fsdpcheck.json")
     assert _writable_report(path) == path

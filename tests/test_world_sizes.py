@@ -37,7 +37,7 @@ def test_world_size_1024_spawns_three_ranks_and_checks_plans_at_1024(monkeypatch
 
 
 def test_the_header_says_the_real_ranks_are_capped():
-    from pytest_fsdpcheck.report import _world_size_header
+    from pytest_fsdpcheck.report.terminal import _world_size_header
 
     (line,) = _world_size_header(SimpleNamespace(world_size=1024))
     assert line.startswith("fsdpcheck: --fsdpcheck-world-size 1024: users' plans are checked at 1024 simulated "

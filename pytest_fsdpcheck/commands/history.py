@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.catalog import sort_key
 from ..core.provided import RELEASES  # what --all runs and --affected-by picks from
-from ..report import SYMBOL
+from ..report.verdict import SYMBOL
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -52,7 +52,7 @@ def pytest_configure(config):
 def pytest_report_header(config):
     state = get_session(config)
     if state is not None:
-        from ..report import header_lines
+        from ..report.terminal import header_lines
 
         return header_lines(state)
     return None
@@ -62,11 +62,11 @@ def pytest_report_header(config):
 def pytest_sessionstart(session):
     state = get_session(session.config)
     if state is not None:
-        from ..report import MatrixRecorder
+        from .verdicts import MatrixRecorder
 
         state.pytest_session = session
         if not hasattr(session.config, "workerinput"):
-            from ..report import start_report
+            from ..report.terminal import start_report
 
             start_report(state)
         session.config.pluginmanager.register(MatrixRecorder(state), "fsdpcheck-matrix")
@@ -229,7 +229,8 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     state = get_session(config)
     if state is not None and not hasattr(config, "workerinput"):
-        from ..report import EXIT_ENVIRONMENT, EXIT_MEANING, terminal_summary
+        from ..report.terminal import terminal_summary
+        from ..report.verdict import EXIT_ENVIRONMENT, EXIT_MEANING
 
         # pytest prints the summary inside sessionfinish and exits with the
         # session's status as it stands after it
@@ -346,7 +347,7 @@ class XdistHooks:
         state = get_session(sched.config)
         tagged = collection.tags_from_nodeid(state, crashitem) if state is not None else None
         if tagged is not None:
-            from ..report import PROP_IMPL, PROP_INVARIANTS
+            from ..report.verdict import PROP_IMPL, PROP_INVARIANTS
 
             impl, invariants = tagged
             report.user_properties = [*report.user_properties, (PROP_INVARIANTS, invariants), (PROP_IMPL, impl)]
@@ -385,6 +386,6 @@ class HtmlHooks:
         # before this plugin's: the run's verdicts are drawn here first
         # (drawing them again there gives the same)
         verdicts.finish(state, session, session.exitstatus)
-        from ..report import html_sections
+        from ..report.terminal import html_sections
 
         summary.extend(html_sections(state, verdicts.findings(state), verdicts.exposures(state)))

@@ -17,7 +17,7 @@ import pytest
 
 from ..core.catalog import area_of
 from ..core.not_provided import PREFIX
-from ..report import PROP_IMPL, PROP_INVARIANTS, PROP_MODEL, PROP_NOT_PROVIDED, model_id
+from ..report.verdict import PROP_IMPL, PROP_INVARIANTS, PROP_MODEL, PROP_NOT_PROVIDED, model_id
 
 _CORPUS_MODULE = "test_golden.py"
 

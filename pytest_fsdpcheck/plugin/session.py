@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ..core.run_state import RunState
-from ..report import Matrix
+from ..report.matrix import Matrix
 from .options import Settings
 
 
@@ -353,7 +353,7 @@ def _devices(choice: str, world_size: int | None = None, deferred: bool = False)
 
     has_cuda = torch.cuda.is_available()
     if choice == "cuda" and not has_cuda:
-        from ..report import EXIT_ENVIRONMENT
+        from ..report.verdict import EXIT_ENVIRONMENT
 
         # the machine's, not the command line's: a GPU runner whose device is
         # gone (or a driver torch cannot use) is retried, not fixed in the job

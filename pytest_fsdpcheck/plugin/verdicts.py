@@ -15,8 +15,9 @@ import re
 import time
 from typing import NamedTuple
 
+from ..core.budget import BUDGET_SKIP
 from ..core.catalog import AREAS, area_of
-from ..report import (
+from ..report.verdict import (
     DECLARED_PREFIX,
     EXIT_CASE_ERROR,
     EXIT_ENVIRONMENT,
@@ -545,7 +546,7 @@ def exposures(session) -> dict:
 def _models_judged(session) -> set[str]:
     """The users' models some implementation's check ran on in this run
     (their test ids end in the model's id)."""
-    from ..report import model_test_suffixes
+    from ..report.verdict import model_test_suffixes
 
     suffixes = model_test_suffixes(session.models)
     return {spec for nodeid in session.matrix.per_test for suffix, spec in suffixes.items() if nodeid.endswith(suffix)}
@@ -612,3 +613,26 @@ def finish(session, pytest_session, exitstatus):
 
 def _areas_provided(session) -> bool:
     return any(getattr(impl, area, None) is not None for impl in session.impls.values() for area in AREAS)
+
+
+class MatrixRecorder:
+    """Registered as a plugin for the run: every test report goes to the matrix."""
+
+    def __init__(self, session):
+        self.session = session
+        for spec in session.impls:
+            session.matrix.add_impl(spec)
+
+    def pytest_runtest_logreport(self, report):
+        self.session.matrix.record(report)
+        plan = self.session.plan
+        if plan is not None and plan.budget_s is not None:
+            if plan.deadline is None:
+                # the xdist controller runs no test: its clock is its workers' first test's
+                from ..core.budget import read_start
+
+                started = read_start(plan.clock_path) or getattr(report, "start", None)
+                if started:
+                    plan.deadline = started + plan.budget_s
+            if report.skipped and BUDGET_SKIP in str(report.longrepr):
+                self.session.budget_skipped.append(report.nodeid)

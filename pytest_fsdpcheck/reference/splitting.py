@@ -442,7 +442,6 @@ class _InFakeMode:
         by symbolic sizes needs the python meta kernels, and Dynamo calls
         its backend with the dispatcher off on some releases (2.8), so the
         fake run turns it on itself rather than inherit the caller's."""
-        import contextlib
         import copy
 
         import torch
@@ -507,9 +506,9 @@ def _tracing_fake(example_inputs):
     import torch
 
     context_type = getattr(torch._guards, "TracingContext", None)
-    try_get = getattr(context_type, "try_get", None)  # torch >= 2.1
+    try_get = getattr(context_type, "try_get", None)  # torch >= 2.2
     if try_get is None:
-        try_get = getattr(context_type, "get", lambda: None)  # torch 2.0: None outside a compile
+        try_get = getattr(context_type, "get", lambda: None)  # torch 2.0, 2.1: None outside a compile
     context = try_get()
     fake_mode = getattr(context, "fake_mode", None)
     if fake_mode is None:

@@ -196,11 +196,18 @@ class DynamicSplit:
     runs: list = field(default_factory=list)  # (length, eager, compiled or what the compiled run raised)
 
 
-def _fw_metadata():
+def _tracing_context():
+    """The TracingContext Dynamo set up around the backend call, or None:
+    ``try_get`` from torch 2.2; 2.0 and 2.1 have only ``get``, which gives
+    None outside a compile (2.1.2's source)."""
     import torch
 
-    context = torch._guards.TracingContext.try_get()
-    return getattr(context, "fw_metadata", None)
+    context_type = torch._guards.TracingContext
+    return getattr(context_type, "try_get", context_type.get)()
+
+
+def _fw_metadata():
+    return getattr(_tracing_context(), "fw_metadata", None)
 
 
 def _recording(calls: list, kind: str, graph: Compiled | None = None):
@@ -210,7 +217,6 @@ def _recording(calls: list, kind: str, graph: Compiled | None = None):
     AOTAutograd left on Dynamo's TracingContext (``graph.forwards``) and,
     for each lazily compiled backward, which forward's it found there
     (``graph.backwards``: an index into ``graph.forwards``, or None)."""
-    import torch
 
     if kind in ("aot", "aot-static"):
         from functorch.compile import make_boxed_func
@@ -235,7 +241,7 @@ def _recording(calls: list, kind: str, graph: Compiled | None = None):
         after = None
 
     def backend(gm, example_inputs):
-        context = torch._guards.TracingContext.try_get()
+        context = _tracing_context()
         calls.append((gm, list(example_inputs), getattr(context, "fake_mode", None)))
         return after(gm, example_inputs) if after else gm
 
