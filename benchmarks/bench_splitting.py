@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.checks import splitting_compiled as cchk
 from pytest_fsdpcheck.checks.growth import best_time
 from pytest_fsdpcheck.generators.graphs import build_graph, graph_specs, large_spec
 
@@ -33,15 +34,15 @@ def specs(n):
 def one_example(impl, spec, cap):
     built = build_graph(spec, impl.graph_form)
     facts = chk.graph_facts(built.gm, built.example_inputs)
-    meta = chk.value_meta(built.gm, built.example_inputs)
+    meta = cchk.value_meta(built.gm, built.example_inputs)
     wrt = [t for t in built.example_inputs if getattr(t, "requires_grad", False)]
-    expected = chk.evaluate(built.gm, built.example_inputs, wrt)
+    expected = cchk.evaluate(built.gm, built.example_inputs, wrt)
     calls = []
     result = impl.split(built.gm, built.example_inputs, bucket_bytes_cap=cap, first_bucket_cap=cap,
                         backend=lambda gm, ex: calls.append((gm, ex)) or gm)
     chk.check_plan(facts, result.buckets, cap, cap)
-    chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
-    chk.compare(expected, chk.evaluate(result.compiled, built.example_inputs, wrt), "split", "SPL-11")
+    cchk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
+    cchk.compare(expected, cchk.evaluate(result.compiled, built.example_inputs, wrt), "split", "SPL-11")
     return len(result.buckets)
 
 

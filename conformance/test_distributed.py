@@ -25,7 +25,7 @@ other failure, one torch's own walk or eager DDP shares included, is a FAIL.
 
 import pytest
 
-from pytest_fsdpcheck.checks import ConformanceFailure, EnvironmentFault
+from pytest_fsdpcheck.checks import ConformanceFailure
 from pytest_fsdpcheck.checks.distributed import (
     AGREEMENT,
     AGREEMENT_TASK,
@@ -41,43 +41,34 @@ from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
-from pytest_fsdpcheck.plugin.session import get_session, world_size_for
-from pytest_fsdpcheck.report.verdict import PROP_ENVIRONMENT
 
 RANK_TIMEOUT_S = 180.0
 
 
-def _spec_of(config, impl) -> str:
-    session = get_session(config)
-    return next(spec for spec, obj in session.impls.items() if obj is impl)
-
-
-def _seed(config) -> int:
+def _seed(run) -> int:
     """FS2-9's model: seed 0 under the ci profile, the session's seed under dev/fuzz."""
-    seed = get_session(config).seed
-    return 0 if seed is None else seed
+    return 0 if run.seed is None else run.seed
 
 
-def _results(config, world_size: int, device: str, task: str) -> list[dict]:
+def _results(run, world_size: int, device: str, task: str) -> list[dict]:
     from pytest_fsdpcheck.runs.ddp_run import run_ranks
 
-    specs = tuple(get_session(config).impls)
-    key = (world_size, device, specs, task)
+    key = (world_size, device, run.impl_specs, task)
     # the session's: another session's ranks ran other code (its seed, its faults)
-    runs = get_session(config).run.rank_runs
-    if key not in runs:
-        runs[key] = run_ranks(world_size, device, specs, timeout=RANK_TIMEOUT_S, task=task, seed=_seed(config))
-    return runs[key]
+    if key not in run.rank_runs:
+        run.rank_runs[key] = run_ranks(world_size, device, run.impl_specs, timeout=RANK_TIMEOUT_S, task=task,
+                                       seed=_seed(run))
+    return run.rank_runs[key]
 
 
-def _world_size(config, device: str, scale: str) -> int:
+def _world_size(run, device: str, scale: str) -> int:
     import torch
 
-    from pytest_fsdpcheck.runs.ddp_run import launched_by_torchrun
+    from pytest_fsdpcheck.runs.launch import launched_by_torchrun
 
     if not torch.distributed.is_available():
         raise NotProvided("this torch build has no torch.distributed")
-    runner = world_size_for(config, device)
+    runner = run.world_size(device)
     if scale == "one":
         if launched_by_torchrun() and runner != 1:
             pytest.skip(f"under torchrun the world is torchrun's ({runner} ranks): see the runner-scale test")
@@ -102,7 +93,7 @@ def _second_world(world_size: int, device: str) -> int | None:
     CPU or where every rank has a GPU; None elsewhere."""
     import torch
 
-    from pytest_fsdpcheck.runs.ddp_run import launched_by_torchrun
+    from pytest_fsdpcheck.runs.launch import launched_by_torchrun
 
     if launched_by_torchrun() or world_size not in SMALL_WORLDS:
         return None
@@ -130,7 +121,7 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0, area=None):
     )
 
 
-def _judge(request, impl, violations, example, environment) -> None:
+def _judge(run, impl, violations, example, environment) -> None:
     """``conform``, except that a failure in a world that failed its own
     self-test (``environment()`` says why, or None) is an environment error:
     known bugs are still asked first."""
@@ -140,20 +131,19 @@ def _judge(request, impl, violations, example, environment) -> None:
         why = environment()
         if why is None:
             raise
-        request.node.user_properties.append((PROP_ENVIRONMENT, why))
-        raise EnvironmentFault(why) from None
+        raise run.environment_error(why) from None
 
 
 @pytest.mark.invariant("SPL-16")
 @pytest.mark.parametrize("scale", ["one", "runner"])
-def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, scale, request):
-    world_size = _world_size(request.config, fsdpcheck_device, scale)
+def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, scale, fsdpcheck_run):
+    world_size = _world_size(fsdpcheck_run, fsdpcheck_device, scale)
     require_compile()
-    spec = _spec_of(request.config, fsdpcheck_impl)
-    results = _results(request.config, world_size, fsdpcheck_device, "ddp")
+    spec = fsdpcheck_run.spec_of(fsdpcheck_impl)
+    results = _results(fsdpcheck_run, world_size, fsdpcheck_device, "ddp")
     # The ranks ran in other processes: the outcome is judged as it is, not replayed.
     _judge(
-        request,
+        fsdpcheck_run,
         fsdpcheck_impl,
         check_ddp_end_to_end(results, spec),
         _reproducer(fsdpcheck_impl, spec, world_size, fsdpcheck_device, "ddp", "check_ddp_end_to_end"),
@@ -161,12 +151,12 @@ def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, s
     )
 
 
-def _fsdp2_world(request, device: str, invariant: str = "FS2-9") -> int:
+def _fsdp2_world(run, device: str, invariant: str = "FS2-9") -> int:
     """FS2-9's world size, or a skip saying why this torch or runner has none."""
-    runner = world_size_for(request.config, device)
+    runner = run.world_size(device)
     if runner < 2:
         raise NotProvided(f"{invariant} needs world size >= 2, the runner gives {runner} (--fsdpcheck-world-size)")
-    world_size = _world_size(request.config, device, "runner")
+    world_size = _world_size(run, device, "runner")
     require_compile()
     from pytest_fsdpcheck.impls.torch_fsdp2 import fsdp2_available
 
@@ -185,25 +175,25 @@ def _fsdp2_world(request, device: str, invariant: str = "FS2-9") -> int:
 
 
 @pytest.mark.invariant("FS2-9")
-def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
-    world_size = _fsdp2_world(request, fsdpcheck_device)
-    spec = _spec_of(request.config, fsdpcheck_impl)
-    results = _results(request.config, world_size, fsdpcheck_device, "fsdp2")
+def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, fsdpcheck_run):
+    world_size = _fsdp2_world(fsdpcheck_run, fsdpcheck_device)
+    spec = fsdpcheck_run.spec_of(fsdpcheck_impl)
+    results = _results(fsdpcheck_run, world_size, fsdpcheck_device, "fsdp2")
     violations = check_fsdp2_end_to_end(results, spec)
     worlds = [(results, world_size, "fsdp2")]
     second = _second_world(world_size, fsdpcheck_device)
     if second is not None:
         # the other small world (3 ranks beside 2): other padded shards, an empty one; eager only (its cost)
-        extra = _results(request.config, second, fsdpcheck_device, "fsdp2-eager")
+        extra = _results(fsdpcheck_run, second, fsdpcheck_device, "fsdp2-eager")
         worlds.append((extra, second, "fsdp2-eager"))
         violations += check_fsdp2_end_to_end(extra, spec, where=f"world size {second}, ")
     failed = next((w for w in worlds if check_fsdp2_end_to_end(w[0], spec)), worlds[0])
     _judge(
-        request,
+        fsdpcheck_run,
         fsdpcheck_impl,
         violations,
         _reproducer(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], "check_fsdp2_end_to_end",
-                    _seed(request.config)),
+                    _seed(fsdpcheck_run)),
         lambda: next(filter(None, (fsdp2_environment(w[0], spec) for w in worlds)), None),
     )
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
@@ -212,7 +202,7 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, request):
 
 
 @pytest.mark.parametrize("area", [pytest.param(area, marks=pytest.mark.invariant(inv)) for area, (inv, _) in AGREEMENT.items()])
-def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
+def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, fsdpcheck_run):
     """SPL-20, FS2-11, EXO-9: the answers the ranks of SPL-16's and FS2-9's
     worlds recorded (each rank's bucket plan and exec order in SPL-16's
     world; each ``fully_shard`` call's managed modules and parameters in
@@ -222,29 +212,29 @@ def test_ranks_agree(fsdpcheck_impl, fsdpcheck_device, area, request):
     divergence is one line naming the ranks and the first differing entry."""
     invariant = AGREEMENT[area][0]
     if area == "fsdp2":
-        world_size = _fsdp2_world(request, fsdpcheck_device, invariant)
+        world_size = _fsdp2_world(fsdpcheck_run, fsdpcheck_device, invariant)
     else:
-        world_size = _world_size(request.config, fsdpcheck_device, "runner")
+        world_size = _world_size(fsdpcheck_run, fsdpcheck_device, "runner")
         require_compile()
-    spec = _spec_of(request.config, fsdpcheck_impl)
+    spec = fsdpcheck_run.spec_of(fsdpcheck_impl)
     if getattr(fsdpcheck_impl, area, None) is None:
         raise NotProvided(f"{spec} has no {area} area")
     task = AGREEMENT_TASK[area]
-    worlds = [(_results(request.config, world_size, fsdpcheck_device, task), world_size, task)]
+    worlds = [(_results(fsdpcheck_run, world_size, fsdpcheck_device, task), world_size, task)]
     second = _second_world(world_size, fsdpcheck_device) if area == "fsdp2" else None
     if second is not None:
-        worlds.append((_results(request.config, second, fsdpcheck_device, "fsdp2-eager"), second, "fsdp2-eager"))
+        worlds.append((_results(fsdpcheck_run, second, fsdpcheck_device, "fsdp2-eager"), second, "fsdp2-eager"))
     violations = []
     for results, size, _ in worlds:
         violations += check_ranks_agree(results, spec, area, where=f"world size {size}, " if size != world_size else "")
     failed = next((w for w in worlds if check_ranks_agree(w[0], spec, area)), worlds[0])
     environment = fsdp2_environment if area == "fsdp2" else ddp_environment
     _judge(
-        request,
+        fsdpcheck_run,
         fsdpcheck_impl,
         violations,
         _reproducer(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], "check_ranks_agree",
-                    _seed(request.config), area=area),
+                    _seed(fsdpcheck_run), area=area),
         lambda: next(filter(None, (environment(w[0], spec) for w in worlds)), None),
     )
     if all(agreement_not_provided(w[0], spec, area) for w in worlds):

@@ -21,14 +21,13 @@ def _run(name, case, impl):
 
 
 @pytest.fixture
-def fsdpcheck_case_built(request, fsdpcheck_model_case):
+def fsdpcheck_case_built(fsdpcheck_run, fsdpcheck_model_case):
     """The case built and probed once, before any implementation runs: the
     user's mistake (a plan that raises, a model on the meta device, inputs
     that do not fit, an output that is not tensors) is this setup's one-line
     error, and every check of the case is n/p instead of a FAIL in an
     implementation's column."""
     from pytest_fsdpcheck.cases import CaseError
-    from pytest_fsdpcheck.report.verdict import PROP_CASE_ERROR
 
     try:
         checks.run_check(checks.check_case, fsdpcheck_model_case)
@@ -36,8 +35,7 @@ def fsdpcheck_case_built(request, fsdpcheck_model_case):
     except CaseError as exc:
         error = str(exc)
     if error is not None:  # outside the except: no chained traceback under the one line
-        request.node.user_properties.append((PROP_CASE_ERROR, {"model": fsdpcheck_model_case, "error": error}))
-        pytest.fail(error, pytrace=False)
+        fsdpcheck_run.case_error(fsdpcheck_model_case, error)
     return fsdpcheck_model_case
 
 
@@ -92,44 +90,35 @@ def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
 
 
 @pytest.mark.invariant(*checks.CHECKS["check_plan_end_to_end"][1])
-def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, request):
+def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, fsdpcheck_run):
     import functools
 
     from pytest_fsdpcheck.cases import CaseError
     from pytest_fsdpcheck.checks import EnvironmentFault
-    from pytest_fsdpcheck.plugin.options import DEFAULT_PLAN_EXAMPLES, DEFAULT_TIMEOUT_S
-    from pytest_fsdpcheck.plugin.session import get_session, world_size_for
-    from pytest_fsdpcheck.report.verdict import PROP_CASE_ERROR, PROP_ENVIRONMENT
 
-    session = get_session(request.config)
-    timeout_s = DEFAULT_TIMEOUT_S if session is None else session.timeout_s
-    examples = DEFAULT_PLAN_EXAMPLES if session is None else session.plan_examples
     # CPU ranks under gloo: the plan runs on the runner's CPU world size
-    check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=world_size_for(request.config, "cpu"),
-                              timeout_s=timeout_s)
+    check = functools.partial(checks.CHECKS["check_plan_end_to_end"][0], world_size=fsdpcheck_run.world_size("cpu"),
+                              timeout_s=fsdpcheck_run.timeout_s)
     error = None
     try:
         # each example is a world of its own: drawn within --fsdpcheck-plan-examples, never shrunk
-        checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl, max_examples=examples, shrink=False)
+        checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl, max_examples=fsdpcheck_run.plan_examples, shrink=False)
     except EnvironmentFault as exc:
         # a world too slow to judge the plan: ERROR, never the implementation's FAIL
-        request.node.user_properties.append((PROP_ENVIRONMENT, str(exc)))
+        fsdpcheck_run.mark_environment(str(exc))
         raise
     except CaseError as exc:
         # the plan's step fails in the unsharded control too: the user's
         # mistake, one case-error line, no implementation's cell
         error = str(exc)
     if error is not None:  # outside the except: no chained traceback under the one line
-        request.node.user_properties.append((PROP_CASE_ERROR, {"model": fsdpcheck_model_case, "error": error}))
-        pytest.fail(error, pytrace=False)
+        fsdpcheck_run.case_error(fsdpcheck_model_case, error)
 
 
 @pytest.mark.invariant(*checks.CHECKS["check_plan_simulated"][1])
-def test_model_plan_simulated(fsdpcheck_impl, fsdpcheck_model_case, request):
+def test_model_plan_simulated(fsdpcheck_impl, fsdpcheck_model_case, fsdpcheck_run):
     import functools
 
-    from pytest_fsdpcheck.plugin.session import simulated_world_size
-
     # the plan at the size it trains at: --fsdpcheck-world-size, simulated (FS2-10), never capped
-    check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=simulated_world_size(request.config))
+    check = functools.partial(checks.CHECKS["check_plan_simulated"][0], world_size=fsdpcheck_run.simulated_world_size)
     checks.run_check(check, fsdpcheck_model_case, fsdpcheck_impl)

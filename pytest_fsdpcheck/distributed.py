@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .plugin.collection import conformance_dir
     from .report.verdict import EXIT_ENVIRONMENT
-    from .runs.ddp_run import TORCHRUN_ENV
+    from .runs.launch import TORCHRUN_ENV
     from .runs.world import (
         choose_device,
         exchange_places,

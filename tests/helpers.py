@@ -37,14 +37,17 @@ def selection(planted: dict, control: str = "reference") -> str:
     return " or ".join(parts)
 
 
-def invariant_tests(area: str, invariant: str) -> str:
+def invariant_tests(area: str | tuple[str, ...], invariant: str) -> str:
     """A -k expression selecting the tests of conformance module ``area``
+    (or of each module of a tuple: an area whose tests span several)
     marked with ``invariant`` (so a planted run spends nothing on the rest)."""
     import importlib
 
-    module = importlib.import_module(f"pytest_fsdpcheck.conformance.{area}")
-    names = [name for name, fn in vars(module).items() if name.startswith("test_") and any(
-        mark.name == "invariant" and invariant in mark.args for mark in getattr(fn, "pytestmark", []))]
+    names = []
+    for module_name in (area,) if isinstance(area, str) else area:
+        module = importlib.import_module(f"pytest_fsdpcheck.conformance.{module_name}")
+        names += [name for name, fn in vars(module).items() if name.startswith("test_") and any(
+            mark.name == "invariant" and invariant in mark.args for mark in getattr(fn, "pytestmark", []))]
     assert names, f"no test of {area} is marked {invariant}"
     return " or ".join(names)
 

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.unit
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
+from pytest_fsdpcheck.cases.inputs import recorded  # noqa: E402
+from pytest_fsdpcheck.cases.probe import case_problem  # noqa: E402
 from pytest_fsdpcheck.report.verdict import EXIT_CASE_ERROR  # noqa: E402
 from tests.planted import mistakes, plans  # noqa: E402
 
@@ -38,7 +40,7 @@ MISTAKES = [
 @pytest.mark.parametrize(("name", "cause"), MISTAKES)
 def test_the_case_error_is_one_line_naming_the_factory(name, cause):
     case = build_case(getattr(mistakes, name))
-    problem = checks.case_problem(case)
+    problem = case_problem(case)
     assert problem is not None and problem.startswith(f"model {REF}:{name}: {cause}"), problem
     assert "\n" not in problem and len(problem) < 300
     with pytest.raises(CaseError) as info:
@@ -48,7 +50,7 @@ def test_the_case_error_is_one_line_naming_the_factory(name, cause):
 
 @pytest.mark.parametrize(("name", "cause"), MISTAKES)
 def test_no_check_is_charged_with_it(name, cause, monkeypatch):
-    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_world.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
     for check_name, (check, _) in checks.CHECKS.items():
         if check is checks.check_case:
             continue
@@ -72,8 +74,8 @@ def test_a_scalar_parameter_every_call_reaching_it_ignores_is_no_mistake():
 
     case = mistakes.scalar_param()
     case = ModelCase("scalar_ignored", case.model, case.example_inputs, plan=plan, unreduced=("scale",))
-    assert checks.case_problem(case) is None
-    assert [c.error for c in checks.recorded(case).calls] == [None] * 4
+    assert case_problem(case) is None
+    assert [c.error for c in recorded(case).calls] == [None] * 4
 
 
 def test_a_raising_factory_is_named_by_its_module():
@@ -96,9 +98,9 @@ def test_a_plan_breaking_a_rule_is_the_users_before_any_rank_starts(factory, rul
     column (exit 1, "page its owner"). It is the case's error: one line
     naming the factory and the rule, and no rank of FS2-9 starts on it."""
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
-    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_run.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    monkeypatch.setattr("pytest_fsdpcheck.runs.plan_world.run_plan_ranks", lambda *a, **k: pytest.fail("a rank started"))
     case = build_case(factory)
-    problem = checks.case_problem(case)
+    problem = case_problem(case)
     assert problem is not None and problem.startswith(f"model tests.planted.plans:{factory.__name__}: {rule}: ")
     with pytest.raises(CaseError, match=rf"^model tests.planted.plans:{factory.__name__}: {rule}: "):
         checks.check_plan_end_to_end(case, "torch", world_size=2)

@@ -240,6 +240,42 @@ def test_a_violation_outside_the_tests_tags_fails_its_own_cell():
     assert cells == {"FS2-8": Verdict("pass"), "FS2-7": Verdict("fail")}
 
 
+def test_the_matrix_reads_the_verdict_the_plugin_recorded_not_the_reports_text():
+    """A known bug's or a declaration's verdict is written once, where it is
+    decided, and read unchanged: whatever pytest's xfail text says."""
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.report.matrix import Matrix
+    from pytest_fsdpcheck.report.verdict import (
+        PROP_IMPL,
+        PROP_INVARIANTS,
+        PROP_VERDICT,
+        PROP_VIOLATED,
+        Verdict,
+        classify,
+        decide,
+        verdict_record,
+    )
+
+    def report(cells, wasxfail):
+        props = [(PROP_INVARIANTS, ["FS2-8", "FS2-9"]), (PROP_IMPL, "torch"), (PROP_VIOLATED, ["FS2-9"])]
+        excused = SimpleNamespace(skipped=True, failed=False, passed=False, longrepr="", when="call", duration=0.1,
+                                  nodeid=f"t::{wasxfail}", sections=[], wasxfail=wasxfail,
+                                  user_properties=props)
+        props.append((PROP_VERDICT, verdict_record(decide(excused, ["FS2-8", "FS2-9"], dict(props), cells))))
+        return excused
+
+    declared = report("divergence", "known: not what it says")
+    known = report("known", "declared divergence: not what it says either")
+    assert classify(declared, ["FS2-8", "FS2-9"], dict(declared.user_properties)) == {
+        "FS2-8": Verdict("pass"), "FS2-9": Verdict("divergence")}
+    matrix = Matrix()
+    matrix.record(declared)
+    matrix.record(known)
+    assert matrix.cells[("FS2-9", "torch")] == {"divergence", "known"}
+    # only the declared one is a declaration's (a stale entry is judged from these)
+    assert [test[0] for test in matrix.declared_tests] == ["t::known: not what it says"]
+
 # --- the exec-order oracle ------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 symbolic_shapes = pytest.importorskip("torch.fx.experimental.symbolic_shapes")
 
-from pytest_fsdpcheck.checks import splitting as chk  # noqa: E402
+from pytest_fsdpcheck.checks import splitting_compiled as chk  # noqa: E402
 
 pytestmark = pytest.mark.unit
 

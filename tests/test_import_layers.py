@@ -212,3 +212,18 @@ def test_the_report_imports_neither_pytest_nor_torch(tmp_path):
     planted = tmp_path / "planted.py"
     planted.write_text("import json\n\n\ndef page():\n    from torch.nn import Module\n    import _pytest.nodes\n")
     assert _imports_of_pytest_or_torch(planted) == ["planted.py:5 imports torch.nn", "planted.py:6 imports _pytest.nodes"]
+
+
+def _plugin_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} imports {target}" for name, targets in graph.items() if name.startswith("conformance")
+                  for target in targets if target.split(".")[0] in ("plugin", "report"))
+
+
+def test_the_suite_asks_the_run_through_its_fixture():
+    """The conformance suite is the plugin's client: what it needs of the run
+    (seed, world sizes, limits, an ERROR or a case error of its own) comes
+    from the ``fsdpcheck_run`` fixture, never from the plugin's modules or
+    the report's property keys, which can then change without the suite."""
+    assert not _plugin_imports(_graph())
+    planted = {"conformance.test_x": {"plugin.session", "checks"}, "plugin": {"report.verdict"}}
+    assert _plugin_imports(planted) == ["conformance.test_x imports plugin.session"]

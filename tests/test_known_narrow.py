@@ -272,16 +272,17 @@ def test_exo1_never_restoring_is_not_the_bound_method_leftover():
 
 def _backend_calls(impl):
     from pytest_fsdpcheck.checks import splitting as chk
+    from pytest_fsdpcheck.checks import splitting_compiled as cchk
     from pytest_fsdpcheck.generators.graphs import GraphSpec, ModuleSpec, OpSpec, build_graph
 
     spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("module", 1)))
     built = build_graph(spec, "dynamo")
     facts = chk.graph_facts(built.gm, built.example_inputs)
-    meta = chk.value_meta(built.gm, built.example_inputs)
+    meta = cchk.value_meta(built.gm, built.example_inputs)
     calls = []
     result = impl.splitting.split(built.gm, built.example_inputs, bucket_bytes_cap=80, first_bucket_cap=80,
                                   backend=lambda gm, ex: calls.append((gm, ex)) or gm)
-    return chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
+    return cchk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
 
 
 def test_spl10_lost_metadata_explains_nothing_else_of_what_the_backend_gets():

@@ -8,7 +8,9 @@ pytestmark = pytest.mark.unit
 pytest.importorskip("torch.distributed.fsdp")
 
 from pytest_fsdpcheck.cases import CaseError, build_case, checks  # noqa: E402
+from pytest_fsdpcheck.cases.inputs import recorded  # noqa: E402
 from pytest_fsdpcheck.cases.model import model_copy  # noqa: E402
+from pytest_fsdpcheck.cases.probe import plan_rule_violations  # noqa: E402
 from pytest_fsdpcheck.cases.recording import record_plan  # noqa: E402
 from tests.planted import plans  # noqa: E402
 
@@ -34,7 +36,7 @@ def test_planted_plan_is_the_users_mistake_naming_its_rule(factory, invariant, n
         message = str(info.value)
         assert message.startswith(f"model tests.planted.plans:{factory.__name__}: PLN-"), message
         assert "\n" not in message and invariant in message, message
-    violations = checks.plan_rule_violations(checks.recorded(case))
+    violations = plan_rule_violations(recorded(case))
     assert any(v.invariant == invariant and names in v.message for v in violations), violations
 
 
@@ -78,7 +80,7 @@ def test_a_tied_weight_every_reaching_call_ignores_is_not_pln_1(impl):
     it nowhere, and it was 'split across groups: [embed.weight (lm_head:
     call 3, embed: no group)]' for torch and the reference alike."""
     case = build_case(plans.tied_ignored)
-    record = checks.recorded(case)
+    record = recorded(case)
     assert [c.error for c in record.calls] == [None] * 3
     assert not any("embed.weight" in c.sharded or "lm_head.weight" in c.sharded for c in record.calls)
     checks.run_check(checks.check_plan_rules, case, impl)

@@ -129,7 +129,7 @@ def test_checker_catches_ranks_disagreeing():
 # --- FS2-9 ---------------------------------------------------------------------------
 
 from pytest_fsdpcheck.checks.distributed import check_fsdp2_end_to_end  # noqa: E402
-from pytest_fsdpcheck.runs.fsdp2_run import build_model, end_to_end_model, oracle  # noqa: E402
+from pytest_fsdpcheck.runs.fsdp2_model import build_model, end_to_end_model, oracle  # noqa: E402
 
 
 @pytest.mark.e2e

@@ -138,7 +138,7 @@ def test_two_symbols_across_a_bucket_are_np_only_before_the_release_that_sorts_t
     from pytest_fsdpcheck.core import provided
     from pytest_fsdpcheck.core.not_provided import NotProvided
 
-    splitting_suite = importlib.import_module("conformance.test_splitting")
+    splitting_suite = importlib.import_module("conformance.test_splitting_compiled")
     monkeypatch.setattr(provided, "installed_torch", lambda: (2, 2))
     with pytest.raises(NotProvided) as raised:
         splitting_suite._require_symbols_by_release("sequence-mean", "eager")

@@ -8,49 +8,62 @@ so such a bug stops the run within a second of its first test."""
 import pytest
 
 from tests.demands import demand_failures
+from tests.planted import splitting, splitting_compiled
 from tests.planted.splitting import (
+    COUNTLESS_TARGETS,
+    FIXED_CASE_TARGETS,
+    HOP_CASE_TARGETS,
+    NO_TABULATE_TARGETS,
+)
+from tests.planted.splitting_compiled import (
     CONFIG_CASE_TARGETS,
     CONTEXT_CASE_TARGETS,
-    COUNTLESS_TARGETS,
     DYNAMIC_CASE_TARGETS,
-    FIXED_CASE_TARGETS,
     HOOK_CASE_TARGETS,
-    HOP_CASE_TARGETS,
     HOP_COMPILE_TARGETS,
     LAZY_CASE_TARGETS,
-    NO_TABULATE_TARGETS,
 )
 
 pytestmark = pytest.mark.kill
 
+
+def _spec(name: str) -> str:
+    """The planted splitter ``name``'s spec: the tables name splitters of
+    both planted splitting modules (FIXED_CASE_TARGETS and
+    HOP_COMPILE_TARGETS each name some of the other's)."""
+    module = splitting_compiled if name in vars(splitting_compiled) else splitting
+    assert hasattr(module, name), name
+    return f"{module.__name__}:{name}"
+
+
 #: each planted splitter on the fixed cases only
-PLANTED = {f"tests.planted.splitting:{name}": (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
-PLANTED.update({f"tests.planted.splitting:{name}": (inv, "test_higher_order_cases") for name, inv in HOP_CASE_TARGETS.items()})
+PLANTED = {_spec(name): (inv, "test_split_cases") for name, inv in FIXED_CASE_TARGETS.items()}
+PLANTED.update({_spec(name): (inv, "test_higher_order_cases") for name, inv in HOP_CASE_TARGETS.items()})
 #: loggers that break only where ``tabulate`` cannot be imported
-NO_TABULATE = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without_tabulate")
+NO_TABULATE = {_spec(name): (inv, "test_bucket_log_without_tabulate")
                for name, inv in NO_TABULATE_TARGETS.items()}
 #: loggers that say their count is in their table only (torch 2.0) and get something else wrong
-COUNTLESS = {f"tests.planted.splitting:{name}": (inv, "test_bucket_log_without_tabulate")
+COUNTLESS = {_spec(name): (inv, "test_bucket_log_without_tabulate")
              for name, inv in COUNTLESS_TARGETS.items()}
 COUNTLESS_CONTROL = "tests.planted.splitting:LogsAsTorch20"
 
 #: splitters that compile their buckets in a context the caller can see (SPL-18)
-CONTEXT = {f"tests.planted.splitting:{name}": (inv, "test_compile_context_cases") for name, inv in CONTEXT_CASE_TARGETS.items()}
-CONTEXT.update({f"tests.planted.splitting:{name}": (inv, "test_compile_hooks_cases") for name, inv in HOOK_CASE_TARGETS.items()})
+CONTEXT = {_spec(name): (inv, "test_compile_context_cases") for name, inv in CONTEXT_CASE_TARGETS.items()}
+CONTEXT.update({_spec(name): (inv, "test_compile_hooks_cases") for name, inv in HOOK_CASE_TARGETS.items()})
 
 #: splitters that lose the compiler configs on the way to a bucket's compile (SPL-19)
-CONFIGS = {f"tests.planted.splitting:{name}": (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
+CONFIGS = {_spec(name): (inv, "test_compiler_configs_cases") for name, inv in CONFIG_CASE_TARGETS.items()}
 
 #: splitters that hand a bucket's compile static example inputs inside Dynamo's compile (SPL-17)
-DYNAMIC = {f"tests.planted.splitting:{name}": (inv, "test_split_inside_compile_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
+DYNAMIC = {_spec(name): (inv, "test_split_inside_compile_cases") for name, inv in DYNAMIC_CASE_TARGETS.items()}
 
 #: splitters that crash on, reject, or bend a split of a model with a
 #: higher-order op compiled by Dynamo (activation checkpointing, FlexAttention)
-HOP_COMPILE = {f"tests.planted.splitting:{name}": (inv, "test_higher_order_inside_compile_cases")
+HOP_COMPILE = {_spec(name): (inv, "test_higher_order_inside_compile_cases")
                for name, inv in HOP_COMPILE_TARGETS.items()}
 
 #: splitters that get the lazy compile mode wrong (DDPOptimizer's lazy path), right compiling at the split
-LAZY = {f"tests.planted.splitting:{name}": (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
+LAZY = {_spec(name): (inv, "test_lazy_split_cases") for name, inv in LAZY_CASE_TARGETS.items()}
 
 
 def test_cap_bugs_fail_a_fixed_case(run_suite):

@@ -11,8 +11,11 @@ from tests.planted.splitting import TARGETS
 
 pytestmark = pytest.mark.kill
 
+#: the splitting area's conformance modules (``-k test_splitting`` selects both)
+MODULES = ("test_splitting", "test_splitting_compiled")
+
 #: each planted splitter on the tests of its target invariant
-PLANTED = {f"tests.planted.splitting:{name}": (inv, invariant_tests("test_splitting", inv)) for name, inv in TARGETS.items()}
+PLANTED = {f"tests.planted.splitting:{name}": (inv, invariant_tests(MODULES, inv)) for name, inv in TARGETS.items()}
 
 
 def test_planted_splitting_bugs_are_caught(run_suite):

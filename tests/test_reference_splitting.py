@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_fsdpcheck.checks import splitting as chk
+from pytest_fsdpcheck.checks import splitting_compiled as cchk
 from pytest_fsdpcheck.contract import BucketInfo
 from pytest_fsdpcheck.generators.graphs import build_graph, graph_specs, large_spec
 from pytest_fsdpcheck.reference.splitting import ReferenceSplitting, plan
@@ -26,8 +27,8 @@ def test_module_form_plans_conform(spec, cap):
     assert not chk.check_plan(facts, result.buckets, cap, cap)
     assert not chk.check_counted_once(facts, result.buckets)
     assert not chk.check_table(result.table, result.buckets, cap, facts, cap)
-    meta = chk.value_meta(built.gm, built.example_inputs)
-    assert not chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
+    meta = cchk.value_meta(built.gm, built.example_inputs)
+    assert not cchk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta)
 
 
 def test_large_graph_plan_conforms_and_is_linear():
@@ -83,11 +84,11 @@ def _split_calls(form="dynamo"):
     spec = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("linear")), (), 0, (OpSpec("module", 0), OpSpec("module", 1)))
     built = build_graph(spec, form)
     facts = chk.graph_facts(built.gm, built.example_inputs)
-    meta = chk.value_meta(built.gm, built.example_inputs)
+    meta = cchk.value_meta(built.gm, built.example_inputs)
     calls = []
     result = ReferenceSplitting().split(built.gm, built.example_inputs, bucket_bytes_cap=80, first_bucket_cap=80,
                                         backend=lambda gm, ex: calls.append((gm, ex)) or gm)
-    return lambda: chk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta), calls
+    return lambda: cchk.check_backend_calls(facts, result.buckets, calls, built.gm, built.example_inputs, meta), calls
 
 
 def test_spl10_sees_each_piece_of_metadata_a_submodule_holds_wrongly():

@@ -250,10 +250,12 @@ def test_a_run_starts_both_reports_as_incomplete(tmp_path):
 
 
 def _known_report(nodeid, invariants, bug_ids, impl="torch"):
-    from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS, PROP_KNOWN
+    from pytest_fsdpcheck.report.verdict import PROP_IMPL, PROP_INVARIANTS, PROP_KNOWN, PROP_VERDICT
 
     known = {bug: {"examples": 1, "invariants": list(invariants)} for bug in bug_ids}
-    props = [(PROP_INVARIANTS, list(invariants)), (PROP_IMPL, impl), (PROP_KNOWN, known)]
+    # the verdict as the plugin records it where it decides it (plugin.verdicts.judge_report)
+    verdict = {"cells": dict.fromkeys(invariants, "known"), "reason": None}
+    props = [(PROP_INVARIANTS, list(invariants)), (PROP_IMPL, impl), (PROP_KNOWN, known), (PROP_VERDICT, verdict)]
     return SimpleNamespace(nodeid=nodeid, when="call", outcome="skipped", passed=False, failed=False, skipped=True,
                            wasxfail="known", longrepr=None, user_properties=props, duration=0.0, sections=[])
 

@@ -40,10 +40,10 @@ CASES = {
         "tests.planted.splitting:WrongOutputs": "test_compiled_split and dynamo",
         "tests.planted.splitting:HopCrash": "test_higher_order_ops and dynamo",
         "tests.planted.splitting:IgnoresFirstCap": "test_agrees_with_ddp_assignment and dynamo",
-        "tests.planted.splitting:ContiguousExampleInputs": "test_split_cases and dynamo and non-contiguous",
-        "tests.planted.splitting:CompilesWithoutGrad": "test_compile_context_cases and dynamo and first-cap",
-        "tests.planted.splitting:HooksSeeCompile": "test_compile_hooks_cases and dynamo and first-cap",
-        "tests.planted.splitting:ConfigsToOneBucketOnly": "test_compiler_configs_cases and dynamo and first-cap",
+        "tests.planted.splitting_compiled:ContiguousExampleInputs": "test_split_cases and dynamo and non-contiguous",
+        "tests.planted.splitting_compiled:CompilesWithoutGrad": "test_compile_context_cases and dynamo and first-cap",
+        "tests.planted.splitting_compiled:HooksSeeCompile": "test_compile_hooks_cases and dynamo and first-cap",
+        "tests.planted.splitting_compiled:ConfigsToOneBucketOnly": "test_compiler_configs_cases and dynamo and first-cap",
     },
     "exec order": {
         "tests.planted.exec_order:ReversedParamOrder": "test_exec_order and not subclasses and not restored "

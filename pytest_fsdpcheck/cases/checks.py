@@ -7,6 +7,10 @@ where the check has no input on this torch or this case.
 ``case`` may also be a factory (or its ``pkg.module:factory`` name): one
 with declared strategies is drawn by Hypothesis and a failure is shrunk to
 its smallest configuration.
+
+What the checks take from a case (its recorded plan, Dynamo's graph, FSDP1
+trees) is in :mod:`.inputs`; whether the case itself is the user's mistake,
+probed once before any check runs, in :mod:`.probe`.
 """
 
 from __future__ import annotations
@@ -17,24 +21,30 @@ import re
 from ..checks import Violation, difference, error_of, one_line, short
 from ..checks.annotation import MANAGED, ORIG_PARAMS, read_flag
 from ..core.not_provided import NotProvided
+from .inputs import (
+    _bucket_input,
+    _copy,
+    _fsdp1_tree,
+    _Labelled,
+    _not_ignored_below,
+    _tree_named,
+    case_builder,
+    control_groups,
+    plan_ignored_modules,  # also read as checks.plan_ignored_modules (tests/test_model_bucket_checks.py)
+    recorded,
+    untraceable,
+)
 from .model import (
     CaseError,
     ModelCase,
-    _one_line,
     build_case,
     examples_of,
     load_factory,
-    model_copy,  # also this module's name for it (cases.exposure, users' tests)
+    model_copy,  # also this module's name for it (users' tests)
     strategies_of,
-    unit_names,
 )
-from .replay import PlanReplay, calls_on, replicate_on
-
-
-def _torch_impl():
-    from ..impls import load_implementation
-
-    return load_implementation("torch")
+from .probe import _first_line, _resolve, case_label, case_problem
+from .replay import PlanReplay
 
 
 def _judge(impl, case, check_name, body):
@@ -64,221 +74,12 @@ def _named(violations, oracle) -> list[Violation]:
     return [Violation(v.invariant, re.sub(r"\bm(\d+)\b", sub, v.message), v.detail) for v in violations]
 
 
-def recorded(case: ModelCase):
-    """The case's plan recorded (once per case object)."""
-    from ..core.run_state import current
-    from .recording import record_plan
-
-    # the run's: a run's cases (and their models) are let go with it
-    plans = current().recorded_plans
-    key = id(case)
-    hit = plans.get(key)
-    if hit is None or hit[0] is not case:
-        hit = plans[key] = (case, record_plan(case))
-    return hit[1]
-
-
-def case_problem(case: ModelCase) -> str | None:
-    """The user's mistake in ``case``, one line naming its factory, or None
-    (probed once per configuration, before any implementation runs): a model
-    or inputs on the meta device, inputs the model's forward rejects, an
-    output holding no floating-point tensor, a plan that raises or makes no
-    ``fully_shard`` call. Every check needs what these break, so a check on
-    such a case would charge the user's mistake to the implementation."""
-    # each check builds its own case from the factory: probe a configuration once
-    from ..core.run_state import current
-
-    # the run's: the same factory name may be other code in another session
-    probed = current().probed_cases
-    key = (case.factory_ref, repr(case.factory_kwargs)) if case.factory_ref else id(case)
-    hit = probed.get(key)
-    if hit is None or (not case.factory_ref and hit[0] is not case):
-        cause = _meta_problem(case) or _forward_problem(case) or _plan_problem(case)
-        # a factory's configurations are many under fuzz: keep their messages, not their models
-        hit = probed[key] = (None if case.factory_ref else case, None if cause is None else f"{case_label(case)}: {cause}")
-    return hit[1]
-
-
-def case_label(case: ModelCase) -> str:
-    """``model pkg.module:factory(k=v)``, as the user names it; ``case 'name'`` without a factory."""
-    if case.factory_ref:
-        kwargs = ", ".join(f"{k}={v!r}" for k, v in case.factory_kwargs)
-        return f"model {case.factory_ref}" + (f"({kwargs})" if kwargs else "")
-    return f"case {case.name!r}"
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    text = _one_line(exc)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _meta_problem(case) -> str | None:
-    import torch
-
-    for name, tensor in [*case.model.named_parameters(), *case.model.named_buffers()]:
-        if tensor.is_meta:
-            return f"model is on the meta device ({name} has no data); build it on a real device"
-    for i, x in [*enumerate(case.example_inputs), *case.example_kwargs.items()]:
-        if isinstance(x, torch.Tensor) and x.is_meta:
-            return f"example input {i} is on the meta device"
-    return None
-
-
-def _forward_problem(case) -> str | None:
-    import torch
-
-    from .recording import _pristine
-
-    model = _pristine(case)
-    try:
-        with torch.no_grad():
-            out = case.call(model)
-    except Exception as exc:  # noqa: BLE001 - the user's model and inputs, in one line
-        return f"example inputs do not fit: {_first_line(exc)}"
-    problem = _output_problem(out)
-    if problem is None and case.loss is not None:
-        from ..runs.plan_run import step_loss
-
-        try:
-            with torch.no_grad():
-                step_loss(out, (case.example_inputs, case.example_kwargs), case.loss)
-        except Exception as exc:  # noqa: BLE001 - the user's loss, in one line
-            return f"the case's loss on the model's output: {_first_line(exc)}"
-    return problem or _training_step_problem(case)
-
-
-def _training_step_problem(case) -> str | None:
-    """Why the framework's own step (its micro-batches and optimizer, as
-    FS2-9 takes it) cannot run on the unsharded model, where no
-    implementation's code runs: the user's, in one line, or None."""
-    import torch
-
-    from ..runs.plan_run import TrainingStep, micro_batches
-    from .recording import _pristine
-
-    step = TrainingStep.of(case)
-    inputs = (case.example_inputs, case.example_kwargs)
-    try:
-        micro_batches(inputs, step.micro_batches)
-    except ValueError as exc:
-        return str(exc)
-    if step.optimizer is None:
-        return None
-    model = _pristine(case)
-    try:
-        with torch.enable_grad():
-            step.backward(model, inputs)
-    except Exception:  # noqa: BLE001 - the forward and loss are judged by the checks that step
-        return None
-    try:
-        optimizer = step.optimizer(model)
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            return f"the case's optimizer(model) returned a {type(optimizer).__name__}, not a torch.optim.Optimizer"
-        optimizer.step()
-    except Exception as exc:  # noqa: BLE001 - the user's optimizer, in one line
-        return f"the case's optimizer on the unsharded model: {_first_line(exc)}"
-    return None
-
-
-def _output_problem(out) -> str | None:
-    """Why ``out`` cannot give a loss (every check that steps or compares
-    gradients takes one from its floating-point tensors), or None."""
-    import torch
-
-    from ..runs.plan_run import output_tensors
-
-    tensors = output_tensors(out)
-    if any(t.is_floating_point() for t in tensors):
-        return None
-    if isinstance(out, torch.Tensor):
-        return f"forward returned a {out.dtype} tensor, expected floating-point tensors"
-    if tensors:
-        return f"forward returned a {type(out).__name__} of {tensors[0].dtype} tensors, expected floating-point tensors"
-    return f"forward returned {type(out).__name__}, expected tensors"
-
-
-def _plan_problem(case) -> str | None:
-    problem = _plan_unusable(case)
-    if problem is not None or case.plan is None or not _fsdp2_runs():
-        return problem
-    broken = plan_rule_violations(recorded(case))
-    if broken:
-        others = sorted({v.invariant for v in broken[1:]} - {broken[0].invariant})
-        return f"{broken[0].invariant}: {broken[0].message}" + (f" (also breaks {', '.join(others)})" if others else "")
-    return None
-
-
-def _fsdp2_runs() -> bool:
-    import torch
-
-    from ..impls.torch_fsdp2 import fsdp2_available
-
-    return torch.distributed.is_available() and fsdp2_available()
-
-
-def _plan_unusable(case) -> str | None:
-    """Why the plan cannot be recorded at all (it raises, makes no call, a
-    call the installed fully_shard does not take or rejects), or None."""
-    if case.plan is None or not _fsdp2_runs():
-        return None  # the FSDP2 checks are n/p: nothing runs the plan
-    record = recorded(case)
-    from .recording import RejectedCall
-
-    if isinstance(record.plan_error, RejectedCall):
-        return f"plan's call {record.plan_error}, which the installed fully_shard does not take"
-    if record.plan_error is not None:
-        return f"plan raised {_first_line(record.plan_error)}"
-    if not record.calls:
-        return "plan made no fully_shard call"
-    from ..checks.plan import rejected_call
-
-    model = record.pristine
-    rejected = rejected_call(model, calls_on(record, model), replicate_on(record, model))
-    if rejected is not None:
-        # FS2-4: FSDP2 rejects it, so no implementation can be judged on the plan
-        return (f"plan's {rejected}, which FSDP2 rejects (a scalar cannot be sharded on dim 0): "
-                "pass it in ignored_params or give it a dimension")
-    return None
-
-
-def plan_rule_violations(record) -> list[Violation]:
-    """PLN-1..5 on a recorded plan: the rules about the calls on the model
-    as it was before them (:func:`~pytest_fsdpcheck.checks.plan.check_plan`),
-    and about the model the step trains, as the plan left it (parameters
-    added after the calls, trainable ones ignored:
-    :func:`~pytest_fsdpcheck.checks.plan.check_trained`). Each is the
-    plan's mistake, so the user's: never an implementation's cell."""
-    from ..checks.plan import check_plan, check_trained
-
-    model = record.pristine
-    out = check_plan(model, calls_on(record, model), replicate_on(record, model))
-    after = record.model
-    ignored_names = set().union(*(call.ignored or () for call in record.calls))
-    ignored = {pid for pid, name in record.names.items() if name in ignored_names}
-    try:
-        owned = {id(p) for module in replicate_on(record, after) for p in module.parameters()}
-    except AttributeError:  # the plan replaced a replicate module: its own params are still judged by check_plan
-        owned = set()
-    trainable = [(name, id(p)) for name, p in after.named_parameters() if p.requires_grad]
-    before = {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    out += check_trained(trainable, record.managed_after, ignored, owned, before, tuple(record.case.unreduced))
-    return sorted(out, key=lambda v: v.invariant)
-
-
 def check_case(case, impl=None):
     """The case itself: raises :class:`CaseError` (one line naming the
-    factory and the cause) where it is the user's mistake (:func:`case_problem`);
-    every other check on such a case is n/p, so the mistake is reported once."""
+    factory and the cause) where it is the user's mistake
+    (:func:`~pytest_fsdpcheck.cases.probe.case_problem`); every other check
+    on such a case is n/p, so the mistake is reported once."""
     _resolve(case, impl)
-
-
-def _raise_plan_error(record):
-    """A plan that cannot be recorded as a one-line :class:`CaseError`, for
-    callers that record a plan outside the checks (the known-bug exposure,
-    which still tells a plan breaking a PLN rule what torch does with it)."""
-    problem = _plan_unusable(record.case)
-    if problem is not None:
-        raise CaseError(f"{case_label(record.case)}: {problem}")
 
 
 def _require_plan(case, impl):
@@ -292,17 +93,14 @@ def _require_plan(case, impl):
         raise NotProvided("this torch has no fully_shard")
 
 
-def _copy(record):
-    return model_copy(record.pristine, record.case)
-
-
 # --- FSDP2 --------------------------------------------------------------------------
 
 
 def check_plan_rules(case, impl=None):
-    """PLN-1..5: the plan's own mistakes (:func:`plan_rule_violations`).
-    Each is the user's: a one-line :class:`CaseError` naming the factory and
-    the rule, as :func:`check_case` raises it, never an implementation's
+    """PLN-1..5: the plan's own mistakes
+    (:func:`~pytest_fsdpcheck.cases.probe.plan_rule_violations`). Each is
+    the user's: a one-line :class:`CaseError` naming the factory and the
+    rule, as :func:`check_case` raises it, never an implementation's
     failure (no implementation is judged here)."""
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
@@ -488,65 +286,6 @@ def _names_it(message: str, names) -> bool:
 # --- DDPOptimizer -------------------------------------------------------------------
 
 
-def captured(case: ModelCase):
-    """``(gm, example_inputs)`` of the one graph Dynamo captures for the
-    model (a copy of it, DDP-ignored marks kept); a skip with Dynamo's
-    reason where it cannot."""
-    import torch
-    import torch._dynamo
-
-    from ..core.torch_support import compile_unsupported
-
-    reason = compile_unsupported()
-    if reason:
-        raise NotProvided(reason)
-    model = model_copy(case.model, case)
-    graphs = []
-
-    def capture(gm, example_inputs):
-        graphs.append((gm, list(example_inputs)))
-        return gm.forward
-
-    torch._dynamo.reset()
-    try:
-        case.call(torch.compile(model, backend=capture))
-    except Exception as exc:  # noqa: BLE001 - the reason is what Dynamo says
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise NotProvided(f"torch {torch.__version__}'s Dynamo cannot capture {case.name} "
-                          f"({type(exc).__name__}: {first})", case_input=True) from None
-    if len(graphs) != 1:
-        raise NotProvided(f"Dynamo captured {case.name} as {len(graphs)} graphs (graph breaks); "
-                          "the bucket checks take one", case_input=True)
-    return graphs[0]
-
-
-def bucket_caps(case: ModelCase, facts) -> tuple[int, int]:
-    mib = 1024 * 1024
-    if case.bucket_cap_mb is not None:
-        cap = int(case.bucket_cap_mb * mib)
-        first = int(case.first_bucket_cap_mb * mib) if case.first_bucket_cap_mb is not None else min(cap, mib)
-        return cap, first
-    cap = max(facts.total // 4, 1)
-    return cap, cap
-
-
-def _bucket_input(case, impl):
-    """The captured graph, its facts, the caps and its form, for the bucket
-    checks of ``impl``; a skip where it has none."""
-    from ..checks import splitting as chk
-    from ..contract import accepted_forms
-
-    if getattr(impl, "splitting", None) is None:
-        raise NotProvided("this implementation has no splitting area")
-    gm, example_inputs = captured(case)
-    facts = chk.graph_facts(gm, example_inputs)
-    cap, first = bucket_caps(case, facts)
-    form = "module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"
-    if form not in accepted_forms(impl.splitting):
-        raise NotProvided(f"Dynamo captured {case.name} as a {form}-form graph, which this implementation's splitting does not accept")
-    return gm, example_inputs, facts, cap, first, form
-
-
 def check_buckets(case, impl=None):
     """SPL-2..8 on the graph Dynamo captures for the model."""
     from ..checks import splitting as chk
@@ -587,45 +326,6 @@ def check_bucket_assignment(case, impl=None):
 # --- FSDP1: traversal and annotation ------------------------------------------------
 
 
-def _fsdp1_tree(case: ModelCase, traversal=None, ignored: tuple = ()):
-    """The case's model (a copy) as a generated tree: its FSDP1 units as
-    states (the root's is the root state), ``replicate`` marks, the modules
-    named in ``ignored`` as its ignored set."""
-
-    from ..checks.plan import topological_modules
-    from ..generators.trees import BuiltTree, TreeSpec, attach_states
-
-    model = model_copy(case.model, case)
-    modules = topological_modules(model)
-    index = {id(m): i for i, m in enumerate(modules)}
-    states: list = [None] * len(modules)
-    units = unit_names(case)
-    for sid, unit in enumerate(units):
-        for name in unit:
-            states[index[id(model.get_submodule(name))]] = sid
-    children = tuple(tuple(index[id(c)] for c in m._modules.values() if c is not None) for m in modules)
-    spec = TreeSpec(children=children, states=tuple(states), root_states=frozenset({0}),
-                    handled_states=frozenset(range(len(units))),
-                    replicate=frozenset(index[id(model.get_submodule(n))] for n in case.replicate),
-                    ignored=frozenset(index[id(model.get_submodule(n))] for n in ignored))
-    tree = BuiltTree(spec, model, modules)
-    if traversal is not None:
-        attach_states(tree, traversal)
-    return tree
-
-
-def _tree_named(violations, tree) -> list[Violation]:
-    names = {}
-    for name, m in tree.root.named_modules():
-        names.setdefault(id(m), name or "<root>")
-
-    def sub(match):
-        i = int(match.group(1))
-        return names.get(id(tree.modules[i]), match.group(0)) if i < len(tree.modules) else match.group(0)
-
-    return [Violation(v.invariant, re.sub(r"\bm(\d+)\b", sub, v.message), v.detail) for v in violations]
-
-
 def check_traversal(case, impl=None):
     """TRV-1..7, 9 with the case's FSDP1 units as states."""
     from ..checks.traversal import (
@@ -651,41 +351,6 @@ def check_traversal(case, impl=None):
         return _tree_named(out, tree)
 
     _judge(impl, case, "check_traversal", body)
-
-
-def plan_ignored_modules(case: ModelCase) -> tuple[str, ...]:
-    """Qualified names of the modules the plan's ``fully_shard`` calls
-    ignore: each has parameters of its own, all of them among some call's
-    ``ignored_params``. Empty without a plan, on a torch without
-    ``fully_shard``, or where no call ignores parameters."""
-    if case.plan is None:
-        return ()
-    from ..impls.torch_fsdp2 import fsdp2_available
-
-    if not fsdp2_available():
-        return ()
-    record = recorded(case)
-    model = record.pristine
-    params = dict(model.named_parameters(remove_duplicate=False))
-    ignored = {id(params[n]) for call in record.calls for n in call.ignored or () if n in params}
-    found = []
-    for name, module in model.named_modules():
-        own = [p for p in module._parameters.values() if p is not None]
-        if own and all(id(p) in ignored for p in own):
-            found.append(name)
-    return tuple(found)
-
-
-def _not_ignored_below(case, ignored: tuple) -> list[str]:
-    """The modules under one of ``ignored`` that are not ignored themselves:
-    what ANN-3 is about."""
-    below = []
-    for name in ignored:
-        module = case.model.get_submodule(name)
-        for sub_name, _ in module.named_modules(prefix=name):
-            if sub_name != name and sub_name not in ignored and sub_name not in below:
-                below.append(sub_name)
-    return below
 
 
 def _annotation_body(case, ignored: tuple):
@@ -748,30 +413,6 @@ def check_annotation_ignored(case, impl=None):
 # --- exec order ---------------------------------------------------------------------
 
 
-class _Labelled:
-    def __init__(self, root):
-        self.root = root
-        self._names = {}
-        for name, m in root.named_modules():
-            self._names.setdefault(id(m), name or "<root>")
-
-    def label(self, obj):
-        return self._names.get(id(obj), repr(obj))
-
-
-def untraceable(case: ModelCase) -> str | None:
-    """Why a plain ``torch.fx.Tracer`` cannot trace the model, or None."""
-
-    import torch.fx
-
-    try:
-        torch.fx.Tracer().trace(model_copy(case.model, case))
-    except Exception as exc:  # noqa: BLE001 - the reason is what fx says
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        return f"{case.name} is not torch.fx-traceable ({type(exc).__name__}: {first})"
-    return None
-
-
 def check_exec_order(case, impl=None):
     """EXO-2..6 where plain fx traces the model (else not provided, with fx's reason)."""
 
@@ -807,73 +448,14 @@ def check_exec_order(case, impl=None):
     _judge(impl, case, "check_exec_order", body)
 
 
-def case_builder(case: ModelCase):
-    """A picklable zero-argument callable giving ``case`` in another process:
-    rebuilt there from its factory where it has one, else the case itself."""
-    if case.factory_ref is not None:
-        return functools.partial(_case_from_ref, case.factory_ref, tuple(case.factory_kwargs))
-    return functools.partial(_same, case)
-
-
-def _case_from_ref(ref, kwargs):
-    return build_case(load_factory(ref), **dict(kwargs))
-
-
-def _same(case):
-    return case
-
-
-def control_groups(case) -> tuple:
-    """The plan's groups, as its recorded calls asked for them
-    (:class:`~pytest_fsdpcheck.runs.plan_run.PlanGroup`): FS2-9's control
-    computes and reduces each at its call's ``mp_policy``. Each group's
-    parameters are the spec's for the call (:func:`~pytest_fsdpcheck.checks.plan.spec_groups`),
-    not what torch sharded: a parameter torch left out of every group must
-    show in the gradients, not in the control."""
-    from ..checks.plan import spec_groups
-    from ..runs.plan_run import PlanGroup
-    from .recording import names_of
-
-    record = recorded(case)
-    pristine = record.pristine
-    first = names_of(pristine)
-
-    def canonical(name):
-        try:
-            return first.get(id(pristine.get_parameter(name)), name)
-        except AttributeError:
-            return name
-
-    spec = spec_groups(pristine, calls_on(record, pristine), replicate_on(record, pristine))
-    groups = []
-    for call, (_, params) in zip(record.calls, spec, strict=True):
-        if call.error is not None or not params:
-            continue
-        policy = call.kwargs.get("mp_policy")
-        groups.append(PlanGroup(
-            params=tuple(dict.fromkeys(first[id(p)] for p in params)),
-            roots=call.roots,
-            param_dtype=getattr(policy, "param_dtype", None),
-            reduce_dtype=getattr(policy, "reduce_dtype", None),
-            output_dtype=getattr(policy, "output_dtype", None),
-            cast_forward_inputs=getattr(policy, "cast_forward_inputs", True),
-        ))
-    replicated = set(case.replicate).union(*(call.replicate for call in record.calls))
-    if replicated:
-        # another composable API (DDP's replicate) averages these, uncast
-        below = [n for n, _ in pristine.named_parameters()
-                 if any(n.startswith(f"{m}.") or not m for m in replicated)]
-        groups.append(PlanGroup(tuple(canonical(n) for n in below)))
-    return tuple(groups)
-
-
 def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float = 60.0):
     """FS2-9: the plan's real ``fully_shard`` calls at ``world_size`` (CPU
     ranks, gloo), one step, each rank on its own batch (the case's inputs on
     rank 0, a variation of them on the others), eagerly and compiled: every
     parameter's full gradient equals the unsharded model's over all ranks'
-    batches at the plan's own precision (:func:`control_groups`). The ranks get
-    :func:`~pytest_fsdpcheck.runs.plan_run.rank_limit` of ``timeout_s``
+    batches at the plan's own precision
+    (:func:`~pytest_fsdpcheck.cases.inputs.control_groups`). The ranks get
+    :func:`~pytest_fsdpcheck.runs.plan_world.rank_limit` of ``timeout_s``
     (``--fsdpcheck-timeout``) and of one unsharded step's cost, measured
     here; a world killed there outside a hung plan step raises
     :class:`~pytest_fsdpcheck.checks.EnvironmentFault` (ERROR). A step that
@@ -884,7 +466,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
     from ..checks.plan_distributed import uncompilable_model
     from ..core.torch_support import compile_unsupported
     from ..impls.torch_fsdp2 import TorchFsdp2
-    from ..runs.plan_run import run_plan_ranks
+    from ..runs.plan_world import run_plan_ranks
 
     case, impl = _resolve(case, impl)
     _require_plan(case, impl)
@@ -907,7 +489,7 @@ def check_plan_end_to_end(case, impl=None, world_size: int = 2, timeout_s: float
               f"from torch {first_release('fsdp2.cpu_runtime')}")
     from ..checks import EnvironmentFault
     from ..checks.plan_distributed import world_too_slow
-    from ..runs.plan_run import rank_limit
+    from ..runs.plan_world import rank_limit
 
     limit = rank_limit(timeout_s, _unsharded_step_seconds(case))
     records = run_plan_ranks(case_builder(case), world_size, timeout=limit, groups=control_groups(case),
@@ -1042,21 +624,6 @@ CHECKS = {
 
 
 # --- cases, factories, drawing ------------------------------------------------------
-
-
-def _resolve(case, impl):
-    if isinstance(impl, str):
-        from ..impls import load_implementation
-
-        impl = load_implementation(impl)
-    if impl is None:
-        impl = _torch_impl()
-    if not isinstance(case, ModelCase):
-        raise TypeError(f"a check takes a ModelCase, got {type(case).__name__}; run factories with run_check")
-    problem = case_problem(case)
-    if problem is not None:
-        raise CaseError(problem)
-    return case, impl
 
 
 def as_factory_or_case(obj):

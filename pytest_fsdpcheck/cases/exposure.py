@@ -102,20 +102,21 @@ def graphs(case) -> dict[str, tuple]:
     model cannot be given in maps to the reason, a string."""
     import torch.fx
 
-    from . import checks
+    from .inputs import captured, untraceable
+    from .model import model_copy
 
     out: dict = {}
     try:
-        gm, inputs = _not_provided(checks.captured, case)
+        gm, inputs = _not_provided(captured, case)
         out["module" if any(n.op == "call_module" for n in gm.graph.nodes) else "dynamo"] = (gm, inputs)
     except NotChecked as exc:
         out["dynamo"] = str(exc)
     if "module" not in out:
-        reason = checks.untraceable(case)
+        reason = untraceable(case)
         if reason is not None:
             out["module"] = reason
         else:
-            model = checks.model_copy(case.model, case)
+            model = model_copy(case.model, case)
             gm = torch.fx.GraphModule(model, torch.fx.Tracer().trace(model))
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
             # fx makes a placeholder of every parameter of the forward, keyword ones and defaults too
@@ -131,7 +132,7 @@ def bucket_plan(case, impl, graph) -> dict:
     order: bytes, parameter names, parameter ids (for telling a parameter
     counted twice), or what it raised."""
     from ..checks.splitting import graph_facts
-    from .checks import bucket_caps
+    from .inputs import bucket_caps
 
     gm, inputs = graph
     facts = graph_facts(gm, inputs)
@@ -150,7 +151,7 @@ def traversal_outcome(case, make) -> dict:
     modules that collecting them changed. ``make()``: a fresh implementation
     (areas keep their states beside the modules)."""
     from ..checks.traversal import snapshot
-    from .checks import _fsdp1_tree
+    from .inputs import _fsdp1_tree
     from .model import unit_names
 
     impl = make()
@@ -175,7 +176,8 @@ def fsdp2_outcome(case, make) -> dict:
     """Per call of the model's recorded plan, as the earlier calls leave the
     model: the managed modules and parameters, and whether ``annotate``
     (fully_shard as specified) accepts the call."""
-    from .checks import _copy, _raise_plan_error, recorded
+    from .inputs import _copy, recorded
+    from .probe import _raise_plan_error
     from .replay import PlanReplay
 
     if case.plan is None:
@@ -200,7 +202,7 @@ def _annotated(record, area) -> list[str]:
     """Each call through ``area``'s ``annotate`` (a fresh area: it keeps what
     earlier calls managed), in the plan's order, on another copy of the
     model: "accepted" or what it raised (the plan stops there)."""
-    from .checks import _copy
+    from .inputs import _copy
     from .replay import PlanReplay
 
     out = []
@@ -217,7 +219,7 @@ def _annotated(record, area) -> list[str]:
 def exec_order_outcome(case, make) -> dict:
     import torch.fx
 
-    from .checks import _Labelled, untraceable
+    from .inputs import _Labelled, untraceable
     from .model import model_copy
 
     reason = untraceable(case)
@@ -471,7 +473,7 @@ def exposure(case, bugs=TORCH_BUGS) -> list[Exposure]:
         if area == "fsdp2":
             return case.plan is not None
         if area == "exec_order":
-            from .checks import untraceable
+            from .inputs import untraceable
 
             return untraceable(case) is None
         return True
@@ -501,7 +503,7 @@ def not_checked(case) -> list[str]:
             out.append(f"bucket plan ({form} form) not compared: {graph}")
     if case.plan is None:
         out.append("FSDP2 groups not compared: the case gives no plan")
-    from .checks import untraceable
+    from .inputs import untraceable
 
     reason = untraceable(case)
     if reason:
@@ -693,10 +695,10 @@ def model_outcome(case) -> dict:
 
     out: dict = {"torch": torch.__version__}
     impl = load_implementation("torch")
-    from . import checks
+    from .inputs import captured
 
     try:
-        graph = _not_provided(checks.captured, case)
+        graph = _not_provided(captured, case)
     except NotChecked as exc:
         graph = None
         out["buckets"] = f"not provided: {exc}"
@@ -715,7 +717,7 @@ def model_outcome(case) -> dict:
     if case.plan is None:
         out["groups"] = None
     else:
-        from .checks import recorded
+        from .inputs import recorded
 
         try:
             record = recorded(case)

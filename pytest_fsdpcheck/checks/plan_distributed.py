@@ -5,7 +5,7 @@ the ranks' batches at the plan's own precision (each group computed in its
 ``param_dtype``, the ranks' gradients averaged in its ``reduce_dtype``),
 eagerly and under ``torch.compile``; the compiled step must have compiled a
 graph (one that ran eagerly shows nothing about compiled FSDP2). Judges the
-records of :func:`pytest_fsdpcheck.runs.plan_run.run_plan_ranks`.
+records of :func:`pytest_fsdpcheck.runs.plan_world.run_plan_ranks`.
 
 The tolerance is stated from the numerics, per parameter, and every
 message states it with the measured difference. Beyond the fp32 tolerance

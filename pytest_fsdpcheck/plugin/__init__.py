@@ -42,6 +42,9 @@ def pytest_configure(config):
         # a failed collection is printed once, as the line it carries
         config.pluginmanager.register(WorkerLoadError(str(exc)), "fsdpcheck-load-error")
         return
+    from . import fixtures
+
+    config.pluginmanager.register(fixtures, "fsdpcheck-fixtures")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "fsdpcheck-xdist")
         get_session(config).run.stop_path = getattr(config, "workerinput", {}).get("fsdpcheck_stop")

@@ -281,6 +281,12 @@ _SLOW_PROPERTIES = {
 }
 
 
+#: Suite modules split off another one for size alone, by the module they
+#: were split from: the areas take turns, and a module of an area's tests
+#: split in two would otherwise take two turns where the area had one.
+_TURN_OF_MODULE = {"test_splitting_compiled.py": "test_splitting.py"}
+
+
 def _name(item) -> str:
     # a bare item-like object (a node id and a path) is enough to be ordered
     name = getattr(item, "name", None) or item.nodeid.rpartition("::")[2]
@@ -311,7 +317,8 @@ def _cost_key(items) -> dict:
     for item in items:
         is_property = bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
         slow = (item.path.name, _name(item)) in _SLOW_PROPERTIES
-        group = (cost_class(item), not is_growth_check(item), is_property, slow, item.path.name)
+        group = (cost_class(item), not is_growth_check(item), is_property, slow,
+                 _TURN_OF_MODULE.get(item.path.name, item.path.name))
         turn[group] = turn.get(group, -1) + 1
         keys[item.nodeid] = (*group[:-1], turn[group])
     return keys

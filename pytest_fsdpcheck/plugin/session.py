@@ -379,7 +379,7 @@ def _spawned_ranks_share_a_gpu(world_size: int, gpus: int) -> str | None:
     import os
     import socket
 
-    from ..runs.ddp_run import launched_by_torchrun
+    from ..runs.launch import launched_by_torchrun
     from ..runs.world import Place, choose_device, shared_gpus
 
     if launched_by_torchrun():
@@ -402,7 +402,7 @@ def world_size_for(config, device: str) -> int:
     when launched by ``python -m pytest_fsdpcheck.distributed``, else
     --fsdpcheck-world-size capped by :func:`spawned_ranks`, else every
     visible GPU (CUDA) or 2 (CPU)."""
-    from ..runs.ddp_run import launched_by_torchrun
+    from ..runs.launch import launched_by_torchrun
     from .options import spawned_ranks
 
     if launched_by_torchrun():

@@ -34,7 +34,10 @@ from ..report.verdict import (
     PROP_NOT_PROVIDED,
     PROP_RUN,
     PROP_SIGNATURES,
+    PROP_VERDICT,
     PROP_VIOLATED,
+    decide,
+    verdict_record,
 )
 
 #: a property that rejects more of its examples than this passes on too few
@@ -241,8 +244,20 @@ def judge_report(item, call, report, session, failure) -> None:
         report.longrepr = f"ImplementationTimeout: {hung.hung}"
     if call.when == "teardown" and hasattr(item, "hypothesis_statistics"):
         report.user_properties = [*report.user_properties, (PROP_EXAMPLES, count_examples(item.hypothesis_statistics))]
-    if call.when != "call":
-        return
+    excused = _judge_call(item, call, report, session, hung) if call.when == "call" else None
+    if call.when == "call" or (call.when == "setup" and not report.passed):
+        # the verdict is written here, where it is decided, and read unchanged by the report
+        props = dict(report.user_properties)
+        invariants = props.get(PROP_INVARIANTS)
+        if invariants:
+            verdicts = decide(report, invariants, props, excused)
+            report.user_properties = [*report.user_properties, (PROP_VERDICT, verdict_record(verdicts))]
+
+
+def _judge_call(item, call, report, session, hung) -> str | None:
+    """The call's failure turned into what the run's known bugs and
+    divergence entries make of it, in place: "known", "divergence", or None
+    where it stands as it ran."""
     from ..core.not_provided import NotProvided
 
     not_provided = call.excinfo.value if report.skipped and call.excinfo is not None else None
@@ -274,15 +289,17 @@ def judge_report(item, call, report, session, failure) -> None:
         report.wasxfail = "known: " + ", ".join(f"{bug} ({e['examples']} examples)" for bug, e in known.items()) + (
             " — python -m pytest_fsdpcheck.known show ID"
         )
-        return
+        return "known"
     if not report.failed:
-        return
+        return None
     from ..known.divergences import declared_reason
 
     reason = declared_reason(session.divergences, impl_id, item.nodeid, violated, signatures)
-    if reason is not None:
-        report.outcome = "skipped"
-        report.wasxfail = DECLARED_PREFIX + reason
+    if reason is None:
+        return None
+    report.outcome = "skipped"
+    report.wasxfail = DECLARED_PREFIX + reason
+    return "divergence"
 
 
 def conformance_failures(exc: BaseException | None) -> list:
@@ -454,9 +471,8 @@ class CaseInputRecorder:
     def pytest_runtest_logreport(self, report):
         props = dict(getattr(report, "user_properties", ()))
         impl = props.get(PROP_IMPL)
-        if impl is None or not report.skipped or hasattr(report, "wasxfail"):
-            return
-        if not props.get(PROP_NOT_PROVIDED):
+        verdict = props.get(PROP_VERDICT)
+        if impl is None or verdict is None or "not provided" not in verdict["cells"].values():
             return
         ours = bool(props.get(PROP_CASE_INPUT) or props.get(PROP_RELEASE_LACKS))
         for inv in props.get(PROP_INVARIANTS) or ():

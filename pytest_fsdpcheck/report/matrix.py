@@ -8,7 +8,6 @@ from collections import defaultdict
 
 from ..core.catalog import INVARIANTS, sort_key
 from .verdict import (
-    DECLARED_PREFIX,
     PROP_CALLS,
     PROP_CASE_ERROR,
     PROP_CAUSE,
@@ -70,7 +69,7 @@ class Matrix:
 
     def record(self, report) -> None:
         props = _props(report)
-        if report.failed and not hasattr(report, "wasxfail"):
+        if report.failed and not hasattr(report, "wasxfail"):  # pytest's own xfail flag
             self.failures[failure_kind(props)] += 1
         case_error = props.get(PROP_CASE_ERROR)
         if case_error is not None:
@@ -90,20 +89,23 @@ class Matrix:
         test = self.per_test.setdefault(report.nodeid, {"outcome": None, "implementation": impl,
                                                          "invariants": list(invariants),
                                                          **({"model": model} if model is not None else {})})
+        judged = when == "call" or (when == "setup" and not report.passed)
+        verdicts = classify(report, invariants, props) if judged else {}
         if when == "call" or not report.passed:
-            test["outcome"] = "xfail" if hasattr(report, "wasxfail") else report.outcome
+            excused = any(v.kind in ("known", "divergence") for v in verdicts.values())
+            test["outcome"] = "xfail" if excused else report.outcome
         if when == "call":
             test["seconds"] = round(report.duration, 4)
         for key, prop in (("calls", PROP_CALLS), ("examples", PROP_EXAMPLES), ("digest", PROP_DIGEST), ("known", PROP_KNOWN),
                           ("run", PROP_RUN), ("environment", PROP_ENVIRONMENT)):
             if prop in props:
                 test[key] = props[prop]
-        if when == "call" or (when == "setup" and not report.passed):
+        if judged:
             self.add_impl(impl)
             if report.failed and not props.get(PROP_ENVIRONMENT):
                 test["failure"] = failure_of(report, props.get(PROP_VIOLATED) or invariants,
                                              props.get(PROP_CAUSE, "crash"))
-            for inv, verdict in classify(report, invariants, props).items():
+            for inv, verdict in verdicts.items():
                 self.cells[(inv, impl)].add(verdict.kind)
                 self.tests[(inv, impl)] += 1
                 if verdict.reason is not None:
@@ -113,7 +115,7 @@ class Matrix:
                 self._record_known(impl, invariants, props.get(PROP_KNOWN) or {})
                 if report.failed:
                     self.failed_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED), props.get(PROP_SIGNATURES)))
-                elif str(getattr(report, "wasxfail", "")).startswith(DECLARED_PREFIX):
+                elif any(v.kind == "divergence" for v in verdicts.values()):
                     self.declared_tests.append((report.nodeid, impl, props.get(PROP_VIOLATED), props.get(PROP_SIGNATURES)))
         elif when == "teardown" and report.failed:
             for inv in invariants:

@@ -39,7 +39,13 @@ PROP_CAUSE = "fsdpcheck_cause"
 #: that died). Only a "violation" says a check judged an invariant broken:
 #: the others name every invariant of the test, none of them judged.
 FAILURE_CAUSES = ("violation", "leak", "timeout", "crash")
-#: how a failure a divergence entry declares is marked (report.wasxfail)
+#: a suite test phase's verdict, written once where it is decided
+#: (plugin.verdicts.judge_report) and read unchanged by the matrix, the JSON
+#: report and the strict findings: {"cells": {invariant: a kind of RANK},
+#: "reason": an n/p's or a skip's reason, or None}
+PROP_VERDICT = "fsdpcheck_verdict"
+#: what pytest prints for a failure a divergence entry declares (report.wasxfail);
+#: for the reader only: the verdict is PROP_VERDICT's
 DECLARED_PREFIX = "declared divergence: "
 #: a failure's message in the report is cut to this many characters
 MESSAGE_LIMIT = 4000
@@ -145,15 +151,17 @@ class Verdict(NamedTuple):
     reason: str | None = None
 
 
-def classify(report, invariants: list[str], props: dict) -> dict[str, Verdict]:
-    """The verdict per invariant of one setup/call report: its tagged ones,
-    and any other a failing check found violated."""
+def decide(report, invariants: list[str], props: dict, excused: str | None = None) -> dict[str, Verdict]:
+    """The verdict per invariant of one setup/call report, from its outcome
+    and the properties the plugin wrote: its tagged invariants, and any other
+    a failing check found violated. ``excused`` is "known" or "divergence"
+    where the plugin turned the failure into one (judge_report knows which:
+    it made the decision)."""
     violated = props.get(PROP_VIOLATED)
+    if excused is not None:
+        hit = violated or invariants
+        return {inv: Verdict(excused if inv in hit else "pass") for inv in invariants}
     if report.skipped:
-        if hasattr(report, "wasxfail"):
-            hit = violated or invariants
-            kind = "known" if props.get(PROP_KNOWN) else "divergence"
-            return {inv: Verdict(kind if inv in hit else "pass") for inv in invariants}
         # Not provided: the area or form is missing (collection), or the check
         # raised NotProvided (the plugin put its reason in the report's properties).
         kind = "not provided" if props.get(PROP_NOT_PROVIDED) else "skipped"
@@ -168,3 +176,22 @@ def classify(report, invariants: list[str], props: dict) -> dict[str, Verdict]:
             return {**{inv: Verdict("pass") for inv in invariants}, **dict.fromkeys(violated, Verdict("fail"))}
         return dict.fromkeys(invariants, Verdict("fail"))
     return dict.fromkeys(invariants, Verdict("pass"))
+
+
+def verdict_record(verdicts: dict[str, Verdict]) -> dict:
+    """:data:`PROP_VERDICT`'s value for ``verdicts`` (JSON, so it survives
+    pytest-xdist)."""
+    reason = next((v.reason for v in verdicts.values() if v.reason is not None), None)
+    return {"cells": {inv: v.kind for inv, v in verdicts.items()}, "reason": reason}
+
+
+def classify(report, invariants: list[str], props: dict) -> dict[str, Verdict]:
+    """The verdict per invariant of one setup/call report, as the plugin
+    recorded it (:data:`PROP_VERDICT`), unchanged. A report without one was
+    never judged by the plugin (xdist's report for a worker that died in
+    the test): its outcome is all there is."""
+    record = props.get(PROP_VERDICT)
+    if record is None:
+        return decide(report, invariants, props)
+    return {inv: Verdict(kind, record["reason"] if kind in ("not provided", "skipped") else None)
+            for inv, kind in record["cells"].items()}

@@ -37,7 +37,7 @@ Each with two backends behind the split: one that records and runs the
 submodule as it is, and one that records and hands it to AOTAutograd (a
 compiler that traces symbolically, as inductor does). The results are
 plain records, judged by
-:func:`pytest_fsdpcheck.checks.splitting.check_symbolic_example_inputs`
+:func:`pytest_fsdpcheck.checks.splitting_compiled.check_symbolic_example_inputs`
 and compared with the model run eagerly.
 """
 
@@ -347,7 +347,7 @@ def judge(record: DynamicSplit) -> list:
     import torch
 
     from ..checks import Violation, error_of
-    from ..checks import splitting as chk
+    from ..checks import splitting_compiled as chk
 
     if record.control_graphs != 1:
         from ..core.not_provided import NotProvided

@@ -303,7 +303,7 @@ def _metadata_and_tuple_lost(_inner):
     """SPL-10: the submodules lose the captured graph's metadata as torch's
     bug does, and besides a one-output submodule is handed over returning its
     value, not a tuple (torch wraps it on every release: not the bug)."""
-    from tests.planted.splitting import _BackendGets
+    from tests.planted.splitting_compiled import _BackendGets
 
     class _LosesMetadataAndTuple(_BackendGets):
         graph_forms = ("dynamo", "module")

@@ -453,7 +453,7 @@ class CompileLeavesFallbackRandom:
     compiles only (``compile_fx``'s ``config_patches``, as
     ``torch.compile(options=...)`` does): torch leaving it set is still
     torch's leak, never hidden by the suite's own setting nor put back by
-    it (``tests/test_plan_end_to_end.py``, in-process)."""
+    it (``tests/test_plan_rank_step.py``, in-process)."""
 
     @staticmethod
     def plant():
