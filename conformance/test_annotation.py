@@ -65,6 +65,7 @@ def annotate(impl, tree, flag):
     impl.annotation.annotate(tree.root, {tree.modules[i] for i in tree.spec.ignored}, flag)
 
 
+@pytest.mark.fsdpcheck_cost(round_s=0.9)
 @pytest.mark.invariant("ANN-1", "ANN-2", "ANN-3", "ANN-4", "ANN-6")
 @examples(150)
 @given(spec=trees, flag=st.booleans())
@@ -115,6 +116,7 @@ def test_idempotent(fsdpcheck_impl, spec, flag):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "twice"))
 
 
+@pytest.mark.fsdpcheck_cost(round_s=0.7)
 @pytest.mark.invariant("ANN-1", "ANN-2", "ANN-3")
 @examples(100)
 @given(spec=trees, flag=st.booleans())
@@ -133,6 +135,7 @@ def test_matches_reference(fsdpcheck_impl, spec, flag):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec, flag, "reference"))
 
 
+@pytest.mark.fsdpcheck_cost("compile")
 @pytest.mark.invariant("ANN-7")
 @pytest.mark.parametrize("model", ["mlp", "nested", "shared"])
 def test_dynamo_effect(fsdpcheck_impl, model):

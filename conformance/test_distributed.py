@@ -42,6 +42,9 @@ from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
 from pytest_fsdpcheck.known.judge import conform
 
+#: every test here spawns ranks (or is one of torchrun's)
+pytestmark = pytest.mark.fsdpcheck_cost("processes")
+
 RANK_TIMEOUT_S = 180.0
 
 
@@ -134,6 +137,7 @@ def _judge(run, impl, violations, example, environment) -> None:
         raise run.environment_error(why) from None
 
 
+@pytest.mark.fsdpcheck_cost(seconds=6.0)
 @pytest.mark.invariant("SPL-16")
 @pytest.mark.parametrize("scale", ["one", "runner"])
 def test_compiled_ddp_matches_plan_and_eager(fsdpcheck_impl, fsdpcheck_device, scale, fsdpcheck_run):
@@ -174,6 +178,7 @@ def _fsdp2_world(run, device: str, invariant: str = "FS2-9") -> int:
     return world_size
 
 
+@pytest.mark.fsdpcheck_cost(seconds=12.0)
 @pytest.mark.invariant("FS2-9")
 def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, fsdpcheck_run):
     world_size = _fsdp2_world(fsdpcheck_run, fsdpcheck_device)

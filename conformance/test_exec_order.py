@@ -106,6 +106,7 @@ def _all_checks(built, info, graph, plain, observed):
     )
 
 
+@pytest.mark.fsdpcheck_cost(slow=True, round_s=1.1)
 @pytest.mark.invariant("EXO-2", "EXO-3", "EXO-4", "EXO-5", "EXO-6")
 @examples(150)
 @given(spec=model_specs(tracers=("default", "buffer_proxies")))
@@ -117,6 +118,7 @@ def test_exec_order(fsdpcheck_impl, spec):
     conform(fsdpcheck_impl, body, reproducer(fsdpcheck_impl, spec))
 
 
+@pytest.mark.fsdpcheck_cost(slow=True)
 @pytest.mark.invariant("EXO-7")
 @examples(100)
 @given(spec=exotic_tracer_specs())
@@ -381,6 +383,7 @@ class _InstanceWrapper:
         return self.fn(*args, **kwargs)
 
 
+@pytest.mark.fsdpcheck_cost(slow=True, round_s=0.7)
 @pytest.mark.invariant("EXO-2", "EXO-3", "EXO-4", "EXO-5")
 @examples(60)
 @given(spec=model_specs(tracers=("default", "leaf_rules", "into_nn", "wrapping", "buffer_proxies"), concrete=True))
@@ -455,6 +458,7 @@ def _wide_leaf(n):
 GROWTH = {"chain-modules": (_chain, 500, 2000), "leaf-parameters": (_wide_leaf, 2000, 8000)}
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("EXO-8")
 @pytest.mark.parametrize("shape", list(GROWTH))
 def test_linear_growth(fsdpcheck_impl, shape):
@@ -476,6 +480,11 @@ def test_linear_growth(fsdpcheck_impl, shape):
 QUICK_GROWTH = (_wide_leaf, 1000, 4000)
 
 
+# EXO-8's ratio on a quarter of test_linear_growth's leaf (1,000 and 4,000
+# parameters: a linear recorder 0.05 s in all, a quadratic one 1.5 s), among
+# the fixed cases: the full sizes cost a quadratic recorder 6 s and run after
+# every single-call property
+@pytest.mark.fsdpcheck_cost("single call")
 @pytest.mark.invariant("EXO-8")
 def test_linear_growth_quick(fsdpcheck_impl):
     """test_linear_growth's leaf-parameters ratio on smaller inputs."""

@@ -209,6 +209,7 @@ SHAPES = {
 LARGE_CALLS = ["managed", "managed-ignored", "states"]
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("FS2-6")
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("call", LARGE_CALLS)
@@ -235,6 +236,7 @@ def test_large_trees(fsdpcheck_impl, shape, call):
     conform(fsdpcheck_impl, body)
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("FS2-6")
 def test_linear_growth(fsdpcheck_impl):
     """4x the modules (a wide tree, ignore rule on where taken) may cost at most ~10x the time."""
@@ -252,6 +254,7 @@ def test_linear_growth(fsdpcheck_impl):
     conform(fsdpcheck_impl, violations)
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("FS2-6")
 def test_linear_growth_shared_ignored(fsdpcheck_impl):
     """The ignore rule on shared subtrees: diamond chains 4x as long, every
@@ -276,6 +279,7 @@ def test_linear_growth_shared_ignored(fsdpcheck_impl):
     conform(fsdpcheck_impl, violations)
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("FS2-6")
 def test_linear_growth_deep_ignored(fsdpcheck_impl):
     """The ignore rule down deep chains: chains 4x as deep, parameters

@@ -24,6 +24,11 @@ from pytest_fsdpcheck.generators.corpus import (
 )
 from pytest_fsdpcheck.known.judge import conform
 
+#: building and capturing a real architecture: the corpus class; the goldens a
+#: walk answers (no capture, one call per fixed model, 0.01-0.2 s) are marked
+#: as the cheapest checks of their areas
+pytestmark = pytest.mark.fsdpcheck_cost("corpus")
+
 MODELS = list(CORPUS)
 
 
@@ -70,12 +75,14 @@ def test_golden_buckets(fsdpcheck_impl, model):
     _compare(fsdpcheck_impl, model, "buckets", f"golden.render_section({model!r}, 'buckets', impl)")
 
 
+@pytest.mark.fsdpcheck_cost("single call")
 @pytest.mark.invariant("TRV-3", "TRV-6", "TRV-7")
 @pytest.mark.parametrize("model", MODELS)
 def test_golden_traversal(fsdpcheck_impl, model):
     _compare(fsdpcheck_impl, model, "traversal", f"corpus.render_traversal({model!r}, impl.traversal)")
 
 
+@pytest.mark.fsdpcheck_cost("single call")
 @pytest.mark.invariant("EXO-2", "EXO-3")
 @pytest.mark.parametrize("model", MODELS)
 def test_golden_exec_order(fsdpcheck_impl, model):
@@ -145,6 +152,7 @@ def _require_fsdp2_plan(impl, model):
                     "and this implementation's fully_shard takes one module per group")
 
 
+@pytest.mark.fsdpcheck_cost("single call")
 @pytest.mark.invariant("FS2-1", "FS2-2", "FS2-4", "FS2-5")
 @pytest.mark.parametrize("model", MODELS)
 def test_golden_fsdp2(fsdpcheck_impl, model):
@@ -154,6 +162,7 @@ def test_golden_fsdp2(fsdpcheck_impl, model):
     _compare(fsdpcheck_impl, model, "fsdp2", f"corpus.render_fsdp2({model!r}, impl.fsdp2)")
 
 
+@pytest.mark.fsdpcheck_cost("single call")
 @pytest.mark.invariant("FS2-1", "FS2-2", "FS2-4", "FS2-5")
 @pytest.mark.parametrize("model", MODELS)
 def test_corpus_fsdp2_invariants(fsdpcheck_impl, model):

@@ -8,6 +8,9 @@ import pytest
 
 from pytest_fsdpcheck.cases import checks
 
+#: a user's model is built and captured once a process, like the corpus's
+pytestmark = pytest.mark.fsdpcheck_cost("corpus")
+
 
 @pytest.fixture
 def fsdpcheck_model_case():
@@ -59,11 +62,13 @@ def test_model_fully_shard_calls(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_fully_shard_calls", fsdpcheck_model_case, fsdpcheck_impl)
 
 
+@pytest.mark.fsdpcheck_cost("compile")
 @pytest.mark.invariant(*checks.CHECKS["check_buckets"][1])
 def test_model_buckets(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_buckets", fsdpcheck_model_case, fsdpcheck_impl)
 
 
+@pytest.mark.fsdpcheck_cost("compile")
 @pytest.mark.invariant(*checks.CHECKS["check_bucket_assignment"][1])
 def test_model_bucket_assignment(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_bucket_assignment", fsdpcheck_model_case, fsdpcheck_impl)
@@ -89,6 +94,7 @@ def test_model_exec_order(fsdpcheck_impl, fsdpcheck_model_case):
     _run("check_exec_order", fsdpcheck_model_case, fsdpcheck_impl)
 
 
+@pytest.mark.fsdpcheck_cost("processes")
 @pytest.mark.invariant(*checks.CHECKS["check_plan_end_to_end"][1])
 def test_model_plan_end_to_end(fsdpcheck_impl, fsdpcheck_model_case, fsdpcheck_run):
     import functools

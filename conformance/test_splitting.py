@@ -361,6 +361,7 @@ PREAMBLE = GraphSpec(4, 2, (ModuleSpec("linear"), ModuleSpec("norm")), (), 0, (O
 ATTR_READ_LATER = GraphSpec(4, 1, (_W, _W), (ParamSpec("matrix"),), 0, (OpSpec("module", 0), OpSpec("accum", 0), OpSpec("module", 1), OpSpec("accum", 0)))
 
 
+@pytest.mark.fsdpcheck_cost(slow=True, round_s=1.0)
 @pytest.mark.invariant("SPL-2", "SPL-3", "SPL-5", "SPL-6", "SPL-7", "SPL-8", "SPL-13")
 @examples(60)
 @given(spec=single_use, caps=caps())
@@ -455,6 +456,7 @@ def _grad_targets(built):
     return targets
 
 
+@pytest.mark.fsdpcheck_cost("compile", round_s=1.0)
 @pytest.mark.invariant("SPL-9", "SPL-10", "SPL-11", "SPL-12", "SPL-17")
 @examples(40)
 @given(spec=full, caps=caps())
@@ -495,6 +497,7 @@ def test_compiled_split(fsdpcheck_impl, fsdpcheck_graph_form, fsdpcheck_device, 
 # --------------------------------------------------------------------------- SPL-14
 
 
+@pytest.mark.fsdpcheck_cost(slow=True)
 @pytest.mark.invariant("SPL-14")
 @examples(12)
 @given(spec=graph_specs(hop=True, multi_use=False).filter(lambda s: s.has_hop), caps=caps())
@@ -505,6 +508,7 @@ def test_higher_order_ops(fsdpcheck_impl, fsdpcheck_graph_form, spec, caps):
 # --------------------------------------------------------------------------- SPL-15
 
 
+@pytest.mark.fsdpcheck_cost(round_s=1.2)
 @pytest.mark.invariant("SPL-15")
 @examples(25)
 @given(spec=graph_specs(chain_only=True), caps=caps())
@@ -532,6 +536,7 @@ def test_agrees_with_ddp_assignment(fsdpcheck_impl, fsdpcheck_graph_form, spec, 
 # --------------------------------------------------------------------------- differential
 
 
+@pytest.mark.fsdpcheck_cost(slow=True, round_s=0.7)
 @pytest.mark.invariant("SPL-3", "SPL-5")
 @examples(30)
 @given(spec=single_use, caps=caps())

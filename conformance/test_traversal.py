@@ -102,6 +102,7 @@ SHAPES = {
 }
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("TRV-8")
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("call", list(CALLS))
@@ -128,6 +129,7 @@ def test_large_trees(fsdpcheck_impl, shape, call):
     conform(fsdpcheck_impl, body)
 
 
+@pytest.mark.fsdpcheck_cost("large inputs")
 @pytest.mark.invariant("TRV-8")
 @pytest.mark.parametrize("shape", ["chain", "wide"])
 def test_linear_growth(fsdpcheck_impl, shape):
@@ -148,6 +150,7 @@ def test_linear_growth(fsdpcheck_impl, shape):
     conform(fsdpcheck_impl, violations)
 
 
+@pytest.mark.fsdpcheck_cost(round_s=0.7)
 @pytest.mark.invariant("TRV-1", "TRV-2", "TRV-3", "TRV-4", "TRV-6", "TRV-7")
 @examples(100)
 @given(spec=module_trees(params=False))

@@ -137,7 +137,11 @@ def test_xdist_first_chunks_are_dealt():
     assert items[8].nodeid == "later"
 
 
-def test_the_controller_tells_workers_how_xdist_deals(pytester):
+def test_the_controller_tells_workers_how_xdist_deals(pytester, _builtin_implementations_imported):
+    # parseconfig configures every installed plugin in this process (pytest-randomly
+    # imports numpy to reseed it), and pytester forgets what they imported: torch and
+    # numpy are imported first, or a later test's `import torch` meets half a numpy
+    # ("cannot load module more than once per process")
     from types import SimpleNamespace
 
     from pytest_fsdpcheck.plugin import XdistHooks

@@ -26,7 +26,8 @@ def _report(failed):
 
 @pytest.mark.plugin
 @pytest.mark.parametrize("maxfail", [1, 2])
-def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxfail):
+def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxfail, _builtin_implementations_imported):
+    # parseconfig's plugins import numpy in this process, which pytester then forgets (tests/test_order.py)
     hooks = XdistHooks(pytester.parseconfig(f"--maxfail={maxfail}"))
     nodes = [_node(hooks_config) for hooks_config in [pytester.parseconfig()] * 2]
     for node in nodes:
@@ -45,7 +46,7 @@ def test_the_controller_requests_a_stop_at_the_limit(pytester, monkeypatch, maxf
 
 
 @pytest.mark.plugin
-def test_no_stop_file_without_maxfail(pytester):
+def test_no_stop_file_without_maxfail(pytester, _builtin_implementations_imported):
     hooks = XdistHooks(pytester.parseconfig())
     node = _node(pytester.parseconfig())
     hooks.pytest_configure_node(node)

@@ -27,6 +27,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "invariant(*ids): the pytest-fsdpcheck invariant IDs a test checks")
+    config.addinivalue_line("markers", "fsdpcheck_cost(cost_class, slow=, seconds=, round_s=): what a pytest-fsdpcheck "
+                                       "suite test costs (its order and its time budget)")
     if not options.enabled(config):
         options.warn_if_given_while_disabled(config)
         return

@@ -240,45 +240,34 @@ def is_suite_item(item) -> bool:
 
 #: What a suite test costs, cheapest first: a developer running ``-x`` after
 #: each change hears of a broken implementation from the cheapest check that
-#: can see it. Keyed by module, then by test function where one differs.
+#: can see it. Each test says its own with ``@pytest.mark.fsdpcheck_cost``
+#: (a module's ``pytestmark`` for all its tests, a test's own mark over it):
+#: its class (one of these; "single call" where none is marked), ``slow=True``
+#: for a property that takes several times its class's others (measured on
+#: the reference, torch 2.13: 1.3-4.2 s against 0.2-0.9 s; last in its
+#: class), ``seconds`` for a fixed test a time budget counts otherwise than
+#: its class (:data:`_CLASS_SECONDS`), ``round_s`` for a property whose one
+#: round takes longer than FIRST_ROUND_S.
 COST_CLASSES = ("single call", "large inputs", "corpus", "compile", "processes")
-_MODULE_COST = {"test_golden.py": "corpus", "test_models.py": "corpus", "test_distributed.py": "processes"}
-_TEST_COST = {
-    # The goldens a walk answers (no capture): one call per fixed model,
-    # 0.01-0.2 s each, the cheapest checks of their areas.
-    "test_golden_traversal": "single call",
-    "test_golden_fsdp2": "single call",
-    "test_golden_exec_order": "single call",
-    "test_corpus_fsdp2_invariants": "single call",
-    "test_large_trees": "large inputs",
-    # EXO-8's ratio on a quarter of test_linear_growth's leaf (1,000 and
-    # 4,000 parameters: a linear recorder 0.05 s in all, a quadratic one
-    # 1.5 s), among the fixed cases: the full sizes cost a quadratic
-    # recorder 6 s and run after every single-call property.
-    "test_linear_growth_quick": "single call",
-    "test_linear_growth": "large inputs",
-    "test_linear_growth_shared_ignored": "large inputs",
-    "test_linear_growth_deep_ignored": "large inputs",
-    "test_dynamo_effect": "compile",
-    "test_compiled_split": "compile",
-    "test_model_buckets": "compile",
-    "test_model_bucket_assignment": "compile",
-    "test_model_plan_end_to_end": "processes",
-}
+COST_MARK = "fsdpcheck_cost"
 
 
-#: Single-call properties that take several times the others (measured on
-#: the reference, torch 2.13: 1.3-4.2 s against 0.2-0.9 s): last in their
-#: class. Not test_annotate: it checks five of the seven ANN invariants, and
-#: a bug it sees fails on its first examples, sooner than a narrower one passes.
-_SLOW_PROPERTIES = {
-    ("test_exec_order.py", "test_exec_order"),
-    ("test_exec_order.py", "test_tracer_subclasses_and_concrete_args"),
-    ("test_exec_order.py", "test_matches_reference"),
-    ("test_splitting.py", "test_split_plan"),
-    ("test_splitting.py", "test_matches_reference"),
-    ("test_splitting.py", "test_higher_order_ops"),
-}
+def cost_of(item) -> dict:
+    """What ``item``'s cost marks say, the closest first (the test's own
+    over its module's): {"class", "slow", "seconds", "round_s"} as given."""
+    found: dict = {}
+    # a bare item-like object (a node id and a path) has no marks: the default class
+    iter_markers = getattr(item, "iter_markers", None)
+    for mark in iter_markers(name=COST_MARK) if iter_markers is not None else ():
+        if mark.args:
+            found.setdefault("class", mark.args[0])
+        for key, value in mark.kwargs.items():
+            found.setdefault(key, value)
+    unknown = set(found) - {"class", "slow", "seconds", "round_s"}
+    if unknown or found.get("class", COST_CLASSES[0]) not in COST_CLASSES:
+        raise pytest.UsageError(f"fsdpcheck: {item.nodeid}: @pytest.mark.{COST_MARK} takes one of {COST_CLASSES} "
+                                f"and slow=, seconds=, round_s=; got {found}")
+    return found
 
 
 #: Suite modules split off another one for size alone, by the module they
@@ -294,8 +283,7 @@ def _name(item) -> str:
 
 
 def cost_class(item) -> int:
-    cost = _TEST_COST.get(_name(item)) or _MODULE_COST.get(item.path.name, "single call")
-    return COST_CLASSES.index(cost)
+    return COST_CLASSES.index(cost_of(item).get("class", COST_CLASSES[0]))
 
 
 def is_growth_check(item) -> bool:
@@ -316,7 +304,7 @@ def _cost_key(items) -> dict:
     keys = {}
     for item in items:
         is_property = bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
-        slow = (item.path.name, _name(item)) in _SLOW_PROPERTIES
+        slow = bool(cost_of(item).get("slow"))
         group = (cost_class(item), not is_growth_check(item), is_property, slow,
                  _TURN_OF_MODULE.get(item.path.name, item.path.name))
         turn[group] = turn.get(group, -1) + 1
@@ -377,7 +365,10 @@ def share_budget(session, items) -> None:
             if item.path.name == _CORPUS_MODULE and isinstance(model, str):
                 # the first test of a corpus model in a process builds and captures it
                 builds[item.nodeid] = (model, _BUILD_SECONDS if model.startswith("hf_") else 0.2)
-    rounds = {item.nodeid: _ROUND_SECONDS.get(_name(item), FIRST_ROUND_S) for item in items if is_budgeted(item)}
+    # one round of the properties whose rounds take longest (torch, serial, the
+    # VM above; their round_s marks): a first round starts only if this much,
+    # scaled by the load, is left
+    rounds = {item.nodeid: cost_of(item).get("round_s", FIRST_ROUND_S) for item in items if is_budgeted(item)}
     # collecting took this many wall seconds per CPU second of this process:
     # how much the cores are shared, by the other workers and anything else
     import time
@@ -415,7 +406,6 @@ def _deal_floors(items, floors: int, workers: int) -> None:
 #: ranks, spawned, importing torch and compiling with Inductor; the first
 #: run on a machine compiles cold, about 2x).
 _CLASS_SECONDS = {"single call": 0.05, "large inputs": 0.35, "corpus": 0.35, "compile": 0.5, "processes": 10.0}
-_TEST_SECONDS = {"test_fully_shard_end_to_end": 12.0, "test_compiled_ddp_matches_plan_and_eager": 6.0}
 
 
 #: building and capturing one of the corpus's real architectures (hf_*),
@@ -423,17 +413,10 @@ _TEST_SECONDS = {"test_fully_shard_end_to_end": 12.0, "test_compiled_ddp_matches
 _BUILD_SECONDS = 2.5
 
 
-#: One round of the properties whose rounds take longest (torch, serial,
-#: same VM; the others take FIRST_ROUND_S or less): a property's first round
-#: starts only if this much, scaled by the load, is left.
-_ROUND_SECONDS = {"test_agrees_with_ddp_assignment": 1.2, "test_exec_order": 1.1, "test_split_plan": 1.0,
-                  "test_compiled_split": 1.0, "test_annotate": 0.9, "test_matches_reference": 0.7}
-
-
 def fixed_cost_s(item) -> float:
     if "100000" in item.nodeid:  # the 100,000-module trees: 2.3-2.9 s each, the rest of their class 0.1-1 s
         return 3.0
-    return _TEST_SECONDS.get(_name(item)) or _CLASS_SECONDS[COST_CLASSES[cost_class(item)]]
+    return cost_of(item).get("seconds") or _CLASS_SECONDS[COST_CLASSES[cost_class(item)]]
 
 
 def _with_saved_failures(session, items) -> set[str]:
