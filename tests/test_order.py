@@ -153,3 +153,23 @@ def test_the_controller_tells_workers_how_xdist_deals(pytester, _builtin_impleme
     other = SimpleNamespace(config=pytester.parseconfig("-n", "2", "--dist", "loadfile"), workerinput={"workercount": 2})
     XdistHooks(other.config).pytest_configure_node(other)
     assert "fsdpcheck_deal" not in other.workerinput
+
+
+@pytest.mark.unit
+def test_a_tests_cost_is_its_closest_mark():
+    """The test's own mark over its module's, field by field; a bare item is
+    the cheapest class; a class that is not one is a usage error naming the test."""
+    from types import SimpleNamespace
+
+    from pytest_fsdpcheck.plugin.collection import COST_CLASSES, cost_class, cost_of, fixed_cost_s
+
+    def item(*marks):
+        return SimpleNamespace(nodeid="test_x.py::test_y", path=pathlib.Path("test_x.py"),
+                               iter_markers=lambda name: [m for m in marks if m.name == name])
+
+    own, module = pytest.mark.fsdpcheck_cost(seconds=12.0).mark, pytest.mark.fsdpcheck_cost("processes").mark
+    assert cost_of(item(own, module)) == {"seconds": 12.0, "class": "processes"}
+    assert cost_class(item(own, module)) == COST_CLASSES.index("processes") and fixed_cost_s(item(own, module)) == 12.0
+    assert cost_of(_fake("bare")) == {} and cost_class(_fake("bare")) == 0
+    with pytest.raises(pytest.UsageError, match="test_x.py::test_y.*fsdpcheck_cost"):
+        cost_of(item(pytest.mark.fsdpcheck_cost("cheap").mark))
