@@ -166,3 +166,55 @@ def test_the_command_refuses_an_unknown_affected_by_in_one_line(capsys):
         main(["--affected-by", "nope"])
     assert exited.value.code == 2
     assert "neither a known bug's id" in capsys.readouterr().err
+
+
+def _results(*versions_and_exits) -> list[dict]:
+    """What a run of the command writes with --json: one result per release."""
+    return [{"version": v, "exit": code, "summary": "3 passed in 1.00s", "torch": f"{v}+cpu",
+             "matrix": {"TRV-7": {"outcome": "pass" if code == 0 else "fail", "tests": 1}}, "failures": {},
+             "known_bugs": [], "install_s": 120.0, "suite_s": 180.0 + i * 60}
+            for i, (v, code) in enumerate(versions_and_exits)]
+
+
+def test_the_markdown_block_is_the_commands_output_with_its_cost_and_a_digest(tmp_path, capsys):
+    """--markdown writes the table, the releases' exits and costs, the date,
+    the commit and the command into the page's generated block, replacing
+    the previous one and leaving the page's prose; a hand edit of the block
+    no longer matches its digest."""
+    from pytest_fsdpcheck.commands.history import block_digest, written_block
+
+    runs = tmp_path / "run.json"
+    _write(runs, _results(("2.0.1", 0), ("2.13.0", 0)))
+    page = tmp_path / "history.md"
+    page.write_text("# History\n\nProse a person wrote.\n", encoding="utf-8")
+    args = ["--table-from", str(runs), "--markdown", str(page), "--reports-commit", "abc1234"]
+    assert main(args) == 0
+    assert main(args) == 0  # twice: one block, replaced
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# History\n\nProse a person wrote.\n") and text.count("<!-- begin: written by") == 1
+    body, digest = written_block(text)
+    assert block_digest(body) == digest
+    assert "commit `abc1234`" in text and f"--table-from {runs} --markdown {page}" in text
+    assert "**2 of 2 releases exit 0**" in text
+    assert "Cost of one release: 3.0–4.0 min of suite (median 4.0) and 2.0–2.0 min of install; all 2: 11 min" in text
+    assert "torch 2.13.0+cpu: exit 0, install 120.0 s, suite 240.0 s" in text
+    edited = written_block(text.replace("exit 0, install 120.0", "exit 0, install 12.0"))
+    assert block_digest(edited[0]) != edited[1]
+    # a red release is said so at the top of the block, and the command exits 1
+    _write(runs, _results(("2.0.1", 0), ("2.11.0", 1)))
+    assert main(args) == 1
+    assert "**1 of 2 releases exit 0**" in page.read_text(encoding="utf-8")
+
+
+def test_the_history_page_is_the_commands_output_not_a_hand_edit():
+    """docs/history.md's results are the history command's own block, as it
+    wrote it (README, "Working on it": never edited by hand)."""
+    from pathlib import Path
+
+    from pytest_fsdpcheck.commands.history import block_digest, written_block
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "history.md"
+    found = written_block(page.read_text(encoding="utf-8"))
+    assert found is not None, "docs/history.md has no block written by the history command's --markdown"
+    body, digest = found
+    assert block_digest(body) == digest, "docs/history.md's generated block was edited by hand: run the command again"

@@ -218,6 +218,99 @@ def report_paths(given: list[str]) -> list[Path]:
     return found
 
 
+def from_file(path: Path) -> list[dict]:
+    """The columns of a JSON report, or the results a run of this command
+    wrote (``--json``: a list, one per release, with its install and suite
+    times, which a report alone does not hold)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return from_report(path)  # which says what is wrong in one line
+    if not isinstance(data, list):
+        return from_report(path)
+    results = []
+    for result in data:
+        if not isinstance(result, dict) or not isinstance(result.get("version"), str) or not (
+                isinstance(result.get("matrix"), dict) or "error" in result):
+            raise ReportError(f"{path}: not a pytest-fsdpcheck JSON report, nor a history --json file "
+                              "(a list of releases' results)")
+        results.append({"devices": ["cpu"], **result, "implementation": "torch", "column": result["version"],
+                        "source": str(path)})
+    return results
+
+
+#: the lines around docs/history.md's generated block: everything between is
+#: this command's output, and its digest line says whether a hand changed it
+MARKDOWN_BEGIN = "<!-- begin: written by python -m pytest_fsdpcheck.commands.history --markdown; do not edit -->"
+MARKDOWN_END = "<!-- end of the history command's block -->"
+
+
+def block_digest(lines: list[str]) -> str:
+    import hashlib
+
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def markdown_block(results: list[dict], commit: str, date: str, command: str) -> list[str]:
+    """The generated block: how and when it was made, the table, and what
+    each release cost (install and suite, as the run measured them)."""
+    timed = [r for r in results if isinstance(r.get("suite_s"), (int, float))]
+    body = [f"Written on {date} from a run at commit `{commit}` by:", "", "```bash", command, "```", ""]
+    green = sum(1 for r in results if r.get("exit") == 0)
+    body.append(f"**{green} of {len(results)} releases exit 0** (`--fsdpcheck-strict`, torch's column, CPU).")
+    if timed:
+        suite = sorted(r["suite_s"] / 60 for r in timed)
+        install = sorted(r["install_s"] / 60 for r in timed if isinstance(r.get("install_s"), (int, float)))
+        total = sum(r["suite_s"] + (r["install_s"] if isinstance(r.get("install_s"), (int, float)) else 0)
+                    for r in timed) / 60
+        body.append(f"Cost of one release: {suite[0]:.1f}–{suite[-1]:.1f} min of suite (median "
+                    f"{suite[len(suite) // 2]:.1f})" + (f" and {install[0]:.1f}–{install[-1]:.1f} min of install"
+                                                         if install else "")
+                    + f"; all {len(timed)}: {total:.0f} min of release time, summed (runs side by side take less wall time).")
+    body += ["", "```text", *table(results), "```"]
+    return [MARKDOWN_BEGIN, *body, f"<!-- digest {block_digest(body)} -->", MARKDOWN_END]
+
+
+def replace_block(text: str, block: list[str]) -> str:
+    """``text`` with its generated block replaced by ``block`` (appended
+    where it has none)."""
+    lines = text.splitlines()
+    if MARKDOWN_BEGIN in lines and MARKDOWN_END in lines:
+        start, end = lines.index(MARKDOWN_BEGIN), lines.index(MARKDOWN_END)
+        lines[start:end + 1] = block
+    else:
+        lines += ["", *block]
+    return "\n".join(lines) + "\n"
+
+
+def written_block(text: str) -> tuple[list[str], str] | None:
+    """The generated block's body in ``text`` and the digest it was written
+    with, or None where there is no block."""
+    lines = text.splitlines()
+    if MARKDOWN_BEGIN not in lines or MARKDOWN_END not in lines:
+        return None
+    inner = lines[lines.index(MARKDOWN_BEGIN) + 1:lines.index(MARKDOWN_END)]
+    digest = inner[-1].removeprefix("<!-- digest ").removesuffix(" -->") if inner else ""
+    return inner[:-1], digest
+
+
+def _write_markdown(path: str | None, results: list[dict], commit: str | None, argv) -> None:
+    if not path:
+        return
+    import datetime
+    import shlex
+
+    commit = commit or subprocess.run(["git", "-C", str(PROJECT), "rev-parse", "--short", "HEAD"],
+                                      capture_output=True, text=True).stdout.strip() or "unknown"
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = "python -m pytest_fsdpcheck.commands.history " + shlex.join(words)
+    target = Path(path)
+    text = target.read_text(encoding="utf-8") if target.exists() else ""
+    block = markdown_block(results, commit, datetime.date.today().isoformat(), command)
+    target.write_text(replace_block(text, block), encoding="utf-8")
+    print(f"table written to {target}'s generated block", file=sys.stderr)
+
+
 def from_report(path: Path) -> list[dict]:
     """A report's columns, one per implementation it ran (a kept
     ``--keep-reports`` file or any ``--fsdpcheck-report``), keyed by the
@@ -457,8 +550,12 @@ def main(argv=None) -> int:
                         help="merge the releases run (with --table-from: the reports read) and the known bugs each "
                              "observed into this record (the package's known/observed.json)")
     parser.add_argument("--reports-commit", metavar="COMMIT",
-                        help="with --table-from and --record-observed: the commit the reports were made with "
+                        help="with --table-from, for --record-observed and --markdown: the commit the reports were "
+                             "made with "
                              "(default: this checkout's)")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="also write the table, each release's exit and cost, the date, the commit and this "
+                             "command into PATH's generated block (docs/history.md), replacing the one there")
     parser.add_argument("--html", metavar="PATH",
                         help="also write the invariant x release grid as one self-contained HTML page")
     parser.add_argument("--model", metavar="PKG.MODULE:FACTORY",
@@ -486,11 +583,12 @@ def main(argv=None) -> int:
         return status
     if args.table_from:
         try:
-            results = sorted((c for p in report_paths(args.table_from) for c in from_report(p)), key=_release_key)
+            results = sorted((c for p in report_paths(args.table_from) for c in from_file(p)), key=_release_key)
         except ReportError as exc:
             print(f"{parser.prog}: error: {exc}", file=sys.stderr)
             return 2
         print("\n".join(table(results)))
+        _write_markdown(args.markdown, results, args.reports_commit, argv)
         _write_grid(args.html, results)
         _record_observed(args.record_observed, [r for r in results if r["implementation"] == "torch"],
                          args.reports_commit)
@@ -519,6 +617,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(wheel_dir, ignore_errors=True)
     print("\n".join(table(results)))
+    _write_markdown(args.markdown, results, None, argv)
     _write_grid(args.html, results)
     _record_observed(args.record_observed, results)
     return 0 if all(r.get("exit") == 0 for r in results) else 1
