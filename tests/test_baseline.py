@@ -174,9 +174,10 @@ def test_old_divergence_files_read_as_before(tmp_path):
 
 
 def _session(entries, per_test, declared):
+    from pytest_fsdpcheck.plugin.options import Settings
     from pytest_fsdpcheck.plugin.session import Session
 
-    session = Session(impls={IMPL: None}, devices=["cpu"], profile="ci", seed=None, divergences=entries,
+    session = Session(impls={IMPL: None}, devices=["cpu"], seed=None, settings=Settings(), divergences=entries,
                       torch_version="2.13.0")
     session.matrix.per_test.update(per_test)
     session.matrix.declared_tests.extend(declared)

@@ -7,14 +7,15 @@ import pytest
 from pytest_fsdpcheck.contract import provided_areas
 from pytest_fsdpcheck.core.bugs import active_bugs, known_bugs_of
 from pytest_fsdpcheck.impls import ImplementationError
+from pytest_fsdpcheck.plugin.options import Settings
 from pytest_fsdpcheck.plugin.session import DeferredImplementation, Session, _load
 
 pytestmark = pytest.mark.unit
 
 
 def _controller(*specs):
-    return Session(impls={s: DeferredImplementation(s, 30.0) for s in specs}, devices=[], profile="ci",
-                   seed=None, torch_version="0.0.0", deferred=True)
+    return Session(impls={s: DeferredImplementation(s, 30.0) for s in specs}, devices=[], seed=None,
+                   settings=Settings(), torch_version="0.0.0", deferred=True)
 
 
 def test_a_missing_module_is_refused_without_importing_it():
@@ -27,8 +28,8 @@ def test_a_missing_module_is_refused_without_importing_it():
 def test_what_a_worker_loaded_is_what_the_controller_reports():
     import torch
 
-    worker = Session(impls={s: _load(s, 30.0) for s in ("torch", "reference")}, devices=["cpu"], profile="ci",
-                     seed=None, torch_version=torch.__version__)
+    worker = Session(impls={s: _load(s, 30.0) for s in ("torch", "reference")}, devices=["cpu"], seed=None,
+                     settings=Settings(), torch_version=torch.__version__)
     controller = _controller("torch", "reference")
     assert controller.awaiting_workers()
     controller.learn(worker.loaded())

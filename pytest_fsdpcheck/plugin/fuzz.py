@@ -129,7 +129,6 @@ class Plan:
     """What this process runs: its machine's part and its worker's shard."""
 
     seed: int
-    profile: str = "fuzz"
     machine: int = 0  # 0-based
     machines: int = 1
     workers: int = 1  # shards per property on this machine
@@ -531,6 +530,8 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
     budget, round after round until its share of the time is spent."""
     from hypothesis import Phase, settings
 
+    from ..core import profiles
+
     fn = item.obj
     args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     fn.hypothesis.inner_test._hypothesis_internal_add_digest = database_key(item)
@@ -538,7 +539,7 @@ def run_property(item, plan: Plan, slicer: Slicer | None) -> None:
     stream = plan.stream(shard)
     item._fsdpcheck_replay = (
         f"seed {plan.seed}, stream {stream + 1}/{plan.streams}; replay on one process: "
-        f"pytest --fsdpcheck --fsdpcheck-profile {plan.profile} "
+        f"pytest --fsdpcheck --fsdpcheck-profile {profiles.active()} "
         f"{plan.replay_args(shard)}" + (f" --fsdpcheck-fuzz-time {plan.budget_s:g}s" if plan.budget_s else "")
         + " (the example database replays the failing example first)"
     )

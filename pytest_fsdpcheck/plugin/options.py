@@ -144,25 +144,26 @@ WRITTEN_BY = tuple(option.flag for option in OPTIONS if option.writes)
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option's value, parsed and validated."""
+    """Every option's value, parsed and validated; each default is what a
+    run given no option gets (``read_settings``)."""
 
-    impl_specs: tuple[str, ...]  # empty: the default (torch and installed entry points)
-    model_specs: tuple[str, ...]  # empty: every installed model entry point
-    device: str
-    profile: str
-    seed: int | None  # as given; the session draws one for dev/fuzz when None
-    divergences: str | None
-    known_bugs: bool
-    report: str | None
-    html: str | None
-    junit: str | None
-    timeout_s: float
-    plan_examples: int
-    world_size: int | None
-    strict: bool
-    fuzz_time_s: float | None
-    shard: tuple[int, int]  # (machine, machines), 0-based machine
-    database: str | None  # a URL or an absolute folder
+    impl_specs: tuple[str, ...] = ()  # empty: the default (torch and installed entry points)
+    model_specs: tuple[str, ...] = ()  # empty: every installed model entry point
+    device: str = "auto"
+    profile: str = "ci"
+    seed: int | None = None  # as given; the session draws one for dev/fuzz when None
+    divergences: str | None = None
+    known_bugs: bool = True
+    report: str | None = None
+    html: str | None = None
+    junit: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    plan_examples: int = DEFAULT_PLAN_EXAMPLES
+    world_size: int | None = None
+    strict: bool = False
+    fuzz_time_s: float | None = None
+    shard: tuple[int, int] = (0, 1)  # (machine, machines), 0-based machine
+    database: str | None = None  # a URL or an absolute folder
     baseline: str | None = None  # a divergence file whose findings fail the run
     write_baseline: str | None = None  # where to write this run's FAIL cells
 

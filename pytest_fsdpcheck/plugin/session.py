@@ -19,33 +19,22 @@ from .options import Settings
 class Session:
     impls: dict  # spec -> implementation object
     devices: list[str]
-    profile: str
     seed: int | None
+    #: what the options asked for, held here once: the session reads them, never copies them
+    settings: Settings
     divergences: list = field(default_factory=list)
     divergence_files: list[str] = field(default_factory=list)
     #: entries whose `until` torch release is installed: they mask nothing and are findings
     expired_entries: list = field(default_factory=list)
-    write_baseline: str | None = None  # --fsdpcheck-write-baseline PATH
     baseline_written: str | None = None  # the summary's line on it, once the run is over
-    strict: bool = False
-    report_path: str | None = None
-    html_path: str | None = None  # --fsdpcheck-html
-    junit_path: str | None = None  # --fsdpcheck-junit
     matrix: Matrix = field(default_factory=Matrix)
     matched_entries: set = field(default_factory=set)
     torch_version: str = ""
-    known_bugs: bool = True
     #: (implementation, invariant) pairs with a test deselected (-k, node ids):
     #: no stale, unexpected-pass or not-reproduced verdict is drawn for them
     deselected: set = field(default_factory=set)
     #: interrupted or stopped early (-x): nothing is judged stale or fixed
     incomplete: bool = False
-    #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
-    world_size: int | None = None
-    #: --fsdpcheck-timeout (one implementation call's limit; FS2-9's ranks scale it)
-    timeout_s: float = 60.0
-    #: --fsdpcheck-plan-examples: FS2-9 configurations drawn per factory
-    plan_examples: int = 1
     #: seed streams, shards and time budget (dev/fuzz profiles)
     plan: object = None
     database: str | None = None  # where failing examples are kept, as the header says it
@@ -74,6 +63,22 @@ class Session:
     #: what the judge, the profiles, the tallies and the stop file keep while
     #: the run goes on: current (run_state.current) from configure to unconfigure
     run: RunState = field(default_factory=RunState)
+
+    # The options the rest of the plugin and the report read, by the names
+    # they read them by; their one home is ``settings``.
+    profile = property(lambda self: self.settings.profile)
+    strict = property(lambda self: self.settings.strict)
+    known_bugs = property(lambda self: self.settings.known_bugs)
+    report_path = property(lambda self: self.settings.report)
+    html_path = property(lambda self: self.settings.html)
+    junit_path = property(lambda self: self.settings.junit)
+    write_baseline = property(lambda self: self.settings.write_baseline)
+    #: --fsdpcheck-world-size; None: the device's default (see world_size_for)
+    world_size = property(lambda self: self.settings.world_size)
+    #: --fsdpcheck-timeout (one implementation call's limit; FS2-9's ranks scale it)
+    timeout_s = property(lambda self: self.settings.timeout_s)
+    #: --fsdpcheck-plan-examples: FS2-9 configurations drawn per factory
+    plan_examples = property(lambda self: self.settings.plan_examples)
 
     def loaded(self) -> dict:
         """What a worker loaded, for its controller (plain data: execnet)."""
@@ -246,21 +251,12 @@ def _build(config, settings: Settings) -> Session:
         models=models,
         impls=impls,
         devices=devices,
-        profile=settings.profile,
         seed=seed,
+        settings=settings,
         divergences=entries,
         divergence_files=files,
         expired_entries=expired,
-        write_baseline=settings.write_baseline,
-        strict=settings.strict,
-        report_path=settings.report,
-        html_path=settings.html,
-        junit_path=settings.junit,
         torch_version=torch_version,
-        known_bugs=settings.known_bugs,
-        world_size=settings.world_size,
-        timeout_s=settings.timeout_s,
-        plan_examples=settings.plan_examples,
         plan=_fuzz_plan(config, settings, seed),
         started=time.time(),
         started_cpu=time.process_time(),
@@ -341,7 +337,7 @@ def _fuzz_plan(config, settings: Settings, seed):
     # the controller counts the workers it will start (for the header and report)
     workers = worker.get("workercount") or (config.getoption("numprocesses") if xdist_controller(config) else 1)
     machine, machines = settings.shard
-    return Plan(seed, settings.profile, machine, machines, workers, budget, deadline,
+    return Plan(seed, machine, machines, workers, budget, deadline,
                 clock_path=worker.get("fsdpcheck_clock"))
 
 
