@@ -565,15 +565,9 @@ def _holds(bug, form, version: str) -> bool:
 def case_of(spec: str):
     """The case a ``pkg.module:factory`` name builds, with each declared
     strategy's simplest value (as the plugin validates it)."""
-    from .model import build_case, load_factory, strategies_of
+    from .model import simplest_case
 
-    factory = load_factory(spec)
-    kwargs = {}
-    if strategies_of(factory):
-        from hypothesis import find
-
-        kwargs = {name: find(strategy, lambda _value: True) for name, strategy in strategies_of(factory).items()}
-    return build_case(factory, **kwargs)
+    return simplest_case(spec)
 
 
 #: how many of a drawn factory's configurations exposure replays: the simplest

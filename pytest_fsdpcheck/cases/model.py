@@ -479,6 +479,14 @@ def validate_case_spec(spec: str) -> list[str]:
     for a factory that cannot be loaded or called or returns the wrong
     type; returns one-line problems of the case (module names the model
     does not have), empty when it is usable."""
+    case = simplest_case(spec)
+    return [f"model {spec!r}: {p}" for p in case_problems(case)]
+
+
+def simplest_case(spec: str) -> ModelCase:
+    """The case the factory ``spec`` names builds with each declared
+    strategy's simplest value (Hypothesis' ``find``): what the plugin
+    validates at start and what the command-line tools describe."""
     factory = load_factory(spec)
     kwargs = {}
     for name, strategy in strategies_of(factory).items():
@@ -488,5 +496,4 @@ def validate_case_spec(spec: str) -> list[str]:
             kwargs[name] = find(strategy, lambda _value: True)
         except Exception as exc:  # noqa: BLE001 - a strategy that cannot draw
             raise CaseError(f"model {spec!r}: the strategy for {name!r} cannot draw: {_one_line(exc)}") from None
-    case = build_case(factory, **kwargs)
-    return [f"model {spec!r}: {p}" for p in case_problems(case)]
+    return build_case(factory, **kwargs)
