@@ -218,3 +218,10 @@ def test_the_history_page_is_the_commands_output_not_a_hand_edit():
     assert found is not None, "docs/history.md has no block written by the history command's --markdown"
     body, digest = found
     assert block_digest(body) == digest, "docs/history.md's generated block was edited by hand: run the command again"
+
+
+def test_known_bugs_past_the_alphabet_get_two_letters():
+    """Over 26 known bugs in one table (33 across the sixteen releases): AA, AB, …, never '[' or '\\'."""
+    from pytest_fsdpcheck.commands.history import _letter
+
+    assert [_letter(i) for i in (0, 25, 26, 27, 51, 52)] == ["A", "Z", "AA", "AB", "AZ", "BA"]

@@ -132,10 +132,15 @@ def run_release(version: str, jobs: int, wheel: Path, keep_dir: Path | None = No
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _letter(n: int) -> str:
+    """A, B, … Z, then AA, AB, …: a known bug's label in the table."""
+    return (_letter(n // 26 - 1) if n >= 26 else "") + chr(ord("A") + n % 26)
+
+
 def cell(entry: dict, letters: dict) -> str:
     outcome = entry.get("outcome")
     if outcome == "known":
-        return "known " + ",".join(sorted(letters.setdefault(b, chr(ord("A") + len(letters))) for b in entry.get("known", [])))
+        return "known " + ",".join(sorted(letters.setdefault(b, _letter(len(letters))) for b in entry.get("known", [])))
     return _symbol(outcome)
 
 
