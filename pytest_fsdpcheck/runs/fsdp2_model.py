@@ -179,6 +179,7 @@ def oracle(built: BuiltFsdp2, calls) -> dict:
     ignored = sorted(built.labels(built.ignored or ()))
     return {"calls": per_call, "flagged": sorted(f"m{i}" for i in flagged), "ignored": ignored}
 
+
 def _modules_in_order(root) -> list:
     seen, order, stack = set(), [], [root]
     while stack:
