@@ -227,12 +227,9 @@ def from_file(path: Path) -> list[dict]:
     """The columns of a JSON report, or the results a run of this command
     wrote (``--json``: a list, one per release, with its install and suite
     times, which a report alone does not hold)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return from_report(path)  # which says what is wrong in one line
+    data = _read_json(path)
     if not isinstance(data, list):
-        return from_report(path)
+        return _report_columns(path, data)
     results = []
     for result in data:
         if not isinstance(result, dict) or not isinstance(result.get("version"), str) or not (
@@ -316,16 +313,23 @@ def _write_markdown(path: str | None, results: list[dict], commit: str | None, a
     print(f"table written to {target}'s generated block", file=sys.stderr)
 
 
-def from_report(path: Path) -> list[dict]:
-    """A report's columns, one per implementation it ran (a kept
-    ``--keep-reports`` file or any ``--fsdpcheck-report``), keyed by the
-    report's own header: torch release, implementation, devices."""
+def _read_json(path: Path):
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def from_report(path: Path) -> list[dict]:
+    """A report's columns, one per implementation it ran (a kept
+    ``--keep-reports`` file or any ``--fsdpcheck-report``), keyed by the
+    report's own header: torch release, implementation, devices."""
+    return _report_columns(path, _read_json(path))
+
+
+def _report_columns(path: Path, data) -> list[dict]:
     header = data.get("header") if isinstance(data, dict) else None
     if not isinstance(header, dict) or not isinstance(header.get("torch"), str) or not isinstance(data.get("matrix"), dict):
         raise ReportError(f"{path}: not a pytest-fsdpcheck JSON report (no header.torch or matrix)")

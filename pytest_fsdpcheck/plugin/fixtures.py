@@ -70,7 +70,7 @@ class SuiteRun:
         return the exception to raise."""
         from ..checks import EnvironmentFault
 
-        self._node.user_properties.append((PROP_ENVIRONMENT, why))
+        self.mark_environment(why)
         return EnvironmentFault(why)
 
     def mark_environment(self, why: str) -> None:
