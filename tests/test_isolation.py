@@ -592,6 +592,40 @@ def test_a_library_importing_a_module_met_before_is_not_excused(importable, monk
     assert isolation.leaks(before, isolation._process_state(), imported) == ["environ (FSDPCHECK_RUNS)"]
 
 
+def test_a_library_reloading_what_was_imported_as_its_import_began_is_still_excused(importable, monkeypatch):
+    """setuptools' first import clears ``distutils`` from ``sys.modules`` and
+    imports its own under that name, then extends ``sys.path``: CI at
+    11eda4f charged FS2-9 with setuptools' vendored folder in a worker that
+    held ``distutils`` but not yet setuptools. What the import itself pops
+    and loads again (a module, or a file under another name) is one of its
+    steps; one popped before the import began still voids the excuse
+    (the test above)."""
+    import importlib
+    import sys
+
+    from pytest_fsdpcheck.plugin import isolation
+
+    monkeypatch.delenv("FSDPCHECK_RUNS", raising=False)
+    monkeypatch.delenv("FSDPCHECK_FILE_RUNS", raising=False)
+    importable("counts_runs_reloaded", COUNTS.format(var="FSDPCHECK_RUNS"))
+    inner = importable("vendoring_pkg.counts_inner", COUNTS.format(var="FSDPCHECK_FILE_RUNS"))
+    importable("reloads_at_import", "import importlib, sys\n"
+                                    "sys.modules.pop('counts_runs_reloaded')\n"
+                                    "importlib.import_module('counts_runs_reloaded')\n"
+                                    f"sys.path.append({str(inner.parent)!r})\n"
+                                    "import counts_inner\n")
+    importlib.import_module("counts_runs_reloaded")
+    importlib.import_module("vendoring_pkg.counts_inner")
+    before = isolation._process_state()
+    try:
+        with isolation.FirstImports() as imported:
+            importlib.import_module("reloads_at_import")
+        assert isolation.leaks(before, isolation._process_state(), imported) == []
+    finally:
+        sys.modules.pop("counts_inner", None)
+        sys.path[:] = [p for p in sys.path if p != str(inner.parent)]
+
+
 def _change_verdict_state():
     import sys
 

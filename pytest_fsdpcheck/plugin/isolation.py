@@ -541,6 +541,11 @@ class ImportHistory:
         self.files.update(f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if isinstance(f, str))
 
 
+def _name_and_file(spec) -> set[str]:
+    origin = spec.origin if getattr(spec, "has_location", False) else None
+    return {spec.name, origin} - {None}
+
+
 class FirstImports:
     """Watches the third-party libraries first imported while a test runs.
 
@@ -581,6 +586,9 @@ class FirstImports:
         self._bootstrap = self._real = None
         self._reading = False  # inside an excused import whose changes are being read
         self._voided = False  # ... that imported something not excused
+        self._present_at_start: dict = {}  # ... the modules imported when it began
+        self._present_files: set[str] | None = None  # ... their files, once read
+        self._loaded_within: set[str] = set()  # ... the names and files it has loaded so far
         self._files_read = False
 
     def __enter__(self):
@@ -612,20 +620,46 @@ class FirstImports:
                 return False
         return True
 
+    def _reloaded_by_the_import(self, spec) -> bool:
+        """Whether a module met before is loaded again by the excused import's
+        own code: one imported when that import began (so nothing but the
+        import itself can have removed it), or one it loaded already (its
+        file under another name). setuptools does both on its first import:
+        it clears ``distutils`` from ``sys.modules`` and imports its own
+        under that name. One removed before the import began (an
+        implementation popping it so a library runs it again) still voids."""
+        origin = spec.origin if getattr(spec, "has_location", False) else None
+        if self.own.holds(spec.name, origin):
+            return False
+        if spec.name in self._present_at_start or spec.name in self._loaded_within:
+            return True
+        return origin is not None and (origin in self._loaded_within or origin in self._files_at_start())
+
+    def _files_at_start(self) -> set[str]:
+        # read only when a file met before is loaded again, as the excused import's step
+        if self._present_files is None:
+            files = (getattr(m, "__file__", None) for m in self._present_at_start.values())
+            self._present_files = {f for f in files if isinstance(f, str)}
+        return self._present_files
+
     def _loading(self, spec):
         first = self._first_import(spec)
         if self._reading:
-            self._voided = self._voided or not first
+            self._voided = self._voided or not (first or self._reloaded_by_the_import(spec))
+            self._loaded_within.update(_name_and_file(spec))
             return self._loaded(spec)
         if not first:
             return self._loaded(spec)
         drawn = [(put, get()) for get, put in _generator_objects()]
         before = _import_visible()
+        self._present_at_start, self._loaded_within = dict(sys.modules), _name_and_file(spec)
+        self._present_files = None
         self._reading, self._voided = True, False
         try:
             return self._loaded(spec)
         finally:
             self._reading = False
+            self._present_at_start, self._loaded_within, self._present_files = {}, set(), None
             if not self._voided:
                 for put, state in drawn:
                     put(state)
