@@ -307,7 +307,7 @@ def test_linear_growth_deep_ignored(fsdpcheck_impl):
 
 
 def _require_cpu_runtime() -> None:
-    """FS2-12 and FS2-13 take a step on a CPU rank (gloo): n/p by release
+    """FS2-12, FS2-13 and FS2-14 take a step on a CPU rank (gloo): n/p by release
     where fully_shard's runtime does not run there (provided.py)."""
     from pytest_fsdpcheck.core.provided import expected_provided, first_release, installed_torch
 
@@ -366,3 +366,31 @@ def test_gradient_sync_scope(fsdpcheck_impl, case):
             snippet(fsdpcheck_impl, [f"violations = _sync_scope_violations(impl, {case!r})"],
                     ["assert not violations, violations"],
                     imports=["from pytest_fsdpcheck.conformance.test_fsdp2 import _sync_scope_violations"]))
+
+
+def _inplace_output_violations(impl, case) -> list:
+    """FS2-14's records of ``case`` for ``impl``, judged; where its step
+    failed, the same step driven by torch's own walk is its second opinion."""
+    from pytest_fsdpcheck.checks.fsdp2 import check_inplace_output
+    from pytest_fsdpcheck.impls import load_implementation
+    from pytest_fsdpcheck.runs.inplace_output import control_case, run_case
+
+    with world_of_one() as mesh:
+        got = run_case(case, impl.fsdp2, mesh)
+        torch_own = None
+        if "error" in got and getattr(impl, "_fsdpcheck_spec", None) != "torch":
+            torch_own = run_case(case, load_implementation("torch").fsdp2, mesh)
+    return check_inplace_output(got, control_case(case), torch_own)
+
+
+@pytest.mark.invariant("FS2-14")
+@pytest.mark.parametrize("case", ["view-resharded", "view-kept"])
+def test_inplace_output_step(fsdpcheck_impl, case):
+    """A residual block's caller adds into the view the block's group
+    returned (``out += skip``), the group resharded after forward or kept:
+    the step's output and gradients are the unsharded model's."""
+    _require_cpu_runtime()
+    conform(fsdpcheck_impl, _inplace_output_violations(fsdpcheck_impl, case),
+            snippet(fsdpcheck_impl, [f"violations = _inplace_output_violations(impl, {case!r})"],
+                    ["assert not violations, violations"],
+                    imports=["from pytest_fsdpcheck.conformance.test_fsdp2 import _inplace_output_violations"]))

@@ -1,6 +1,7 @@
 """The FSDP2 checks in a world of one rank: FS2-12 (a group's frozen
 parameters of other dtypes through a mixed-precision step), FS2-13 (how far
-turning gradient reduction off reaches) and FS2-7's lifetime: the checkers
+turning gradient reduction off reaches), FS2-14 (a returned view written
+into in place) and FS2-7's lifetime: the checkers
 on records, the known bugs' signatures as narrow as the bugs, and faults
 planted in torch itself that its column must FAIL."""
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from pytest_fsdpcheck.checks import Violation
-from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step, check_sync_scope
+from pytest_fsdpcheck.checks.fsdp2 import check_frozen_step, check_inplace_output, check_sync_scope
 from pytest_fsdpcheck.impls.torch_bugs import TORCH_BUGS
 from tests.demands import demand_torch_failures
 from tests.helpers import PLANTED_RUN
@@ -22,6 +23,8 @@ ASSERTED_IN_TORCH = {"tests.planted.torch_faults:FrozenDtypesAsserted": ("FS2-12
 CAST_IN_TORCH = {"tests.planted.torch_faults:IntParamCast": ("FS2-12", "test_frozen_params_step and index")}
 KEPT = {"tests.planted.torch_faults:ComposableStateKeepsModules": ("FS2-7", "test_fully_shard_flags")}
 SYNC_EVERYWHERE = {"tests.planted.torch_faults:GradientSyncIgnoresRecurse": ("FS2-13", "test_gradient_sync_scope")}
+KEPT_RESHARDED = {"tests.planted.torch_faults:ReshardAfterForwardIgnored": ("FS2-14", "test_inplace_output_step")}
+KEPT_SCALED = {"tests.planted.torch_faults:ReduceScatterScalesTenPercent": ("FS2-14", "test_inplace_output_step and kept")}
 
 
 def _record(case="frozen-low-base", **extra):
@@ -131,3 +134,63 @@ def test_the_sync_scope_check_names_both_directions():
     assert "[1.weight] got a reduced gradient though their group's reduction was turned off" in v.message
     (v,) = check_sync_scope({"case": "root-only", "grads": {**grads, "0.weight": torch.zeros(2)}}, control)
     assert "the gradient of 0.weight is not the control's" in v.message
+
+
+def _inplace(case="view-kept", **extra):
+    return {"case": case, "output": torch.ones(4, 2), "grads": {"block.lin0.weight": torch.ones(8, 8)}, **extra}
+
+
+SET_STORAGE = ("RuntimeError", "setStorage: sizes [8, 8], strides [8, 1], storage offset 0, and itemsize 4 requiring "
+                               "a storage size of 256 are out of bounds for storage of size 0")
+
+
+@pytest.mark.unit
+def test_the_inplace_output_check_names_each_departure():
+    control = _inplace()
+    assert check_inplace_output(_inplace(), control) == []
+    (v,) = check_inplace_output(_inplace(output=torch.ones(4, 2) * 1.5), control)
+    assert v.invariant == "FS2-14" and v.message.startswith("view-kept: the output differs from the control's by 0.5 "
+                                                            "(tolerance 1.1e-05: 1e-05 of its largest entry + 1e-06)")
+    (v,) = check_inplace_output(_inplace(grads={"block.lin0.weight": None}), control)
+    assert v.message == "view-kept: the gradient of block.lin0.weight is missing, the control's of shape (8, 8)"
+    (v,) = check_inplace_output(_inplace(grads={"block.lin0.weight": torch.ones(8)}), control)
+    assert "is of shape (8,), the control's of shape (8, 8)" in v.message
+    (v,) = check_inplace_output(_inplace("view-resharded", error=SET_STORAGE), control, {"error": ("RuntimeError", "x")})
+    assert v.error == SET_STORAGE and v.message.endswith("; torch's own walk: raises RuntimeError: x")
+
+
+@pytest.mark.unit
+def test_the_inplace_view_signature_is_the_resharded_cases_freed_storage_alone():
+    dropped = BUGS["fs2-inplace-view-hook-dropped"].predicate
+    control = _inplace()
+    (resharded,) = check_inplace_output(_inplace("view-resharded", error=SET_STORAGE), control)
+    assert dropped([resharded])
+    # the kept case never frees the storage: the same error there is another bug
+    (kept,) = check_inplace_output(_inplace("view-kept", error=SET_STORAGE), control)
+    assert not dropped([kept])
+    # another error, or one torch's own walk does not share, is not it
+    (other,) = check_inplace_output(_inplace("view-resharded", error=("RuntimeError", "gloo: connection closed")), control)
+    assert not dropped([other])
+    (alone,) = check_inplace_output(_inplace("view-resharded", error=SET_STORAGE), control, {"output": None})
+    assert not dropped([alone])
+    # nothing may fail beside it, nor may it be another invariant's
+    (wrong,) = check_inplace_output(_inplace(output=torch.ones(4, 2) * 2), control)
+    assert not dropped([resharded, wrong])
+    assert not dropped([Violation("FS2-12", resharded.message, error=SET_STORAGE)])
+
+
+@pytest.mark.kill
+def test_torch_resharding_a_kept_group_fails_fs2_14_beside_the_known_bug(run_faulted):
+    """reshard_after_forward=False ignored: the kept case's backward reads
+    freed storage with the known bug's own error, and the known bug is the
+    resharded case's alone."""
+    result, report = run_faulted(KEPT_RESHARDED)
+    demand_torch_failures(result, report, KEPT_RESHARDED)
+
+
+@pytest.mark.kill
+def test_torch_scaling_the_kept_groups_gradients_fails_fs2_14(run_faulted):
+    """A reduction ten percent off where the in-place add runs: a wrong
+    gradient, no error, is FS2-14's FAIL."""
+    result, report = run_faulted(KEPT_SCALED)
+    demand_torch_failures(result, report, KEPT_SCALED)

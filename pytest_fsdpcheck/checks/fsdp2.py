@@ -471,6 +471,46 @@ def _step_outcome(result: dict) -> str:
     return "runs the step"
 
 
+#: FS2-14's fp32 step at one rank: FSDP2's reduction there only copies, so
+#: the gradients are the control's but for the order of a sum or two
+INPLACE_RTOL, INPLACE_ATOL = 1e-5, 1e-6
+
+
+def check_inplace_output(got: dict, control: dict, torch_own: dict | None = None) -> list[Violation]:
+    """FS2-14 on one case's records (``runs/inplace_output``): the step whose
+    caller wrote into the view a group returned raised nothing, and its
+    output and every gradient are the unsharded control's. ``torch_own``:
+    the same step driven by torch's own walk, named beside a failure (a
+    second opinion, never the verdict)."""
+    case = got["case"]
+    if "error" in got:
+        kind, text = got["error"]
+        if torch_own is None or torch_own.get("error") == got["error"]:
+            beside = ", as torch's own walk does in the same run"
+        else:
+            beside = f"; torch's own walk: {_step_outcome(torch_own)}"
+        return [Violation("FS2-14", f"{case}: an in-place add into the view a fully_shard group returned, then one "
+                                    f"step, raised {kind}: {text}{beside}", error=(kind, text))]
+    out = []
+    pairs = [("the output", got["output"], control["output"])]
+    pairs += [(f"the gradient of {name}", got["grads"].get(name), grad) for name, grad in control["grads"].items()]
+    for what, mine, theirs in pairs:
+        if mine is None or theirs is None or mine.shape != theirs.shape:
+            if not (mine is None and theirs is None):
+                out.append(Violation("FS2-14", f"{case}: {what} is {_shape_of(mine)}, the control's {_shape_of(theirs)}"))
+            continue
+        tolerance = INPLACE_ATOL + INPLACE_RTOL * (theirs.abs().max().item() if theirs.numel() else 0.0)
+        difference = (mine - theirs).abs().max().item() if mine.numel() else 0.0
+        if difference > tolerance:
+            out.append(Violation("FS2-14", f"{case}: {what} differs from the control's by {difference:.3g} (tolerance "
+                                           f"{tolerance:.3g}: {INPLACE_RTOL:g} of its largest entry + {INPLACE_ATOL:g})"))
+    return out
+
+
+def _shape_of(tensor) -> str:
+    return "missing" if tensor is None else f"of shape {tuple(tensor.shape)}"
+
+
 def check_sync_scope(got: dict, control: dict) -> list[Violation]:
     """FS2-13 on one case's records (``runs/sync_scope``): no error; every
     parameter of a group asked to stop reducing has no sharded gradient

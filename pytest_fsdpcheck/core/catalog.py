@@ -67,6 +67,7 @@ INVARIANTS: dict[str, str] = {
     "FS2-11": "every rank of a real world manages the same modules and parameters in each fully_shard call",
     "FS2-12": "a group's frozen parameters of other dtypes (a bf16 base, an integer index) take a mixed-precision step as the control does",
     "FS2-13": "turning a group's gradient reduction off (set_requires_gradient_sync) reaches exactly the groups asked",
+    "FS2-14": "a view a group returns, written into in place by its caller, takes the step the unsharded model takes",
     # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own
     # mistakes, each the user's (a case error naming the factory, exit 11),
     # never a cell in an implementation's column

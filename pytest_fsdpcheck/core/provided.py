@@ -132,6 +132,7 @@ INVARIANT_FEATURE: dict[str, str] = {
     "FS2-11": "fsdp2.ignored_params",
     "FS2-12": "fsdp2.cpu_runtime",
     "FS2-13": "fsdp2.cpu_runtime",
+    "FS2-14": "fsdp2.cpu_runtime",
 }
 
 

@@ -120,10 +120,11 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
         return None
     ids = ", ".join(bug.id for bug in bugs)
     if all(bug in FULLY_SHARD_RUNTIME_BUGS for bug in bugs):
-        # in fully_shard's runtime, which FS2-9 drives with any walk: whose
-        # walk it is does not matter, and torch's other bugs are not its own
+        # in fully_shard's runtime, which the FSDP2 steps drive with any walk:
+        # whose walk it is does not matter, and torch's other bugs are not its own
         return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives, in fully_shard's runtime, which "
-                f"FS2-9 drives with this walk as with torch's; an implementation meets it there too and can declare "
+                f"the FSDP2 steps (FS2-9, FS2-12 … FS2-14) drive with this walk as with torch's; an implementation "
+                f"meets it there too and can declare "
                 f"it: known_bugs = FULLY_SHARD_RUNTIME_BUGS (from pytest_fsdpcheck.impls.torch_bugs) "
                 f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
     return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives; an implementation that runs "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 
 from pytest_fsdpcheck.contract import Implementation
+from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
 from pytest_fsdpcheck.reference.fsdp2 import (
     ReferenceFsdp2,
     descendants,
@@ -321,13 +322,15 @@ class _RankDisagrees(ReferenceFsdp2):
             del managed[0]._fsdp_use_orig_params
 
 
-def _impl(cls):
+def _impl(cls, known_bugs=()):
     class Planted(Implementation):
         name = cls.__name__.lstrip("_")
 
         def __init__(self):
             self.fsdp2 = cls()
 
+    if known_bugs:
+        Planted.known_bugs = known_bugs
     Planted.__name__ = Planted.__qualname__ = Planted.name
     return Planted
 
@@ -351,7 +354,8 @@ NoFlags = _impl(_NoFlags)
 KeepsModules = _impl(_KeepsModules)
 RefusesStages = _impl(_RefusesStages)
 NoConflictCheck = _impl(_NoConflictCheck)
-FirstFullyShard = _impl(_FirstFullyShard)
+# it drives torch's fully_shard runtime, as every walk does in the steps
+FirstFullyShard = _impl(_FirstFullyShard, known_bugs=FULLY_SHARD_RUNTIME_BUGS)
 PaddingFirst = _impl(_PaddingFirst)
 LastRowMissing = _impl(_LastRowMissing)
 RankDisagrees = _impl(_RankDisagrees)

@@ -627,6 +627,24 @@ class GradientSyncIgnoresRecurse:
         FSDPModule.set_requires_gradient_sync = every_group
 
 
+class ReshardAfterForwardIgnored:
+    """FS2-14, next to torch's known ``fs2-inplace-view-hook-dropped``: a
+    group told ``reshard_after_forward=False`` reshards after its forward
+    all the same. On its own a slower step; beside the dropped pre-backward
+    hook, the kept case's backward reads freed storage too, with the known
+    bug's very error. The known bug is the resharded case's alone: the kept
+    case's cell must read FAIL."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+        def always(self):
+            self._to_sharded()
+
+        _fsdp_param_group.FSDPParamGroup.reshard = always
+
+
 class NoSyncBackwardLosesGradients:
     """FS2-9 killer of the framework's accumulation: a backward run with
     gradient sync off (``set_requires_gradient_sync(False)``, every
