@@ -82,8 +82,10 @@ OPEN_ROWS: tuple[OpenBug, ...] = (
         "never all-gathers its parameters and reads freed storage (\"setStorage: ... storage of size 0\").",
         upstream=("pytorch/pytorch#181832", "pytorch/pytorch#181850"),
         status="closed by a warning-only PR (2026-05-05); the behaviour remains",
-        invariants=("FS2-9",),
+        invariants=("FS2-14",),
         measured=(("2.12.1", "reproduced"), ("2.15.0", "reproduced")),
+        # found by FS2-14's residual block (a returned view written into in place), resharded case
+        known="fs2-inplace-view-hook-dropped",
     ),
     OpenBug(
         id="fs2-unused-params-graphs-differ",
