@@ -521,7 +521,7 @@ def test_fs2_frozen_mp_latched_reads_only_the_mixed_steps_error_on_every_rank():
     does in the same run, and nothing else: one rank only, an error torch's
     own walk does not share or fails otherwise, another error, the silent
     form (a wrong gradient) or any finding beside it is not that bug."""
-    from pytest_fsdpcheck.impls.torch_bugs import _mixed_step_latched as explains
+    from pytest_fsdpcheck.impls.torch_bug_signatures import mixed_step_latched as explains
 
     both = [_latched(0), _latched(1)]
     assert explains(both)
@@ -568,7 +568,7 @@ def test_fs2_grouped_module_reused_reads_only_the_pairs_two_gradients_and_the_un
     third wrong gradient, another parameter on one rank, a rank or mode
     without it, the silent bf16 form, another error or an error torch's own
     walk does not share is not that bug."""
-    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused as explains
+    from pytest_fsdpcheck.impls.torch_bug_signatures import grouped_module_reused as explains
 
     run = _reused_run()
     assert explains(run) and explains(_reused_run(second=0))  # torchrun: its own world only
@@ -613,11 +613,11 @@ def test_fs2_grouped_module_reused_summed_reads_both_bugs_and_nothing_more():
     Neither bug's signature alone reads it; a factor other than the world
     size, a summed gradient torch's own walk does not share, one on one
     rank only, or the grouped lines missing, is not these two bugs."""
-    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused
-    from pytest_fsdpcheck.impls.torch_bugs import _grouped_module_reused_summed as explains
+    from pytest_fsdpcheck.impls.torch_bug_signatures import grouped_module_reused
+    from pytest_fsdpcheck.impls.torch_bug_signatures import grouped_module_reused_summed as explains
 
     run = _reused_summed_run()
-    assert explains(run) and not _grouped_module_reused(run)
+    assert explains(run) and not grouped_module_reused(run)
     assert not explains(_reused_run())  # no gradient summed: fs2-grouped-module-reused alone
     assert not explains([v for v in run if "bf16" not in v.message])
     assert not explains(run + [_summed_line(None, 0, "eager", "m3.w0")])  # one more summed on one rank only
@@ -689,7 +689,9 @@ def test_fs2_gloo_grads_summed_reads_the_second_world_exactly():
     eager step it takes), nothing less and nothing beside it: a rank
     missing, a compiled finding the second world cannot make, or a stale
     shard after the step is not that bug."""
-    from pytest_fsdpcheck.impls.torch_bugs import _sharded_gradients_summed_on_gloo as explains
+    from pytest_fsdpcheck.impls.torch_bug_signatures import (
+        sharded_gradients_summed_on_gloo as explains,
+    )
 
     runner = [_summed("", r, m, 2) for r in (0, 1) for m in ("eager", "compiled")]
     second = [_summed("world size 3, ", r, "eager", 3) for r in (0, 1, 2)]

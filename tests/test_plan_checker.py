@@ -271,7 +271,7 @@ def test_fs2_unused_params_graphs_differ_reads_only_a_plan_keeping_fsdp2s_per_ra
     FSDP2 documents. A module some rank does not call (the routed experts'
     shape, which torch handles), another error, one rank only, or another
     invariant is not this bug."""
-    from pytest_fsdpcheck.impls.torch_bugs import _unused_params_graphs_differ as explains
+    from pytest_fsdpcheck.impls.torch_bug_signatures import unused_params_graphs_differ as explains
 
     keeps = ("(the ranks' batches reach different parameters aux.weight only on rank 0, aux.bias only on rank 0; "
              "the plan calls every group's module on every rank and reduces unused parameters, as FSDP2 documents "

@@ -467,8 +467,8 @@ def test_a_group_whose_output_feeds_the_loss_on_some_ranks_only_fails_fs2_9_for_
     assert reach_mistake(records, violations) is None and world_too_slow(records) is None
     assert violations and all("aux.weight only on rank 0" in v.message and "as FSDP2 documents" in v.message
                               for v in violations), violations
-    from pytest_fsdpcheck.impls.torch_bugs import _unused_params_graphs_differ
+    from pytest_fsdpcheck.impls.torch_bug_signatures import unused_params_graphs_differ
 
-    assert _unused_params_graphs_differ(violations), violations  # modelled: fs2-unused-params-graphs-differ
+    assert unused_params_graphs_differ(violations), violations  # modelled: fs2-unused-params-graphs-differ
 
 

@@ -9,9 +9,18 @@ measured; on a newer torch the suite keeps looking for it and reports
 
 from __future__ import annotations
 
-import re
-
 from ..core.bugs import KnownBug
+from .torch_bug_signatures import (
+    frozen_dtypes_asserted,
+    grouped_module_reused,
+    grouped_module_reused_summed,
+    inplace_view_hook_dropped,
+    int_param_rejected,
+    mixed_step_latched,
+    model_kept_alive,
+    sharded_gradients_summed_on_gloo,
+    unused_params_graphs_differ,
+)
 
 #: releases the history command runs on a CPU machine under Python 3.11, and what they cannot show there
 _NO_COMPILE_HERE = {"2.0.1": "torch 2.0's torch.compile refuses Python 3.11, which the history runs on: no compiled "
@@ -19,238 +28,6 @@ _NO_COMPILE_HERE = {"2.0.1": "torch 2.0's torch.compile refuses Python 3.11, whi
 _NO_CPU_STEP_HERE = {r: "fully_shard's runtime takes a CPU step from 2.7 (2.3 ... 2.6 need CUDA streams): the step "
                         "that shows it is n/p on the CPU machine the history runs on"
                      for r in ("2.3.1", "2.4.1", "2.5.1", "2.6.0")}
-
-_SUMMED_ON_GLOO = re.compile(
-    r"(world size \d+, )?rank (\d+), (eager|compiled|bf16): every sharded gradient is (\d+) times the unsharded "
-    r"gradient of the global batch, as torch's own walk gives in the same run \(fully_shard summed over the \4 "
-    r"ranks instead of averaged, on gloo\)"
-)
-
-
-def _sharded_gradients_summed_on_gloo(violations) -> bool:
-    """FS2-9's statement that all sharded gradients, and only they, were
-    scaled by exactly the world size on a gloo group, as torch's own walk
-    scales them in the same run, on every rank in both eager and compiled
-    mode and nothing else. A scaling in one mode or on one rank, by another
-    factor, or one torch's own walk does not share (a gradient hook firing
-    twice at world size 2) is worded otherwise, or is not all of it: not
-    explained. The first world's mixed-precision step (``bf16``, reduced in
-    fp32: the same reduction) shows it too where it runs; a world whose
-    ``bf16`` step failed otherwise is not this bug alone. FS2-9's second
-    world (its findings prefixed ``world size N, ``) takes the eager step
-    only: there every rank in eager mode."""
-    seen: dict[bool, list] = {False: [], True: []}
-    for v in violations:
-        match = _SUMMED_ON_GLOO.fullmatch(v.message) if v.invariant == "FS2-9" else None
-        if match is None:
-            return False
-        seen[bool(match[1])].append((int(match[2]), match[3], int(match[4])))
-    if not seen[False]:
-        return False
-    for second, found in seen.items():
-        if not found:
-            continue
-        world_size = found[0][2]
-        steps = [("eager",)] if second else [("eager", "compiled"), ("eager", "compiled", "bf16")]
-        if not any(len(found) == len(every) and set(found) == every
-                   for every in ({(rank, mode, world_size) for rank in range(world_size) for mode in modes}
-                                 for modes in steps)):
-            return False
-    return True
-
-
-_LATCHED_MIXED = re.compile(
-    r"rank (\d+), bf16: the step with fully_shard\(\[a, b\]\) in bf16 \(reduced in fp32\) after a first forward "
-    r"with that group frozen failed: RuntimeError: attempting to assign a gradient with dtype 'c10::BFloat16' to a "
-    r"tensor with grad_dtype 'Float'\..*, as torch's own walk does in the same run"
-)
-
-
-def _mixed_step_latched(violations) -> bool:
-    """FS2-9's statement that the mixed-precision step (a group in bf16,
-    reduced in fp32, frozen at its first forward) raised torch 2.13's
-    gradient-dtype error at its backward, on every rank of the first world,
-    as torch's own walk does in the same run, and nothing else failed: the
-    fp32 steps, the second world and the walk all right. The error on one
-    rank only, another error, a wrong gradient (the silent form, which
-    this release does not have), or an error torch's own walk does not
-    share is worded otherwise, or is not all of it: not explained."""
-    ranks = []
-    for v in violations:
-        match = _LATCHED_MIXED.fullmatch(v.message) if v.invariant == "FS2-9" else None
-        if match is None:
-            return False
-        ranks.append(int(match[1]))
-    return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
-
-
-_REUSED_WRONG = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): gradient of (\S+): expected the "
-                           r"unsharded gradient of the global batch, max abs difference \S+")
-_REUSED_SUMMED = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): gradient of (\S+) is (\d+) times "
-                            r"the unsharded gradient of the global batch, as torch's own walk gives in the same run")
-_REUSED_MISSING = re.compile(r"(?:world size (\d+), )?rank (\d+), (eager|compiled): (\S+) has no gradient, expected "
-                             r"the unsharded gradient of the global batch")
-_REUSED_UNCAST = re.compile(
-    r"rank (\d+), bf16: the step with fully_shard\(\[a, b\]\) in bf16 \(reduced in fp32\) after a first forward "
-    r"with that group frozen failed: RuntimeError: expected m1 and m2 to have the same dtype, but got: float != "
-    r"c10::BFloat16, as torch's own walk does in the same run")
-
-
-def _grouped_module_reused(violations) -> bool:
-    """FS2-9's statements that, in the world whose grouped call
-    ``fully_shard([a, b])`` had a module called again after the group's
-    forward ended, following a forward with the group frozen: on every rank
-    of the first world in eager and compiled mode, and of the second world
-    (``world size N, ``) in eager mode, the same one parameter's gradient is
-    off and the same other one's missing, and nothing else; and the bf16
-    step raised the uncast input's dtype error on every rank of the first
-    world, as torch's own walk does in the same run. Another parameter, a
-    rank or a mode without it, another error or a third wrong gradient is
-    not this bug."""
-    steps: dict = {}
-    uncast = []
-    for v in violations:
-        if v.invariant != "FS2-9":
-            return False
-        match = _REUSED_UNCAST.fullmatch(v.message)
-        if match:
-            uncast.append(int(match[1]))
-            continue
-        match = _REUSED_WRONG.fullmatch(v.message) or _REUSED_MISSING.fullmatch(v.message)
-        if match is None:
-            return False
-        kind = "off" if match.re is _REUSED_WRONG else "missing"
-        steps.setdefault((match[1] or "", int(match[2]), match[3]), {}).setdefault(kind, []).append(match[4])
-    worlds = sorted({world for world, _, _ in steps})
-    if "" not in worlds or len(worlds) > 2 or not uncast or sorted(uncast) != list(range(len(uncast))):
-        return False
-    for world in worlds:
-        size = len(uncast) if world == "" else int(world)
-        modes = ("eager", "compiled") if world == "" else ("eager",)
-        if {key for key in steps if key[0] == world} != {(world, r, m) for r in range(size) for m in modes}:
-            return False
-    pairs = {(tuple(found.get("off", ())), tuple(found.get("missing", ()))) for found in steps.values()}
-    if len(pairs) != 1:
-        return False
-    ((off, missing),) = pairs
-    return len(off) == 1 and len(missing) == 1 and off != missing
-
-
-def _grouped_module_reused_summed(violations) -> bool:
-    """fs2-grouped-module-reused as a release that also sums gradients over
-    the ranks on gloo shows it (fs2-gloo-grads-summed, 2.7 and 2.8): the
-    grouped module's statements exactly as :func:`_grouped_module_reused`
-    reads them, and every other statement of a step that the same sharded
-    gradients, at least one, are each exactly the world size times the
-    unsharded gradient (2 in the first world, N in ``world size N``), as
-    torch's own walk gives in the same run, on every rank and mode of both
-    worlds. A factor other than the world size, a gradient summed on one
-    rank or mode only, or one torch's own walk does not share is not these
-    two bugs."""
-    summed: dict = {}
-    rest = []
-    for v in violations:
-        match = _REUSED_SUMMED.fullmatch(v.message) if v.invariant == "FS2-9" else None
-        if match is None:
-            rest.append(v)
-            continue
-        world = match[1] or ""
-        if int(match[5]) != (int(world) if world else 2):
-            return False
-        summed.setdefault((world, int(match[2]), match[3]), set()).add(match[4])
-    if not _grouped_module_reused(rest):
-        return False
-    # the steps _grouped_module_reused found every rank and mode of: each sums the same gradients
-    steps = {(m[1] or "", int(m[2]), m[3]) for v in rest
-             for m in [_REUSED_WRONG.fullmatch(v.message) or _REUSED_MISSING.fullmatch(v.message)] if m}
-    labels = {frozenset(found) for found in summed.values()}
-    return set(summed) == steps and len(labels) == 1
-
-
-_PER_RANK_STEP = re.compile(
-    r"ranks? (?P<ranks>\d+(?:, \d+)*)(?:, (?:eager|compiled):| failed:) (?P<what>.+) \(the ranks' batches reach different "
-    r"parameters (?P<params>[^;()]+); the plan calls every group's module on every rank and reduces unused "
-    r"parameters, as FSDP2 documents such a step\)", re.DOTALL)
-_GRAPHS_DIFFER_FAILED = re.compile(
-    r"the plan's step failed: RuntimeError: .*(Timed out waiting \d+ms for (recv|send) operation to complete|"
-    r"[Rr]eceived data size doesn't match expected size|Connection closed by peer).*"
-    r"|\d+ of \d+ gradients are wrong; worst: .*|the gradient of \S+ (differs from|is None|exists).*"
-    r"|the plan's step did not finish: .*\(hung\)|died without a result")
-
-
-def _unused_params_graphs_differ(violations) -> bool:
-    """FS2-9's statements on a user's plan where the ranks' batches reach
-    different parameters and call every module alike (no "modules'
-    forwards" in the reach: a group whose module every rank calls, its
-    output feeding the loss on some ranks only), and the plan reduces
-    unused parameters and calls every group's module on every rank, as
-    FSDP2 documents: the step hung, a collective timed out or got data of
-    another size, a rank died, or gradients came out wrong, on every rank
-    (the ranks' reduce-scatters pair up crosswise). A reach with a module
-    some rank does not call, a plan that breaks FSDP2's per-rank step (the
-    user's case error), another error, or a rank without a statement is not
-    this bug."""
-    ranks: set[int] = set()
-    for v in violations:
-        match = _PER_RANK_STEP.fullmatch(v.message) if v.invariant == "FS2-9" else None
-        if match is None or not _GRAPHS_DIFFER_FAILED.fullmatch(match["what"]):
-            return False
-        ranks.update(int(r) for r in match["ranks"].split(", "))
-    return len(ranks) >= 2 and sorted(ranks) == list(range(len(ranks)))
-
-
-_FROZEN_STEP_RAISED = (r"(frozen-low-base|frozen-index): fully_shard with mp_policy bf16 \(reduced in fp32\) and one "
-                       r"step raised {error}, as torch's own walk does in the same run")
-_FROZEN_DTYPES_ASSERTED = re.compile(_FROZEN_STEP_RAISED.format(
-    error=r"AssertionError: FSDP expects uniform original parameter dtype but got \{.*\}"))
-_INT_PARAM_REJECTED = re.compile(_FROZEN_STEP_RAISED.format(
-    error=r"RuntimeError: [Oo]nly Tensors of floating point (and complex )?dtype can require gradients"))
-
-
-def _frozen_dtypes_asserted(violations) -> bool:
-    """FS2-12's one statement that the group's lazy init asserted one
-    original dtype for all its parameters, frozen ones included, as torch's
-    own walk does in the same run; anything else beside it, or another
-    error, is not this bug."""
-    return len(violations) == 1 and violations[0].invariant == "FS2-12" and bool(
-        _FROZEN_DTYPES_ASSERTED.fullmatch(violations[0].message))
-
-
-def _int_param_rejected(violations) -> bool:
-    """FS2-12's one statement, on the frozen integer index only, that
-    fully_shard could not make the integer parameter a sharded parameter
-    (it asked for a gradient on it), as torch's own walk does."""
-    if len(violations) != 1 or violations[0].invariant != "FS2-12":
-        return False
-    match = _INT_PARAM_REJECTED.fullmatch(violations[0].message)
-    return match is not None and match[1] == "frozen-index"
-
-
-_INPLACE_VIEW_HOOK_DROPPED = re.compile(
-    r"view-resharded: an in-place add into the view a fully_shard group returned, then one step, raised "
-    r"RuntimeError: setStorage: sizes \[\d+(, \d+)*\], strides \[\d+(, \d+)*\], storage offset \d+, and itemsize \d+ "
-    r"requiring a storage size of \d+ are out of bounds for storage of size 0, as torch's own walk does in the same run")
-
-
-def _inplace_view_hook_dropped(violations) -> bool:
-    """FS2-14's one statement, on the resharded case only, that the block's
-    backward read freed parameter storage (its all-gather never ran), as
-    torch's own walk does; the kept case failing, another error, or a wrong
-    gradient beside it is not this bug."""
-    return len(violations) == 1 and violations[0].invariant == "FS2-14" and bool(
-        _INPLACE_VIEW_HOOK_DROPPED.fullmatch(violations[0].message))
-
-
-_MODEL_KEPT = re.compile(r"the model outlives its caller: \[m\d+(, m\d+)*\] still alive after fully_shard's caller "
-                         r"dropped it and the garbage collector ran \(a module is held outside the model\)")
-
-
-def _model_kept_alive(violations) -> bool:
-    """FS2-7's one statement that the model outlived its caller, and
-    nothing else wrong (the flags and the structure right)."""
-    return len(violations) == 1 and violations[0].invariant == "FS2-7" and bool(
-        _MODEL_KEPT.fullmatch(violations[0].message))
-
 
 TORCH_BUGS: tuple[KnownBug, ...] = (
     KnownBug(
@@ -614,7 +391,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "2.6.0.",
         affects=">=2.3,<2.6",
         seen=("2.4.1",),
-        predicate=_model_kept_alive,
+        predicate=model_kept_alive,
         reproducer="fs2-state-mapping-keeps-modules.py",
         upstream=("pytorch/pytorch#139650",),
     ),
@@ -630,7 +407,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.3,<2.8",
         seen=("2.7.1",),
-        predicate=_frozen_dtypes_asserted,
+        predicate=frozen_dtypes_asserted,
         unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-frozen-dtypes-asserted.py",
         upstream=("pytorch/pytorch#154082", "pytorch/pytorch#154103"),
@@ -647,7 +424,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.3,<2.12",
         seen=("2.7.1",),
-        predicate=_int_param_rejected,
+        predicate=int_param_rejected,
         unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-int-param-rejected.py",
         raises=(("RuntimeError", r"^[Oo]nly Tensors of floating point (and complex )?dtype can require gradients$"),),
@@ -665,7 +442,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "the walk: any implementation driving fully_shard meets it; the torch implementation declares it.",
         affects=">=2.7,<2.9",
         seen=("2.7.1", "2.8.0"),
-        predicate=_sharded_gradients_summed_on_gloo,
+        predicate=sharded_gradients_summed_on_gloo,
         reproducer="fs2-gloo-grads-summed.py",
         upstream=("pytorch/pytorch#162338",),
         # FS2-9's world reuses a grouped module, so on 2.7 and 2.8 its summed gradients show beside that bug's
@@ -688,7 +465,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "not read.",
         affects=">=2.8,<2.14",
         seen=("2.13.0",),
-        predicate=_mixed_step_latched,
+        predicate=mixed_step_latched,
         reproducer="fs2-frozen-mp-latched.py",
         upstream=("pytorch/pytorch#186998", "pytorch/pytorch#187376"),
         # before 2.13 FS2-9's bf16 step (its grouped module reused) raises fs2-grouped-module-reused's
@@ -713,7 +490,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "and 2.12.1. It is torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.9,<2.13",
         seen=("2.9.1", "2.10.0", "2.11.0", "2.12.1"),
-        predicate=_grouped_module_reused,
+        predicate=grouped_module_reused,
         reproducer="fs2-grouped-module-reused.py",
         upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428"),
     ),
@@ -732,7 +509,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "both. It is torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.7,<2.9",
         seen=("2.7.1", "2.8.0"),
-        predicate=_grouped_module_reused_summed,
+        predicate=grouped_module_reused_summed,
         reproducer="fs2-grouped-module-reused.py",
         upstream=("pytorch/pytorch#183702", "pytorch/pytorch#180428", "pytorch/pytorch#162338"),
     ),
@@ -752,7 +529,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "fully_shard meets it.",
         affects=">=2.13",
         seen=("2.13.0", "2.15.0"),
-        predicate=_unused_params_graphs_differ,
+        predicate=unused_params_graphs_differ,
         reproducer="fs2-unused-params-graphs-differ.py",
         upstream=("pytorch/pytorch#158719", "pytorch/torchtitan#2747", "pytorch/pytorch#174862"),
         unobservable={r: "only a user's plan whose ranks reach different parameters through modules every rank "
@@ -774,7 +551,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "walk: any implementation driving fully_shard meets it.",
         affects=">=2.3",
         seen=("2.13.0",),
-        predicate=_inplace_view_hook_dropped,
+        predicate=inplace_view_hook_dropped,
         unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-inplace-view-hook-dropped.py",
         upstream=("pytorch/pytorch#181832", "pytorch/pytorch#181850"),
