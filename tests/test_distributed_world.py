@@ -648,7 +648,8 @@ def test_fs2_frozen_mp_latched_is_masked_only_where_the_grouped_reuse_was_seen()
                                        known_examples=examples)
         session = types.SimpleNamespace(known_bugs=True, impls={"walk": Walk()}, torch_version="2.12.1",
                                         matrix=matrix, deselected=set(), cannot_compile=lambda: False)
-        return {bug.id for _, bug in _unreproduced(session)}
+        # FS2-9's bugs: the runtime's bugs of other checks (FS2-12, FS2-14) are called fixed or not on their own
+        return {bug.id for _, bug in _unreproduced(session) if "FS2-9" in bug.invariants}
 
     assert unreproduced({("walk", "fs2-grouped-module-reused"): 1}) == set()
     assert unreproduced({}) == {"fs2-frozen-mp-latched", "fs2-grouped-module-reused"}
