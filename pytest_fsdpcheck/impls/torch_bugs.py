@@ -546,11 +546,12 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "in-place op and the hook never runs. A group resharded after forward then runs its backward on freed "
         "parameter storage: RuntimeError 'setStorage: ... out of bounds for storage of size 0' (a group kept "
         "unsharded computes the right gradients). pytorch/pytorch#181832 was closed by #181850, which only "
-        "warns that the module returned a view; the fix is left to a follow-up. Found by FS2-14; the reproducer "
-        "shows it on 2.13.0, and the open-reports script on 2.12.1 and 2.15.0. It is torch's runtime, not the "
-        "walk: any implementation driving fully_shard meets it.",
+        "warns that the module returned a view; the fix is left to a follow-up. Found by FS2-14; the history "
+        "command observed it on every release from 2.7.1 to 2.15.0 (2.3 ... 2.6 take no CPU step; read in the "
+        "source, their FSDPState registers the hook with Tensor.register_hook on the outputs alike). It is "
+        "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.3",
-        seen=("2.13.0",),
+        seen=("2.7.1", "2.13.0", "2.15.0"),
         predicate=inplace_view_hook_dropped,
         unobservable=_NO_CPU_STEP_HERE,
         reproducer="fs2-inplace-view-hook-dropped.py",
