@@ -579,7 +579,8 @@ def test_the_readme_stays_a_first_page():
 def test_ci_reads_both_quickstart_commands_from_the_readme():
     """.ci/run's own extraction, on the README as it is now: command 2 runs
     every tier of the project's tests but the end-to-end one, and CI runs
-    that one after it, with command 2's words."""
+    that one after it, with command 2's words and four workers (its tests
+    mostly wait on the processes they start)."""
     lines = (REPO / ".ci" / "run").read_text().splitlines()
     extract = [line for line in lines if line.startswith(("quickstart=", "command2=", "e2e="))]
     assert len(extract) == 3, extract
@@ -589,7 +590,7 @@ def test_ci_reads_both_quickstart_commands_from_the_readme():
     first, _, second = quickstart.partition("# 2.")
     assert first.startswith("# 1.") and "pip install -e" in first and "pytest --fsdpcheck" in first, quickstart
     assert second.strip().splitlines()[-1] == 'pytest -n 2 tests -m "not e2e"', quickstart
-    assert e2e == "pytest -n 2 tests -m e2e", e2e
+    assert e2e == "pytest -n 4 tests -m e2e", e2e
 
 
 @pytest.mark.unit
