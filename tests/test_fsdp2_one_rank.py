@@ -151,6 +151,8 @@ def test_the_inplace_output_check_names_each_departure():
     (v,) = check_inplace_output(_inplace(output=torch.ones(4, 2) * 1.5), control)
     assert v.invariant == "FS2-14" and v.message.startswith("view-kept: the output differs from the control's by 0.5 "
                                                             "(tolerance 1.1e-05: 1e-05 of its largest entry + 1e-06)")
+    (v,) = check_inplace_output(_inplace(grads={"block.lin0.weight": torch.full((8, 8), float("nan"))}), control)
+    assert v.message.startswith("view-kept: the gradient of block.lin0.weight differs from the control's by nan")
     (v,) = check_inplace_output(_inplace(grads={"block.lin0.weight": None}), control)
     assert v.message == "view-kept: the gradient of block.lin0.weight is missing, the control's of shape (8, 8)"
     (v,) = check_inplace_output(_inplace(grads={"block.lin0.weight": torch.ones(8)}), control)

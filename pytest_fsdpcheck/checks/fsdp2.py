@@ -501,7 +501,7 @@ def check_inplace_output(got: dict, control: dict, torch_own: dict | None = None
             continue
         tolerance = INPLACE_ATOL + INPLACE_RTOL * (theirs.abs().max().item() if theirs.numel() else 0.0)
         difference = (mine - theirs).abs().max().item() if mine.numel() else 0.0
-        if difference > tolerance:
+        if not difference <= tolerance:  # a NaN difference fails too
             out.append(Violation("FS2-14", f"{case}: {what} differs from the control's by {difference:.3g} (tolerance "
                                            f"{tolerance:.3g}: {INPLACE_RTOL:g} of its largest entry + {INPLACE_ATOL:g})"))
     return out
