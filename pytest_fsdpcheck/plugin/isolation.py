@@ -541,9 +541,13 @@ class ImportHistory:
         self.files.update(f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if isinstance(f, str))
 
 
+def _origin(spec) -> str | None:
+    """The file a module spec loads, where it has one."""
+    return spec.origin if getattr(spec, "has_location", False) else None
+
+
 def _name_and_file(spec) -> set[str]:
-    origin = spec.origin if getattr(spec, "has_location", False) else None
-    return {spec.name, origin} - {None}
+    return {spec.name, _origin(spec)} - {None}
 
 
 class FirstImports:
@@ -609,7 +613,7 @@ class FirstImports:
 
     def _first_import(self, spec) -> bool:
         """Whether loading ``spec`` is a third-party library's first import."""
-        origin = spec.origin if getattr(spec, "has_location", False) else None
+        origin = _origin(spec)
         if spec.name in self.history.names or self.own.holds(spec.name, origin):
             return False
         if origin is not None:
@@ -628,7 +632,7 @@ class FirstImports:
         it clears ``distutils`` from ``sys.modules`` and imports its own
         under that name. One removed before the import began (an
         implementation popping it so a library runs it again) still voids."""
-        origin = spec.origin if getattr(spec, "has_location", False) else None
+        origin = _origin(spec)
         if self.own.holds(spec.name, origin):
             return False
         if spec.name in self._present_at_start or spec.name in self._loaded_within:
