@@ -46,6 +46,9 @@ def test_the_step_equal_to_its_control_passes_and_each_departure_is_named():
     index = {"case": "frozen-index", "output": torch.ones(3, 3), "grads": {}, "seen": ("int64", [1.0, 257.0, 3.0])}
     (v,) = check_frozen_step({**index, "seen": ("bfloat16", [1.0, 256.0, 3.0])}, index)
     assert "the forward got the frozen integer parameter as bfloat16 [1.0, 256.0, 3.0], not int64" in v.message
+    # a comparison with NaN is false: a NaN gradient must not slip past 'difference > tolerance'
+    (v,) = check_frozen_step(_record(grads={"adapter.weight": torch.full((6, 6), float("nan"))}), control)
+    assert v.message.startswith("frozen-low-base: the gradient of adapter.weight differs from the control's by nan")
 
 
 def _raised(case, error, walk=", as torch's own walk does in the same run"):

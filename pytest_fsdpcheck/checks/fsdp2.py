@@ -458,7 +458,7 @@ def check_frozen_step(got: dict, control: dict, torch_own: dict | None = None) -
             continue
         tolerance = FROZEN_STEP_EPS * eps * max(1.0, theirs.abs().max().item())
         difference = (mine - theirs).abs().max().item() if mine.numel() else 0.0
-        if difference > tolerance:
+        if not difference <= tolerance:  # a NaN difference fails too
             out.append(Violation("FS2-12", f"{case}: {what} differs from the control's by {difference:.3g} "
                                            f"(tolerance {tolerance:.3g}: {FROZEN_STEP_EPS} bf16 epsilons of its "
                                            "largest entry)"))
