@@ -579,7 +579,7 @@ def test_the_readme_stays_a_first_page():
 def test_ci_reads_both_quickstart_commands_from_the_readme():
     """.ci/run's own extraction, on the README as it is now: command 2 runs
     every tier of the project's tests but the end-to-end one, and CI runs
-    that one beside it, with command 2's words and four workers (its tests
+    that one after it, with command 2's words and four workers (its tests
     mostly wait on the processes they start)."""
     lines = (REPO / ".ci" / "run").read_text().splitlines()
     extract = [line for line in lines if line.startswith(("quickstart=", "command2=", "e2e="))]
