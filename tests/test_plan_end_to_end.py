@@ -21,9 +21,9 @@ def fast_compile(monkeypatch):
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
 
 
-#: a guard against a hang, not a speed limit: CI runs this tier beside
-#: command 2 on two cores, where the LoRA stack's two ranks (each compiling
-#: its own layers with Inductor) took over 240 s once the machine was loaded
+#: a guard against a hang, not a speed limit: on two loaded cores the LoRA
+#: stack's two ranks (each compiling its own layers with Inductor) took over
+#: 240 s (2026-12-07, load 10)
 RANKS_TIMEOUT_S = 600
 
 
