@@ -28,6 +28,7 @@ pytestmark = pytest.mark.kill
 ROOT = Path(__file__).resolve().parents[1]
 
 KNOWN = {"tests.planted.torch_faults:RootStatesDropLast": ("TRV-7", "test_traversal and test_root_states")}
+KNOWN_DYNAMO = {"tests.planted.torch_faults:AnnotationBreaksGraphs": ("ANN-8", "test_dynamo_specialisation")}
 UNREPLAYABLE = {"tests.planted.torch_faults:RootStatesDropLastSometimes": ("TRV-7", "test_traversal and test_root_states")}
 DECLARED = {"tests.planted.torch_faults:RootStatesDropLast": (
     "TRV-7", "test_traversal and (test_root_states or test_matches_reference)")}
@@ -100,6 +101,15 @@ def test_a_second_torch_bug_beside_a_known_one_fails(run_faulted, tmp_path):
 
     case = next(c for c in ET.parse(junit).iter("testcase") if c.get("name") == "TRV-7[torch]")
     assert case.find("failure") is not None and "re-run: pytest --fsdpcheck" in case.find("failure").text
+
+
+def test_graphs_torchs_annotation_breaks_beside_dynamos_known_bug_fail_ann8(run_faulted):
+    """known, a predicate's: Dynamo lifting a managed module's int
+    attributes (``ann-fsdp-int-attr-symbolic``) explains those inputs only;
+    torch's annotation breaking the compiled model into more graphs than the
+    plain model's is torch's ANN-8 FAIL beside it."""
+    result, report = run_faulted(KNOWN_DYNAMO)
+    demand_torch_failures(result, report, KNOWN_DYNAMO)
 
 
 def test_a_torch_bug_showing_every_other_call_fails(run_faulted):

@@ -364,3 +364,27 @@ def test_trv9_registry_bug_through_torchs_traversal(call):
     (wider,), ids = _explained_by(planted.TorchRegistryOnChildren(), _traversed(call))
     assert ids == []
     assert wider.message == f"the traversal changed modules m0, m2-m3: added [{REGISTRY_KEY!r}]"
+
+
+# --- ANN-8: the model's own int attributes lifted, and nothing else ----------------------
+
+def test_ann8_signature_is_the_models_int_attributes_lifted_and_nothing_beside_them():
+    """``ann-fsdp-int-attr-symbolic`` explains ANN-8's statement that some of
+    the model's int attributes became symbolic inputs; an attribute the
+    model does not have (one an implementation added), an input's size, a
+    tensor, a recompile or an input gone missing beside it is not the bug."""
+    from pytest_fsdpcheck.checks import Violation
+    from pytest_fsdpcheck.impls.torch_bug_signatures import int_attributes_lifted
+
+    head = "attention: compiled with dynamic=True, the annotated module's graphs take inputs the plain module's do not: "
+    lifted = Violation("ANN-8", head + "self.attn.heads (SymInt), self.attn.shape[0] (SymInt), self.scale (SymInt)")
+    assert int_attributes_lifted([lifted])
+    assert int_attributes_lifted([Violation("ANN-8", head + "self.attn.heads (SymInt)")])
+    for other in ("self.attn._fsdp_calls (SymInt)", "x.size()[1] (SymInt)", "self.attn.heads (FakeTensor)",
+                  "self.attn.heads (SymInt), self.attn.lin.in_features (SymInt)"):
+        assert not int_attributes_lifted([Violation("ANN-8", head + other)]), other
+    recompiled = Violation("ANN-8", "attention: compiled with dynamic=True and called at batch sizes 3, 5, 7, the "
+                                    "annotated module compiled 3 graphs, the plain module 1")
+    assert not int_attributes_lifted([lifted, recompiled])
+    assert not int_attributes_lifted([Violation("ANN-8", lifted.message.replace("attention", "mlp", 1))])
+    assert not int_attributes_lifted([Violation("ANN-7", lifted.message)])

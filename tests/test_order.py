@@ -35,11 +35,12 @@ def test_cheapest_first_on_every_area(collected):
     ids = collected("--fsdpcheck-impl", "reference")
     processes = _index(ids, lambda n: n.startswith("test_distributed.py"))
     captured = _index(ids, lambda n: "test_golden_buckets" in n)
-    compiled = _index(ids, lambda n: "test_compiled_split" in n or "test_dynamo_effect" in n)
+    compiled = _index(ids, lambda n: any(name in n for name in ("test_compiled_split", "test_dynamo_effect",
+                                                                "test_dynamo_specialisation")))
     single = _index(ids, lambda n: any(n.startswith(f"test_{area}.py::") for area in
                                        ("traversal", "annotation", "exec_order", "fsdp2", "splitting"))
                     and not any(name in n for name in ("large_trees", "linear_growth", "compiled_split", "dynamo_effect",
-                                                        "model_buckets")))
+                                                        "dynamo_specialisation", "model_buckets")))
     assert processes and captured and compiled and single
     assert max(single) < min(captured) < min(compiled), (ids[max(single)], ids[min(captured)], ids[min(compiled)])
     assert max(captured) < min(compiled) and max(compiled) < min(processes) and max(processes) == len(ids) - 1

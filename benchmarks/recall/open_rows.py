@@ -72,8 +72,10 @@ OPEN_ROWS: tuple[OpenBug, ...] = (
         "the default) is lifted as a SymInt graph input, where a plain module's is a constant.",
         upstream=("pytorch/pytorch#194795",),
         status="open PR (2026-08-25); no separate issue found",
-        invariants=("ANN-7",),
+        invariants=("ANN-8",),
         measured=(("2.12.1", "reproduced"), ("2.15.0", "reproduced")),
+        # found by ANN-8 (the same module compiled with dynamic=True, annotated and plain)
+        known="ann-fsdp-int-attr-symbolic",
     ),
     OpenBug(
         id="fs2-inplace-view-output",

@@ -1,9 +1,11 @@
-"""Annotation checkers (ANN-1..6). ANN-7 needs Dynamo and lives in
-:func:`check_dynamo_effect`."""
+"""Annotation checkers (ANN-1..6). ANN-7 and ANN-8 need Dynamo and live in
+:func:`check_dynamo_effect` and :func:`check_dynamo_specialisation`."""
 
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 
 from . import Violation, short
 from .traversal import _unique_children, dfs_preorder
@@ -331,3 +333,128 @@ def check_dynamo_effect(annotation, model: str) -> list[Violation]:
     finally:
         torch._dynamo.reset()
     return []
+
+
+def _specialising_models():
+    """ANN-8's models: a block whose forward reads int attributes (a head
+    count, a tuple shape, a scale) in shape arithmetic and in the result, as
+    attention blocks do, and one that reads none."""
+    from torch import nn
+
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.heads = 2
+            self.shape = (2, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y.view(y.shape[0], self.heads, -1).sum(-1) * self.heads + y.view(-1, *self.shape).sum(-1)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Heads()
+            self.scale = 3
+
+        def forward(self, x):
+            return self.attn(x) * self.scale
+
+    return {
+        "attention": Attention,
+        "mlp": lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
+    }
+
+
+#: the batch sizes ANN-8 calls each compiled module at: a size change after
+#: the first call is where a dynamic=True compile must not recompile
+_BATCH_SIZES = (3, 5, 7)
+
+#: ``._modules['attn']``, ``._parameters['w']``: how recent releases spell an attribute path in a guard source
+_SOURCE_PATH = re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]")
+
+
+def _input_name(node) -> str:
+    """A placeholder's graph input as a Python expression over the frame's
+    locals (``self.attn.heads``, ``x.size()[0]``): its guard source's name,
+    spelled the same on every release, else the node's name."""
+    source = getattr(node.meta.get("grapharg"), "source", None)
+    if source is None:
+        return node.name
+    name = source.name() if callable(source.name) else source.name
+    return re.sub(r"L\['(\w+)'\]", r"\1", _SOURCE_PATH.sub(r".\1", name))
+
+
+def _dynamic_graphs(module) -> tuple[list[list[tuple[str, str]]], list[str]]:
+    """Compile ``module`` with ``dynamic=True`` and call it at each batch
+    size: ``(graphs, mismatches)``, each graph the ``(name, type)`` of every
+    graph input that is not one of the module's parameters or buffers (those
+    are ANN-7's), each mismatch a batch size whose compiled output differs
+    from eager. Read in the backend: Dynamo drops the metadata once it returns."""
+    import torch
+
+    own = {id(t) for t in itertools.chain(module.parameters(), module.buffers())}
+    graphs = []
+
+    def backend(gm, example_inputs):
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        graphs.append([(_input_name(node), type(node.meta.get("example_value", value)).__name__)
+                       for node, value in zip(placeholders, example_inputs, strict=False) if id(value) not in own])
+        return gm.forward
+
+    compiled = torch.compile(module, backend=backend, dynamic=True)
+    mismatches = []
+    for size in _BATCH_SIZES:
+        x = torch.randn(size, 8)
+        if not torch.allclose(compiled(x), module(x)):
+            mismatches.append(str(size))
+    return graphs, mismatches
+
+
+def check_dynamo_specialisation(annotation, model: str) -> list[Violation]:
+    """ANN-8: after ``annotate(m, set(), True)``, ``torch.compile(m,
+    dynamic=True)`` called at several batch sizes gives eager's results and
+    compiles the graphs the same module unannotated gives: as many, taking
+    the same inputs apart from the parameters and buffers (ANN-7 is about
+    those). Dynamo specializes the int attributes of every ``nn.Module`` as
+    constants (``torch._dynamo.config.allow_unspec_int_on_nn_module`` is off
+    by default, its comment: "Dynamo will always specialize on int members
+    of NN module"); the FSDP annotation only drops guards that FSDP makes
+    unnecessary (``skip_fsdp_guards``), so a managed module's int attribute
+    lifted as a symbolic graph input is specialisation lost, a plain
+    module's kept. The control is the same module compiled without the
+    annotation, the implementation never called on it."""
+    import torch
+
+    torch.manual_seed(0)
+    factory = _specialising_models()[model]
+    plain = factory()
+    managed = factory()
+    managed.load_state_dict(plain.state_dict())
+    annotation.annotate(managed, set(), True)
+    sizes = ", ".join(map(str, _BATCH_SIZES))
+    torch._dynamo.reset()
+    try:
+        plain_graphs, _ = _dynamic_graphs(plain)
+        torch._dynamo.reset()
+        managed_graphs, mismatches = _dynamic_graphs(managed)
+    finally:
+        torch._dynamo.reset()
+    violations = []
+    if mismatches:
+        violations.append(Violation("ANN-8", f"{model}: compiled with dynamic=True, the annotated module's output "
+                                             f"differs from eager at batch size {', '.join(mismatches)}"))
+    if len(managed_graphs) != len(plain_graphs):
+        violations.append(Violation("ANN-8", f"{model}: compiled with dynamic=True and called at batch sizes {sizes}, "
+                                             f"the annotated module compiled {len(managed_graphs)} graphs, the plain "
+                                             f"module {len(plain_graphs)}"))
+    managed_inputs = set(itertools.chain.from_iterable(managed_graphs))
+    plain_inputs = set(itertools.chain.from_iterable(plain_graphs))
+    for inputs, wording in ((managed_inputs - plain_inputs, "take inputs the plain module's do not"),
+                            (plain_inputs - managed_inputs, "lack inputs the plain module's take")):
+        if inputs:
+            listed = ", ".join(f"{name} ({kind})" for name, kind in sorted(inputs))
+            violations.append(Violation("ANN-8", f"{model}: compiled with dynamic=True, the annotated module's "
+                                                 f"graphs {wording}: {listed}"))
+    return violations

@@ -242,3 +242,24 @@ def model_kept_alive(violations) -> bool:
     nothing else wrong (the flags and the structure right)."""
     return len(violations) == 1 and violations[0].invariant == "FS2-7" and bool(
         _MODEL_KEPT.fullmatch(violations[0].message))
+
+
+#: ANN-8's model ``attention`` reads these int attributes (``checks.annotation``): its head
+#: count, the two ints of its tuple shape, and its scale
+_INT_ATTRIBUTE = r"self\.(?:attn\.heads|attn\.shape\[[01]\]|scale) \(SymInt\)"
+_INT_ATTRIBUTES_LIFTED = re.compile(
+    r"attention: compiled with dynamic=True, the annotated module's graphs take inputs the plain module's do not: "
+    rf"{_INT_ATTRIBUTE}(?:, {_INT_ATTRIBUTE})*"
+)
+
+
+def int_attributes_lifted(violations) -> bool:
+    """ANN-8's one statement, on the model with int attributes, that the
+    annotated module's graphs take some of those attributes, and nothing
+    else, as symbolic inputs the plain module's graphs do not: Dynamo's
+    handling of every FSDP-managed module, whatever annotated it. A
+    recompile, an input missing, an output unlike eager, a parameter's or
+    an input's size lifted, or an attribute that is not an int of the
+    model (one an implementation added) is not this bug."""
+    return len(violations) == 1 and violations[0].invariant == "ANN-8" and bool(
+        _INT_ATTRIBUTES_LIFTED.fullmatch(violations[0].message))

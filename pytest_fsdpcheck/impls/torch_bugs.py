@@ -15,6 +15,7 @@ from .torch_bug_signatures import (
     grouped_module_reused,
     grouped_module_reused_summed,
     inplace_view_hook_dropped,
+    int_attributes_lifted,
     int_param_rejected,
     mixed_step_latched,
     model_kept_alive,
@@ -559,6 +560,25 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         raises=(("RuntimeError", r"^setStorage: .* out of bounds for storage of size 0$"),),
     ),
     KnownBug(
+        id="ann-fsdp-int-attr-symbolic",
+        invariants=("ANN-8",),
+        reason="Dynamo gives the attributes of a module marked FSDP-managed (_is_fsdp_managed_module, as "
+        "_annotate_modules_for_dynamo and fully_shard mark them) an FSDPNNModuleSource, whose guard source is "
+        "neither a specialized nor an unspecialized nn module: under skip_fsdp_guards (the default) the rule that "
+        "specializes a module's int members (allow_unspec_int_on_nn_module off: 'Dynamo will always specialize "
+        "on int members of NN module') does not apply, and under torch.compile(dynamic=True) an int attribute "
+        "(a head count, the ints of a tuple shape) becomes a SymInt input of the graph where the same module "
+        "unmanaged keeps a constant: specialisation silently lost, more symbolic kernel arguments "
+        "(pytorch/pytorch#194795, open). Found by ANN-8. It is Dynamo's, not the annotation's: any "
+        "implementation that marks modules as torch does meets it.",
+        affects=">=2.2",
+        seen=("2.13.0",),
+        predicate=int_attributes_lifted,
+        reproducer="ann-fsdp-int-attr-symbolic.py",
+        upstream=("pytorch/pytorch#194795",),
+        needs_compile=True,
+    ),
+    KnownBug(
         id="exo-method-target-taken-as-param",
         invariants=("EXO-3", "EXO-4"),
         reason="_ExecOrderTracer._patched_create_proxy takes an argument for a parameter when "
@@ -583,3 +603,9 @@ FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
                   "fs2-grouped-module-reused", "fs2-grouped-module-reused-summed", "fs2-unused-params-graphs-differ",
                   "fs2-inplace-view-hook-dropped"}
 )
+
+
+#: the known bugs of Dynamo in how it compiles a module the annotation
+#: marked (ANN-8): every implementation that marks modules as torch does
+#: meets them, so the reference declares them too
+DYNAMO_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(bug for bug in TORCH_BUGS if bug.id == "ann-fsdp-int-attr-symbolic")

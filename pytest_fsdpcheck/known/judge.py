@@ -105,7 +105,7 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
     one of them explains the failure exactly, how to say so. The failure
     stays a failure: only the implementation's own declaration excuses."""
     from ..core.bugs import known_bugs_of
-    from ..impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS, TORCH_BUGS
+    from ..impls.torch_bugs import DYNAMO_RUNTIME_BUGS, FULLY_SHARD_RUNTIME_BUGS, TORCH_BUGS
 
     if not current().known_bugs or not _final_example() or set(map(id, known_bugs_of(impl))) >= set(map(id, TORCH_BUGS)):
         return None
@@ -127,6 +127,13 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
                 f"meets it there too and can declare "
                 f"it: known_bugs = FULLY_SHARD_RUNTIME_BUGS (from pytest_fsdpcheck.impls.torch_bugs) "
                 f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
+    if all(bug in DYNAMO_RUNTIME_BUGS for bug in bugs):
+        # in Dynamo, which compiles a module this annotation marked as it
+        # compiles one torch's marked (ANN-8)
+        return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives, in Dynamo, which compiles a module "
+                f"this implementation marked as it compiles one torch's annotation marked; an implementation meets "
+                f"it there too and can declare it: known_bugs = DYNAMO_RUNTIME_BUGS (from "
+                f"pytest_fsdpcheck.impls.torch_bugs) (python -m pytest_fsdpcheck.known show {bugs[0].id})")
     return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives; an implementation that runs "
             f"torch's own code has it too and can declare it: known_bugs = \"torch\" "
             f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")

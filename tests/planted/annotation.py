@@ -1,4 +1,4 @@
-"""Planted annotation bugs (ANN-1..7).
+"""Planted annotation bugs (ANN-1..8).
 
 Each implementation is the reference annotation with one realistic mistake;
 ``PLANTED`` maps its spec to the invariant that must catch it and the
@@ -8,6 +8,7 @@ conformance tests that are enough to show it.
 from __future__ import annotations
 
 from pytest_fsdpcheck.contract import Implementation
+from pytest_fsdpcheck.impls.torch_bugs import DYNAMO_RUNTIME_BUGS
 from pytest_fsdpcheck.reference.annotation import ReferenceAnnotation
 from pytest_fsdpcheck.reference.traversal import iter_children
 
@@ -129,13 +130,31 @@ class _StopsAtWrappedBlocks(_Walk):
         return not any(c.__name__ in ("OptimizedModule", "CheckpointWrapper") for c in type(module).__mro__)
 
 
-def _impl(annotation_cls):
+def break_graph(module, args):
+    """A forward pre-hook Dynamo cannot trace (as a profiling or logging
+    hook a framework adds): the graph breaks at every module it runs on."""
+    import torch._dynamo
+
+    torch._dynamo.graph_break()
+
+
+class _HooksEveryModule(_Walk):
+    # Marks each module as the reference does and also registers a forward
+    # pre-hook Dynamo cannot trace: compiled, the annotated model breaks into
+    # a graph per module where the plain model compiles one.
+    def _mark(self, module, ignored, use_orig_params):
+        super()._mark(module, ignored, use_orig_params)
+        module.register_forward_pre_hook(break_graph)
+
+
+def _impl(annotation_cls, known_bugs=()):
     class Planted(Implementation):
         name = annotation_cls.__name__.lstrip("_")
 
         def __init__(self):
             self.annotation = annotation_cls()
 
+    Planted.known_bugs = tuple(known_bugs)
     Planted.__name__ = Planted.__qualname__ = Planted.name
     return Planted
 
@@ -150,6 +169,9 @@ LastPathWins = _impl(_LastPathWins)
 NeverOrigParams = _impl(_NeverOrigParams)
 DoesNothing = _impl(_DoesNothing)
 StopsAtWrappedBlocks = _impl(_StopsAtWrappedBlocks)
+# declares Dynamo's known bug as the reference does: what Dynamo does to any
+# marked module is excused, the graph breaks its own hook makes are not
+HooksEveryModule = _impl(_HooksEveryModule, known_bugs=DYNAMO_RUNTIME_BUGS)
 
 #: spec -> (invariant it must fail, -k expression selecting the tests that show it)
 PLANTED = {
@@ -162,4 +184,12 @@ PLANTED = {
     "tests.planted.annotation:LastPathWins": ("ANN-6", "test_shared_submodules"),
     "tests.planted.annotation:NeverOrigParams": ("ANN-7", "test_dynamo_effect"),
     "tests.planted.annotation:DoesNothing": ("ANN-7", "test_dynamo_effect"),
+}
+
+#: ANN-8, beside Dynamo's known ``ann-fsdp-int-attr-symbolic`` that the
+#: reference (the control) declares: its ANN-8 cell reads known where the bug
+#: applies, never a FAIL, and the planted implementation's own graph breaks
+#: are no part of the bug's signature
+PLANTED_BESIDE_DYNAMO = {
+    "tests.planted.annotation:HooksEveryModule": ("ANN-8", "test_dynamo_specialisation"),
 }

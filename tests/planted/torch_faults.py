@@ -171,6 +171,31 @@ class DynamoCompilesNothing:
         torch._dynamo.config.disable = True
 
 
+class AnnotationBreaksGraphs:
+    """ANN-8, next to torch's known ``ann-fsdp-int-attr-symbolic``:
+    ``_annotate_modules_for_dynamo`` also registers a forward pre-hook
+    Dynamo cannot trace on every module it marks, so the compiled model
+    breaks into a graph per module. The known bug explains int attributes
+    lifted as symbolic inputs, never graphs a plain module does not compile:
+    the cell must read FAIL, not known."""
+
+    @staticmethod
+    def plant():
+        from torch.distributed.fsdp import _dynamo_utils
+
+        from tests.planted.annotation import break_graph
+
+        original = _dynamo_utils._annotate_modules_for_dynamo
+
+        def hooking(module, ignored_modules, use_orig_params):
+            original(module, ignored_modules, use_orig_params)
+            for submodule in module.modules():
+                if submodule not in ignored_modules:
+                    submodule.register_forward_pre_hook(break_graph)
+
+        _dynamo_utils._annotate_modules_for_dynamo = hooking
+
+
 class ExecOrderTracerGone:
     """The exec-order area gone from a release that provides it:
     ``_trace_utils._ExecOrderTracer`` renamed away. The adapter then
