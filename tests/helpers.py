@@ -168,6 +168,20 @@ class OthersWritesHere:
             names.add(name)
 
 
+def spl16_on_this_torch() -> str:
+    """SPL-16's cell for a plan that is right (torch's own, the reference's,
+    or any that declares Dynamo's runtime bugs): ``known`` where torch's
+    compile of DDP fails on the float-scaled blocks
+    (``spl-float-partition-output``: SPL-16's world fails it whatever the
+    plan), else ``pass``."""
+    import torch
+
+    from pytest_fsdpcheck.impls.torch_bugs import DYNAMO_RUNTIME_BUGS
+
+    (floats,) = [b for b in DYNAMO_RUNTIME_BUGS if b.id == "spl-float-partition-output"]
+    return "known" if floats.applies_to_version(torch.__version__) else "pass"
+
+
 def fs2_9_on_this_torch() -> str:
     """FS2-9's cell for a walk that is right (torch's own, the reference's):
     ``known`` where fully_shard's runtime has fs2-frozen-mp-latched (torch

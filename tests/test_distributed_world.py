@@ -23,7 +23,7 @@ from pytest_fsdpcheck.checks.distributed import (
 from pytest_fsdpcheck.report.verdict import EXIT_ENVIRONMENT
 from pytest_fsdpcheck.runs.world import Choice, Place, choose_device, exchange_places, shared_gpus
 from tests.demands import demand_failures
-from tests.helpers import failure_sections
+from tests.helpers import failure_sections, spl16_on_this_torch
 
 from .test_planted_distributed import _fs2_rank, _rank
 
@@ -347,8 +347,10 @@ def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, m
     alike: once an environment error for every implementation), with a
     DDPOptimizer that compiles a subgraph too many and raises under
     AOTAutograd: the world passes its self-test (plain collectives are fine),
-    so each is a FAIL in torch's column, with a reproducer. At world size 1
-    the faults are inert and torch and the reference pass."""
+    so each is a FAIL in torch's column, with a reproducer, beside torch's
+    known ``spl-float-partition-output`` where it applies (its signature is
+    that step's failure alone). At world size 1 the faults are inert and
+    torch and the reference pass, or read known where that bug applies."""
     _planted_world(monkeypatch, "summing-ddp", "ddpoptimizer-extra-subgraph", "ddpoptimizer-fails-once")
     impls = ["torch", FAULTED, "reference", PLANTED_WRONG]
     result, report = run_suite(*impls, k="test_compiled_ddp")
@@ -359,8 +361,9 @@ def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, m
     for impl in impls:
         runner = tests[f"{impl}-cpu-runner"]
         assert runner["outcome"] == "failed" and "environment" not in runner, runner
+    one = {"pass": "passed", "known": "xfail"}[spl16_on_this_torch()]
     for impl in ("torch", "reference"):
-        assert tests[f"{impl}-cpu-one"]["outcome"] == "passed", tests[f"{impl}-cpu-one"]
+        assert tests[f"{impl}-cpu-one"]["outcome"] == one, tests[f"{impl}-cpu-one"]
     torch_says = _torchs_failure(result, "torch-cpu-runner")
     for line in ("SPL-16: ranks 0, 1: expected one compiled subgraph per planned bucket",
                  "SPL-16: ranks 0, 1: expected a training step of DDP compiled through AOTAutograd (as inductor compiles), "

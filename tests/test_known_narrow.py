@@ -388,3 +388,27 @@ def test_ann8_signature_is_the_models_int_attributes_lifted_and_nothing_beside_t
     assert not int_attributes_lifted([lifted, recompiled])
     assert not int_attributes_lifted([Violation("ANN-8", lifted.message.replace("attention", "mlp", 1))])
     assert not int_attributes_lifted([Violation("ANN-7", lifted.message)])
+
+
+def test_an_annotation_meeting_dynamos_bug_undeclared_fails_and_is_told_how_to_declare_it():
+    """An implementation that marks modules right but declares nothing FAILs
+    ANN-8 where Dynamo's ``ann-fsdp-int-attr-symbolic`` applies (only its
+    own declaration excuses), and the failure says it meets the bug in
+    Dynamo, as any implementation does, naming what to declare."""
+    import torch
+
+    from pytest_fsdpcheck.checks import ConformanceFailure, Violation
+    from pytest_fsdpcheck.impls.torch_bugs import DYNAMO_RUNTIME_BUGS
+    from tests.planted.annotation import _impl, _Walk
+
+    (bug,) = [b for b in DYNAMO_RUNTIME_BUGS if b.id == "ann-fsdp-int-attr-symbolic"]
+    if not bug.applies_to_version(torch.__version__):
+        pytest.skip(f"{bug.id} does not apply to torch {torch.__version__}")
+    judge.configure(enabled=True)
+    lifted = Violation("ANN-8", "attention: compiled with dynamic=True, the annotated module's graphs take inputs the "
+                                "plain module's do not: self.attn.heads (SymInt)")
+    with pytest.raises(ConformanceFailure) as failure:
+        judge.conform(_impl(_Walk)(), [lifted])
+    notes = "\n".join(getattr(failure.value, "__notes__", ()))
+    assert "in Dynamo" in notes and "known_bugs = DYNAMO_RUNTIME_BUGS" in notes, notes
+    judge.conform(_impl(_Walk, known_bugs=DYNAMO_RUNTIME_BUGS)(), [lifted])  # declared: explained, no failure

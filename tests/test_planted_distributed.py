@@ -7,7 +7,7 @@ import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from tests.demands import demand_failures
-from tests.helpers import fs2_9_on_this_torch
+from tests.helpers import fs2_9_on_this_torch, spl16_on_this_torch
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ def test_wrong_bucket_count_is_caught_and_control_passes(run_suite):
     control = PLANTED + "Unchanged"
     result, report = run_suite(control, *SPL16_PLANTED, k="test_distributed")
     demand_failures(result, report, SPL16_PLANTED, control=None)
-    assert report["matrix"][control]["SPL-16"]["outcome"] == "pass", report["matrix"][control]
+    assert report["matrix"][control]["SPL-16"]["outcome"] == spl16_on_this_torch(), report["matrix"][control]
     result.stdout.fnmatch_lines(["*SPL-16: ranks 0, 1: expected one compiled subgraph per planned bucket*"])
 
 
@@ -363,3 +363,38 @@ def test_fs2_9_probe_finds_this_torchs_internals():
         assert probe_internals(torch.device("cpu")) == {}
     finally:
         dist.destroy_process_group()
+
+
+def test_checker_judges_the_float_scaled_blocks_against_their_own_control():
+    """The third model through AOTAutograd (residual blocks scaled by float
+    attributes, a graph break between them) is judged like the others: a
+    failed step names it and its error, a wrong gradient is compared with
+    its own control."""
+    own = {"w": torch.full((3,), 2.0)}
+    blocks = {"grads": own, "params": own, "control": {"grads": own, "params": own}, "eager": {"grads": own, "params": own}}
+    assert check_ddp_end_to_end([_rank(aot_blocks=blocks)], "impl") == []
+    error = "Traceback ...\nBackendCompilerFailed: backend='compile_fn' raised: <- AttributeError: 'float' object has no attribute 'meta'"
+    (failed,) = check_ddp_end_to_end([_rank(aot_blocks={"error": error})], "impl")
+    assert "residual blocks scaled by float attributes" in failed.message
+    assert failed.message.endswith("AttributeError: 'float' object has no attribute 'meta'")
+    (differs,) = check_ddp_end_to_end([_rank(aot_blocks={**blocks, "grads": {"w": torch.ones(3)}})], "impl")
+    assert "gradient (through AOTAutograd, of residual blocks" in differs.message
+
+
+def test_the_float_output_bug_explains_that_failure_on_every_rank_and_nothing_beside_it():
+    """``spl-float-partition-output`` is the blocks' step failing on a
+    float's missing ``meta``, as every rank reports it, alone: another
+    error of that step, another model's step failing, a wrong gradient or
+    a bucket count beside it is not the bug."""
+    from pytest_fsdpcheck.impls.torch_bug_signatures import float_partition_output
+
+    error = "Traceback ...\nBackendCompilerFailed: backend='compile_fn' raised: <- AttributeError: 'float' object has no attribute 'meta'"
+    (failed,) = check_ddp_end_to_end([_rank(0, aot_blocks={"error": error}), _rank(1, aot_blocks={"error": error})], "impl")
+    assert failed.message.startswith("ranks 0, 1: ") and float_partition_output([failed])
+    other = error.replace("'float' object has no attribute 'meta'", "'SymFloat' object has no attribute 'node'")
+    (wrong_error,) = check_ddp_end_to_end([_rank(aot_blocks={"error": other})], "impl")
+    assert not float_partition_output([wrong_error])
+    (other_model,) = check_ddp_end_to_end([_rank(aot_loss={"error": error})], "impl")
+    assert not float_partition_output([other_model])
+    beside = check_ddp_end_to_end([_rank(aot_blocks={"error": error}, compiled_subgraphs=3)], "impl")
+    assert len(beside) == 2 and not float_partition_output(beside)

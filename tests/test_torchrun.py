@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fs2_9_on_this_torch
+from tests.helpers import fs2_9_on_this_torch, spl16_on_this_torch
 
 pytestmark = pytest.mark.e2e
 
@@ -137,7 +137,8 @@ def test_the_documented_torchrun_command_passes_as_written(tmp_path):
     assert [a.returncode for a in agents] == [0, 0], [t[-3000:] for t in texts]
     report = json.loads((tmp_path / "fsdpcheck.json").read_text())
     assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {
-        **{inv: "pass" for inv in ("SPL-16", "SPL-20", "FS2-11", "EXO-9")}, "FS2-9": fs2_9_on_this_torch()}
+        **{inv: "pass" for inv in ("SPL-20", "FS2-11", "EXO-9")}, "FS2-9": fs2_9_on_this_torch(),
+        "SPL-16": spl16_on_this_torch()}
 
 
 def _ci_recipe_step() -> list[str]:
@@ -185,8 +186,8 @@ def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     outcomes = {(impl, inv): report["matrix"][impl][inv]["outcome"] for impl in ("torch", "reference")
                 for inv in ("SPL-16", "FS2-9", "SPL-20", "FS2-11", "EXO-9")}
-    assert outcomes == {(impl, inv): fs2_9_on_this_torch() if inv == "FS2-9" else "pass"
-                        for impl, inv in outcomes}, outcomes
+    on_this_torch = {"FS2-9": fs2_9_on_this_torch(), "SPL-16": spl16_on_this_torch()}
+    assert outcomes == {(impl, inv): on_this_torch.get(inv, "pass") for impl, inv in outcomes}, outcomes
     assert report["matrix"][PLANTED]["SPL-16"]["outcome"] == "fail"
     assert "SPL-16: rank 1: expected one compiled subgraph per planned bucket" in reporters[0]
     assert "SPL-16: rank 0" not in reporters[0]
@@ -194,7 +195,7 @@ def test_two_torchrun_agents_run_the_distributed_checks(tmp_path):
     # extra bucket, and a plan read off the rank, named by their ranks, once
     assert report["matrix"][PLANTED]["SPL-20"]["outcome"] == "fail"
     assert {inv: report["matrix"][RANK_DEPENDENT][inv]["outcome"] for inv in ("SPL-16", "SPL-20")} == {
-        "SPL-16": "pass", "SPL-20": "fail"}, report["matrix"][RANK_DEPENDENT]
+        "SPL-16": spl16_on_this_torch(), "SPL-20": "fail"}, report["matrix"][RANK_DEPENDENT]
     divergence = ("SPL-20: expected every rank to give the same bucket plan, but rank 1 differs from rank 0 at "
                   "entry 0: rank 0 has 'graph 0, bucket 0: ")
     assert divergence in reporters[0], reporters[0][-4000:]
@@ -253,7 +254,7 @@ def test_two_agents_on_a_one_gpu_host_run_gloo_on_cpu(tmp_path):
     assert len(notes) == 1 and notes[0].endswith("2 ranks on host " + socket.gethostname()
                                                  + " share 1 visible GPU (CUDA_VISIBLE_DEVICES=unset)"), notes
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["matrix"]["reference"]["SPL-16"]["outcome"] == "pass", report["matrix"]
+    assert report["matrix"]["reference"]["SPL-16"]["outcome"] == spl16_on_this_torch(), report["matrix"]
     assert report["header"]["devices"] == ["cpu"]
 
 

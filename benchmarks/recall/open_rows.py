@@ -62,8 +62,10 @@ OPEN_ROWS: tuple[OpenBug, ...] = (
         "optimize_ddp=False).",
         upstream=("pytorch/pytorch#196227", "pytorch/pytorch#197420"),
         status="open (opened 2026-09-07; fix PR open)",
-        invariants=("SPL-10", "SPL-11"),
+        invariants=("SPL-16",),
         measured=(("2.12.1", "reproduced"), ("2.15.0", "reproduced")),
+        # found by SPL-16's third model through AOTAutograd (float-scaled residual blocks, a graph break between)
+        known="spl-float-partition-output",
     ),
     OpenBug(
         id="ann-fsdp-int-attr-symbolic",

@@ -70,7 +70,9 @@ def _check_rank(result: dict, spec: str, rtol: float, atol: float) -> list[Viola
     out += _compare("parameter after the step", rank, result["control"]["params"], result["compiled"]["params"],
                     rtol, atol, result["eager"]["params"])
     for key, how in (("aot", "through AOTAutograd"),
-                     ("aot_loss", "through AOTAutograd, of a model with its loss and a BatchNorm in forward")):
+                     ("aot_loss", "through AOTAutograd, of a model with its loss and a BatchNorm in forward"),
+                     ("aot_blocks", "through AOTAutograd, of residual blocks scaled by float attributes with a "
+                                    "graph break between them")):
         aot = result.get(key)
         if aot is not None and aot.get("error"):
             out.append(Violation("SPL-16", f"rank {rank}: expected a training step of DDP compiled {how} "

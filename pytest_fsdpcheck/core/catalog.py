@@ -22,7 +22,7 @@ INVARIANTS: dict[str, str] = {
     "ANN-5": "idempotent; re-annotating updates use_orig_params",
     "ANN-6": "shared submodules are annotated consistently",
     "ANN-7": "Dynamo lifts an annotated module's parameters; swapping one needs no recompile",
-    "ANN-8": "compiled with dynamic=True, an annotated module specializes as the plain module does",
+    "ANN-8": "compiled with dynamic=True, an annotated module loses no specialisation the plain one keeps",
     # Splitting
     "SPL-1": "first_bucket_cap > bucket_bytes_cap rejected; unset first cap defaults",
     "SPL-2": "every node in exactly one bucket; contiguous runs in graph order",

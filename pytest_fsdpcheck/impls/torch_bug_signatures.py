@@ -263,3 +263,20 @@ def int_attributes_lifted(violations) -> bool:
     model (one an implementation added) is not this bug."""
     return len(violations) == 1 and violations[0].invariant == "ANN-8" and bool(
         _INT_ATTRIBUTES_LIFTED.fullmatch(violations[0].message))
+
+
+_FLOAT_PARTITION_OUTPUT = re.compile(
+    r"(?:rank \d+|ranks \d+(?:, \d+)*): expected a training step of DDP compiled through AOTAutograd, of residual "
+    r"blocks scaled by float attributes with a graph break between them \(as inductor compiles\), but it failed: "
+    r"(?:BackendCompilerFailed: [^<]* <- )?AttributeError: 'float' object has no attribute 'meta'"
+)
+
+
+def float_partition_output(violations) -> bool:
+    """SPL-16's one statement that the float-scaled blocks' compiled DDP
+    step failed in the split's bucket compile on a float's missing
+    ``meta``, as every rank reports it, and nothing else wrong in the
+    world: another error of that step, a wrong gradient of it, or any other
+    step's violation beside it is not this bug."""
+    return len(violations) == 1 and violations[0].invariant == "SPL-16" and bool(
+        _FLOAT_PARTITION_OUTPUT.fullmatch(violations[0].message))

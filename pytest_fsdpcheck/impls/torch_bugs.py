@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..core.bugs import KnownBug
 from .torch_bug_signatures import (
+    float_partition_output,
     frozen_dtypes_asserted,
     grouped_module_reused,
     grouped_module_reused_summed,
@@ -571,11 +572,28 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "unmanaged keeps a constant: specialisation silently lost, more symbolic kernel arguments "
         "(pytorch/pytorch#194795, open). Found by ANN-8. It is Dynamo's, not the annotation's: any "
         "implementation that marks modules as torch does meets it.",
-        affects=">=2.2",
-        seen=("2.13.0",),
+        affects=">=2.8",
+        seen=("2.8.0", "2.13.0"),
         predicate=int_attributes_lifted,
         reproducer="ann-fsdp-int-attr-symbolic.py",
         upstream=("pytorch/pytorch#194795",),
+        needs_compile=True,
+    ),
+    KnownBug(
+        id="spl-float-partition-output",
+        invariants=("SPL-16",),
+        reason="DDPOptimizer splits a graph whose bucket computes a symbolic float (a drop probability Dynamo "
+        "took as an input when it compiled a block's frame again for another block's value) that a later bucket "
+        "uses: the float becomes an output of the split's submodule, and the bucket's compile (FakifiedOutWrapper, "
+        "AOTAutograd) reads .meta of every output: AttributeError: 'float' object has no attribute 'meta'. The "
+        "same program compiles with optimize_ddp=False. pytorch/pytorch#196227 (open; fix proposed in "
+        "pytorch/pytorch#197420). Found by SPL-16's float-scaled residual blocks. It is torch's DDPOptimizer, "
+        "not the plan: any implementation's SPL-16 world runs torch's compile of DDP.",
+        affects=">=2.7",
+        seen=("2.7.1", "2.13.0"),
+        predicate=float_partition_output,
+        reproducer="spl-float-partition-output.py",
+        upstream=("pytorch/pytorch#196227", "pytorch/pytorch#197420"),
         needs_compile=True,
     ),
     KnownBug(
@@ -605,7 +623,10 @@ FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
 )
 
 
-#: the known bugs of Dynamo in how it compiles a module the annotation
-#: marked (ANN-8): every implementation that marks modules as torch does
-#: meets them, so the reference declares them too
-DYNAMO_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(bug for bug in TORCH_BUGS if bug.id == "ann-fsdp-int-attr-symbolic")
+#: the known bugs of Dynamo in how it compiles what an implementation is
+#: judged beside, never the implementation's own output: a module the
+#: annotation marked (ANN-8), and DDP in SPL-16's world, whose compiled steps
+#: every implementation's cell reports. Every implementation meets them, so
+#: the reference declares them too
+DYNAMO_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
+    bug for bug in TORCH_BUGS if bug.id in {"ann-fsdp-int-attr-symbolic", "spl-float-partition-output"})

@@ -128,11 +128,11 @@ def _torchs_bug_hint(impl, outcome, body, form) -> str | None:
                 f"it: known_bugs = FULLY_SHARD_RUNTIME_BUGS (from pytest_fsdpcheck.impls.torch_bugs) "
                 f"(python -m pytest_fsdpcheck.known show {bugs[0].id})")
     if all(bug in DYNAMO_RUNTIME_BUGS for bug in bugs):
-        # in Dynamo, which compiles a module this annotation marked as it
-        # compiles one torch's marked (ANN-8)
-        return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives, in Dynamo, which compiles a module "
-                f"this implementation marked as it compiles one torch's annotation marked; an implementation meets "
-                f"it there too and can declare it: known_bugs = DYNAMO_RUNTIME_BUGS (from "
+        # in Dynamo, which compiles what the implementation is judged beside
+        # (a module it marked, ANN-8; DDP in SPL-16's world) as for torch's
+        return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives, in Dynamo, which compiles what "
+                f"this implementation is judged beside (a module it marked, DDP in SPL-16's world) as it does for "
+                f"torch's; an implementation meets it there too and can declare it: known_bugs = DYNAMO_RUNTIME_BUGS (from "
                 f"pytest_fsdpcheck.impls.torch_bugs) (python -m pytest_fsdpcheck.known show {bugs[0].id})")
     return (f"fsdpcheck: this is exactly what torch's known bug {ids} gives; an implementation that runs "
             f"torch's own code has it too and can declare it: known_bugs = \"torch\" "

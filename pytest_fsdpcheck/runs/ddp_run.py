@@ -74,6 +74,73 @@ class LossInForward(GeneratedMLP):
         return self.head(self.norm(x)).square().mean()
 
 
+class ScaledBranch(nn.Module):
+    """A residual branch's drop-path scaling at its expectation: in
+    training, the branch times its keep probability ``1 - p``, ``p`` a
+    Python float attribute (stochastic depth's drop probability, here
+    without the noise so that the step is deterministic)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        return x * (1.0 - self.p)
+
+
+class ScaledBlock(nn.Module):
+    """Two residual layers, each branch scaled by the block's float: the
+    value ``1 - p`` computed in the first layer's bucket is used again in
+    the second's, so a split at the bucket boundary carries a number that is
+    not a tensor from one bucket to the next."""
+
+    def __init__(self, p: float, width: int = WIDTHS[0]):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(width, width), nn.Linear(width, width)
+        self.scale = ScaledBranch(p)
+
+    def forward(self, x):
+        x = x + self.scale(self.fc1(x))
+        return x + self.scale(self.fc2(x))
+
+
+class ScaledBlocks(nn.Module):
+    """Residual blocks as vision and language models stack them: a graph
+    break between blocks (several graphs per step, each split into buckets
+    on its own) and each block its own drop probability, so Dynamo compiles
+    the block's frame again for the second one and takes the float as a
+    symbolic input (automatic dynamic), as it does for a model whose
+    stochastic depth rises with the block's index."""
+
+    def __init__(self, probabilities=(0.0, 0.1, 0.2)):
+        super().__init__()
+        self.blocks = nn.ModuleList(ScaledBlock(p) for p in probabilities)
+        self.head = nn.Linear(WIDTHS[0], 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+            torch._dynamo.graph_break()
+        return self.head(x)
+
+
+def error_record(exc: BaseException) -> str:
+    """A step's failure as SPL-16 reports it: the traceback, then the last
+    line naming the exception and, for a compiler's failure that wraps
+    another (``BackendCompilerFailed``), the one it wraps, whose first line
+    the wrapper's own message puts on a line of its own."""
+    causes, seen = [], exc
+    while seen is not None and len(causes) < 4:
+        lines = [line for line in str(seen).splitlines() if line.strip()]
+        causes.append(f"{type(seen).__name__}: {lines[0].strip() if lines else ''}".strip())
+        seen = seen.__cause__ or getattr(seen, "inner_exception", None)
+        if seen is not None and any(c.startswith(type(seen).__name__ + ":") for c in causes[1:]):
+            break
+    return traceback.format_exc(limit=8) + "\n" + " <- ".join(dict.fromkeys(causes))
+
+
 @dataclass(frozen=True)
 class RankJob:
     world_size: int
@@ -296,6 +363,20 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
     except Exception:  # noqa: BLE001 - judged by SPL-16 as this step's failure
         aot_loss = {"error": traceback.format_exc(limit=8)}
 
+    # Residual blocks scaled by float attributes, a graph break between
+    # them, through AOTAutograd against their own control and eager DDP
+    # step: what DDPOptimizer's split hands from bucket to bucket includes a
+    # symbolic float (issue 57: compiled DDP as real models run it).
+    progress["phase"] = "aot_blocks"
+    try:
+        torch.manual_seed(0)
+        blocks_model = ScaledBlocks().to(device)
+        blocks_eager = DDP(copy.deepcopy(blocks_model), device_ids=device_ids, bucket_cap_mb=BUCKET_CAP_MB)
+        eager_of_blocks = dict(zip(("loss", "grads", "params"), step(blocks_eager, blocks_eager), strict=True))
+        aot_blocks = {**through_aot(blocks_model), "eager": eager_of_blocks, "control": control_step(blocks_model)}
+    except Exception as exc:  # noqa: BLE001 - judged by SPL-16 as this step's failure
+        aot_blocks = {"error": error_record(exc)}
+
     progress["phase"] = "plans"
     return {
         "ddp_bucket_bytes_cap": compiled_ddp.bucket_bytes_cap,
@@ -311,6 +392,7 @@ def _train_and_record(rank: int, world_size: int, device: torch.device, impl_spe
         "compiled": {"loss": compiled_loss, "grads": compiled_grads, "params": compiled_params},
         "aot": aot,
         "aot_loss": aot_loss,
+        "aot_blocks": aot_blocks,
     }
 
 
