@@ -570,10 +570,11 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "on int members of NN module') does not apply, and under torch.compile(dynamic=True) an int attribute "
         "(a head count, the ints of a tuple shape) becomes a SymInt input of the graph where the same module "
         "unmanaged keeps a constant: specialisation silently lost, more symbolic kernel arguments "
-        "(pytorch/pytorch#194795, open). Found by ANN-8. It is Dynamo's, not the annotation's: any "
+        "(pytorch/pytorch#194795, open). On 2.6 and 2.7 Dynamo takes a plain module's int attributes "
+        "symbolically too, and only the ints of a tuple attribute differ. Found by ANN-8. It is Dynamo's, not the annotation's: any "
         "implementation that marks modules as torch does meets it.",
-        affects=">=2.8",
-        seen=("2.8.0", "2.13.0"),
+        affects=">=2.6",
+        seen=("2.6.0", "2.13.0"),
         predicate=int_attributes_lifted,
         reproducer="ann-fsdp-int-attr-symbolic.py",
         upstream=("pytorch/pytorch#194795",),

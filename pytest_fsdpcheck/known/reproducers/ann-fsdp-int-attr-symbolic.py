@@ -13,6 +13,10 @@ SymInt input (pytorch/pytorch#194795, open: "Statically specialize int/tuple
 attrs of FSDP-managed modules under skip_fsdp_guards"; the report there: 8644
 symbolic kernel arguments against 2607 without FSDP).
 
+On 2.6 and 2.7 Dynamo takes a plain module's int attribute symbolically
+too, and only the ints of a tuple attribute (``self.shape``) tell the two
+apart: the managed module's are symbolic, the plain module's constants.
+
 The module is marked with torch's own FSDP annotation
 (``torch.distributed.fsdp._dynamo_utils._annotate_modules_for_dynamo``, which
 FSDP and fully_shard use); the backend records the graph and runs it eagerly.
@@ -36,10 +40,11 @@ class Heads(nn.Module):
         super().__init__()
         self.lin = nn.Linear(8, 8)
         self.heads = 2
+        self.shape = (2, 4)
 
     def forward(self, x):
         y = self.lin(x)
-        return y.view(y.shape[0], self.heads, -1).sum(-1) * self.heads
+        return y.view(y.shape[0], self.heads, -1).sum(-1) * self.heads + y.view(-1, *self.shape).sum(-1)
 
 
 def symbolic_inputs(module):
