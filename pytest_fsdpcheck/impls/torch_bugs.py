@@ -574,7 +574,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "symbolically too, and only the ints of a tuple attribute differ. Found by ANN-8. It is Dynamo's, not the annotation's: any "
         "implementation that marks modules as torch does meets it.",
         affects=">=2.6",
-        seen=("2.6.0", "2.13.0"),
+        seen=("2.6.0", "2.15.0"),
         predicate=int_attributes_lifted,
         reproducer="ann-fsdp-int-attr-symbolic.py",
         upstream=("pytorch/pytorch#194795",),
@@ -591,7 +591,7 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "pytorch/pytorch#197420). Found by SPL-16's float-scaled residual blocks. It is torch's DDPOptimizer, "
         "not the plan: any implementation's SPL-16 world runs torch's compile of DDP.",
         affects=">=2.7",
-        seen=("2.7.1", "2.13.0"),
+        seen=("2.7.1", "2.15.0"),
         predicate=float_partition_output,
         reproducer="spl-float-partition-output.py",
         upstream=("pytorch/pytorch#196227", "pytorch/pytorch#197420"),
