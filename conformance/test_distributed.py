@@ -37,6 +37,7 @@ from pytest_fsdpcheck.checks.distributed import (
     fsdp2_environment,
     fsdp2_unchecked,
 )
+from pytest_fsdpcheck.checks.fsdp2_tp import check_fsdp2_tp, fsdp2_tp_unchecked
 from pytest_fsdpcheck.checks.repro import snippet
 from pytest_fsdpcheck.core.not_provided import NotProvided
 from pytest_fsdpcheck.core.torch_support import require_compile
@@ -106,9 +107,10 @@ def _second_world(world_size: int, device: str) -> int | None:
     return other
 
 
-def _reproducer(impl, spec, world_size, device, task, check, seed=0, area=None):
-    """The torch-only script for one world's check; ``area`` for the ranks'
-    agreement (``check_ranks_agree``), which is asked per area."""
+def _reproducer(impl, spec, world_size, device, task, check, seed=0, area=None, home="distributed"):
+    """The torch-only script for one world's check (a function of
+    ``pytest_fsdpcheck.checks.<home>``); ``area`` for the ranks' agreement
+    (``check_ranks_agree``), which is asked per area."""
     area_arg = f", {area!r}" if area is not None else ""
     return snippet(
         impl,
@@ -119,7 +121,7 @@ def _reproducer(impl, spec, world_size, device, task, check, seed=0, area=None):
         [f"    violations = {check}(results, {spec!r}{area_arg})", "    assert not violations, violations"],
         imports=[
             "from pytest_fsdpcheck.runs.ddp_run import run_ranks",
-            f"from pytest_fsdpcheck.checks.distributed import {check}",
+            f"from pytest_fsdpcheck.checks.{home} import {check}",
         ],
     )
 
@@ -204,6 +206,39 @@ def test_fully_shard_end_to_end(fsdpcheck_impl, fsdpcheck_device, fsdpcheck_run)
     unchecked = fsdp2_unchecked(results, spec)  # what this torch could not compare: n/p, with why
     if unchecked:
         raise NotProvided("; ".join(unchecked))
+
+
+@pytest.mark.fsdpcheck_cost(seconds=1.0)
+@pytest.mark.invariant("FS2-15")
+def test_fully_shard_on_a_tp_mesh(fsdpcheck_impl, fsdpcheck_device, fsdpcheck_run):
+    """FS2-15: in FS2-9's worlds (the same ranks, after FS2-9's steps), the
+    implementation's groups applied with ``fully_shard`` over the dp
+    dimension of a (dp, tp) mesh, to tensor-parallel parameters (replicated
+    over tp, each rank its own rows), take the unsharded model's step: every
+    parameter sharded over dp, every gradient summed over tp and averaged
+    over dp as the plain model's are, in fp32 and with bf16 parameters
+    reduced in fp32."""
+    world_size = _fsdp2_world(fsdpcheck_run, fsdpcheck_device, "FS2-15")
+    spec = fsdpcheck_run.spec_of(fsdpcheck_impl)
+    worlds = [(_results(fsdpcheck_run, world_size, fsdpcheck_device, "fsdp2"), world_size, "fsdp2")]
+    second = _second_world(world_size, fsdpcheck_device)
+    if second is not None:
+        worlds.append((_results(fsdpcheck_run, second, fsdpcheck_device, "fsdp2-eager"), second, "fsdp2-eager"))
+    violations = []
+    for results, size, _ in worlds:
+        violations += check_fsdp2_tp(results, spec, where=f"world size {size}, " if size != world_size else "")
+    failed = next((w for w in worlds if check_fsdp2_tp(w[0], spec)), worlds[0])
+    _judge(
+        fsdpcheck_run,
+        fsdpcheck_impl,
+        violations,
+        _reproducer(fsdpcheck_impl, spec, failed[1], fsdpcheck_device, failed[2], "check_fsdp2_tp",
+                    _seed(fsdpcheck_run), home="fsdp2_tp"),
+        lambda: next(filter(None, (fsdp2_environment(w[0], spec) for w in worlds)), None),
+    )
+    unchecked = fsdp2_tp_unchecked(worlds[0][0])
+    if unchecked:
+        raise NotProvided(f"FS2-15: {unchecked}")
 
 
 @pytest.mark.parametrize("area", [pytest.param(area, marks=pytest.mark.invariant(inv)) for area, (inv, _) in AGREEMENT.items()])

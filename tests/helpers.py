@@ -193,3 +193,15 @@ def fs2_9_on_this_torch() -> str:
 
     (latched,) = [b for b in FULLY_SHARD_RUNTIME_BUGS if b.id == "fs2-frozen-mp-latched"]
     return "known" if latched.applies_to_version(torch.__version__) else "pass"
+
+
+def fs2_15_on_this_torch() -> str:
+    """FS2-15's cell for a walk that is right (torch's own, the reference's):
+    ``known`` where fully_shard's runtime sums a tensor-parallel gradient
+    over tp in bf16 (``fs2-tp-reduce-in-compute-dtype``), else ``pass``."""
+    import torch
+
+    from pytest_fsdpcheck.impls.torch_bugs import FULLY_SHARD_RUNTIME_BUGS
+
+    (tp_sum,) = [b for b in FULLY_SHARD_RUNTIME_BUGS if b.id == "fs2-tp-reduce-in-compute-dtype"]
+    return "known" if tp_sum.applies_to_version(torch.__version__) else "pass"

@@ -379,6 +379,39 @@ def test_spl16_faults_of_ddp_and_ddpoptimizer_fail_in_torchs_column(run_suite, m
 FS29_FAULTED = {FAULTED: ("FS2-9", "test_fully_shard_end_to_end")}
 
 
+#: torch itself, in a world whose fully_shard never sums a tensor-parallel gradient over tp in bf16
+FS215_FAULTED = {FAULTED: ("FS2-15", "test_fully_shard_on_a_tp_mesh")}
+
+
+@pytest.mark.e2e
+def test_fs2_15_a_tp_sum_lost_in_torchs_runtime_fails_beside_its_known_bug(run_suite, monkeypatch):
+    """torch's fully_shard keeping each rank's partial gradient of a
+    tensor-parallel parameter in the bf16 step, never summing it over tp:
+    the bf16 step's gradients are off by far more than rounding the tp sum
+    to bf16 gives, which is all that torch's known
+    ``fs2-tp-reduce-in-compute-dtype`` (the same step, on 2.7 ... 2.14)
+    explains. A FAIL in torch's column and in every walk's (they all drive
+    that runtime), in both worlds, with a reproducer; the fp32 step is
+    right."""
+    _planted_world(monkeypatch, "fsdp2-tp-partials-kept")
+    impls = ["torch", FAULTED, "reference"]
+    result, report = run_suite(*impls, k="test_fully_shard_on_a_tp_mesh")
+    demand_failures(result, report, FS215_FAULTED, control=None)
+    outcomes = {impl: report["matrix"][impl]["FS2-15"]["outcome"] for impl in impls}
+    assert outcomes == dict.fromkeys(impls, "fail"), outcomes
+    assert all("environment" not in test for test in report["tests"].values())
+    torch_says = _torchs_failure(result, "torch-cpu")
+    # each rank's own partial reduced over dp alone: the ranks' gradients differ, so each is named
+    for world in ("rank 0, bf16 (param bf16, reduce fp32), mesh 1x2 (dp x tp)",
+                  "rank 1, bf16 (param bf16, reduce fp32), mesh 1x2 (dp x tp)",
+                  "world size 3, rank 2, bf16 (param bf16, reduce fp32), mesh 1x3 (dp x tp)"):
+        line = f"FS2-15: {world}: the gradients of ["
+        assert line in torch_says, (line, torch_says[-3000:])
+    assert "beyond what rounding each sum over the tp ranks to bf16 gives" in torch_says, torch_says[-3000:]
+    assert "fp32 (no policy)" not in torch_says, torch_says[-3000:]
+    assert _reproduces(torch_says, "torch", "fsdp2")
+
+
 @pytest.mark.parametrize("fault, modes", [
     ("fsdp2-rs-loses-first", ("eager", "compiled")),  # rank 1's reduce-scatter input loses its first element
     ("summing-fsdp2", ("eager", "compiled")),  # fully_shard sums instead of averaging (fs2-gloo-grads-summed's shape)

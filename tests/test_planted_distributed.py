@@ -7,7 +7,7 @@ import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from tests.demands import demand_failures
-from tests.helpers import fs2_9_on_this_torch, spl16_on_this_torch
+from tests.helpers import fs2_15_on_this_torch, fs2_9_on_this_torch, spl16_on_this_torch
 
 pytestmark = pytest.mark.unit
 
@@ -17,6 +17,8 @@ SPL16_PLANTED = {PLANTED + name: ("SPL-16", "test_distributed") for name in ("Ex
 #: walks that shard the wrong parameters
 FS29_PLANTED = {PLANTED + name: ("FS2-9", "test_fully_shard_end_to_end")
                 for name in ("DropsFirstLeaf", "ShardsIgnored", "ParentFirst")}
+#: a walk right on FS2-9's 1-D mesh that leaves tensor-parallel parameters out of every group
+FS215_PLANTED = {PLANTED + "DTensorsAsSharded": ("FS2-15", "test_fully_shard_on_a_tp_mesh")}
 
 
 @pytest.mark.e2e
@@ -137,10 +139,20 @@ def test_fs2_9_catches_walks_that_shard_wrongly(run_suite, monkeypatch):
     # aot_eager: the planted walks differ before any kernel is generated
     monkeypatch.setenv("FSDPCHECK_COMPILE_BACKEND", "aot_eager")
     control = PLANTED + "ReferenceControl"
-    result, report = run_suite(control, *FS29_PLANTED, k="test_fully_shard_end_to_end")
+    # FS2-15 takes its steps in the same worlds, after FS2-9's: no ranks more
+    result, report = run_suite(control, *FS29_PLANTED, *FS215_PLANTED,
+                               k="test_fully_shard_end_to_end or test_fully_shard_on_a_tp_mesh")
     demand_failures(result, report, FS29_PLANTED, control=None)
+    demand_failures(result, report, FS215_PLANTED, control=None)
     # the reference's walk passes, or meets fully_shard's runtime bug as torch's own walk does
     assert report["matrix"][control]["FS2-9"]["outcome"] == fs2_9_on_this_torch(), report["matrix"][control]
+    assert report["matrix"][control]["FS2-15"]["outcome"] == fs2_15_on_this_torch(), report["matrix"][control]
+    # the walk that takes DTensors for sharded ones is right where only fully_shard makes DTensors
+    tp_walk = next(iter(FS215_PLANTED))
+    assert report["matrix"][tp_walk]["FS2-9"]["outcome"] == fs2_9_on_this_torch(), report["matrix"][tp_walk]
+    assert ("FS2-15: ranks 0, 1, fp32 (no policy), mesh 1x2 (dp x tp): [blocks.0.norm.weight, blocks.0.proj.weight, "
+            "blocks.0.proj.bias, blocks.1.norm.weight, blocks.1.proj.weight, blocks.1.proj.bias, out.weight] were "
+            "sharded over dp by no fully_shard call: each is a DTensor on the (tp) mesh") in result.stdout.str()
     out = result.stdout.str()
     spec, calls = end_to_end_model(0)  # the ci profile's model
     want = oracle(build_model(spec, 0), calls)

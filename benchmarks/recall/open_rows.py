@@ -112,8 +112,10 @@ OPEN_ROWS: tuple[OpenBug, ...] = (
         "replicated (SequenceParallel) parameter's gradient runs in the bf16 compute dtype.",
         upstream=("pytorch/pytorch#190626", "pytorch/pytorch#190627"),
         status="open (2026-07); fix PR open; 2.15.0 reduces in fp32",
-        invariants=("FS2-9",),
+        invariants=("FS2-15",),
         measured=(("2.12.1", "reproduced"), ("2.15.0", "not reproduced")),
+        # found by FS2-15's tensor-parallel step on a (dp, tp) mesh, bf16 parameters reduced in fp32
+        known="fs2-tp-reduce-in-compute-dtype",
     ),
     OpenBug(
         id="fs2-frozen-first-forward-mp",

@@ -69,6 +69,7 @@ INVARIANTS: dict[str, str] = {
     "FS2-12": "a group's frozen parameters of other dtypes (a bf16 base, an integer index) take a mixed-precision step as the control does",
     "FS2-13": "turning a group's gradient reduction off (set_requires_gradient_sync) reaches exactly the groups asked",
     "FS2-14": "a view a group returns, written into in place by its caller, takes the step the unsharded model takes",
+    "FS2-15": "on a 2-D (dp, tp) mesh, tensor-parallel parameters grouped over dp take the unsharded model's step: each sharded over dp, each gradient summed over tp and averaged over dp in the policy's reduce_dtype",
     # A user's FSDP2 plan (its fully_shard calls, recorded): the plan's own
     # mistakes, each the user's (a case error naming the factory, exit 11),
     # never a cell in an implementation's column

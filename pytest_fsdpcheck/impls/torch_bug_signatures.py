@@ -280,3 +280,21 @@ def float_partition_output(violations) -> bool:
     step's violation beside it is not this bug."""
     return len(violations) == 1 and violations[0].invariant == "SPL-16" and bool(
         _FLOAT_PARTITION_OUTPUT.fullmatch(violations[0].message))
+
+
+_TP_REDUCED_IN_BF16 = re.compile(
+    r"(?:world size \d+, )?(?:rank \d+|ranks \d+(?:, \d+)*), bf16 \(param bf16, reduce fp32\), mesh \d+x\d+ "
+    r"\(dp x tp\): the gradients of \[[^\]]*\] differ from the control's \(the largest by \S+, of \S+; tolerance "
+    r"\S+ relative, \S+ absolute\), each by no more than rounding its sum over the \d+ tp ranks to bf16 gives: "
+    r"the tp reduction ran in bf16, not in the policy's reduce_dtype \(fp32\)"
+)
+
+
+def tp_reduced_in_compute_dtype(violations) -> bool:
+    """FS2-15's statements, one per world, that the bf16 step's gradients
+    differ from the control's by no more than summing the partial gradients
+    over tp in bf16 makes, and nothing else: the fp32 step wrong, a
+    parameter left unsharded or without a gradient, a difference beyond
+    bf16 rounding, or an error beside it is not this bug."""
+    return bool(violations) and all(
+        v.invariant == "FS2-15" and _TP_REDUCED_IN_BF16.fullmatch(v.message) for v in violations)

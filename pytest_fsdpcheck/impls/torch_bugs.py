@@ -16,6 +16,7 @@ from .torch_bug_signatures import (
     grouped_module_reused,
     grouped_module_reused_summed,
     inplace_view_hook_dropped,
+    tp_reduced_in_compute_dtype,
     int_attributes_lifted,
     int_param_rejected,
     mixed_step_latched,
@@ -561,6 +562,23 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         raises=(("RuntimeError", r"^setStorage: .* out of bounds for storage of size 0$"),),
     ),
     KnownBug(
+        id="fs2-tp-reduce-in-compute-dtype",
+        invariants=("FS2-15",),
+        reason="On a 2-D (dp, tp) mesh, a tensor-parallel parameter replicated over tp (a norm's weight under "
+        "SequenceParallel) gets a Partial gradient; FSDPParam._get_grad_inner_tensor redistributes it to "
+        "Replicate (the sum over tp) in the dtype the backward computed it in, bf16 under "
+        "MixedPrecisionPolicy(param_dtype=bf16), and only then does FSDP2 cast it to reduce_dtype for its own "
+        "reduce-scatter over dp: reduce_dtype=fp32, which 'controls the dtype for gradient reduction', does not "
+        "reach the tp sum, and each gradient is off by bf16's rounding of it. pytorch/pytorch#190626 (open), "
+        "fix pytorch/pytorch#190627 (open); 2.15.0 upcasts before the redistribution. Found by FS2-15. It is "
+        "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        affects=">=2.7,<2.15",
+        seen=("2.13.0",),
+        predicate=tp_reduced_in_compute_dtype,
+        reproducer="fs2-tp-reduce-in-compute-dtype.py",
+        upstream=("pytorch/pytorch#190626", "pytorch/pytorch#190627"),
+    ),
+    KnownBug(
         id="ann-fsdp-int-attr-symbolic",
         invariants=("ANN-8",),
         reason="Dynamo gives the attributes of a module marked FSDP-managed (_is_fsdp_managed_module, as "
@@ -620,7 +638,7 @@ FULLY_SHARD_RUNTIME_BUGS: tuple[KnownBug, ...] = tuple(
     bug for bug in TORCH_BUGS
     if bug.id in {"fs2-gloo-grads-summed", "fs2-frozen-mp-latched", "fs2-frozen-dtypes-asserted", "fs2-int-param-rejected",
                   "fs2-grouped-module-reused", "fs2-grouped-module-reused-summed", "fs2-unused-params-graphs-differ",
-                  "fs2-inplace-view-hook-dropped"}
+                  "fs2-inplace-view-hook-dropped", "fs2-tp-reduce-in-compute-dtype"}
 )
 
 

@@ -481,7 +481,7 @@ class CaseInputRecorder:
 
 #: invariants whose checks need torch.compile to run here (this Python, this build)
 # SPL-20 and EXO-9 read the records of SPL-16's world, which compiles
-_NEEDS_COMPILE = {"ANN-7", "ANN-8", "SPL-16", "FS2-9", "SPL-20", "EXO-9"}
+_NEEDS_COMPILE = {"ANN-7", "ANN-8", "SPL-16", "FS2-9", "FS2-15", "SPL-20", "EXO-9"}
 
 
 def _probed_away(inv: str) -> str | None:

@@ -446,17 +446,22 @@ def _exec_order(spec: str, model) -> dict:
 def _fsdp2(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
            progress: dict | None = None) -> dict:
     from .fsdp2_run import fsdp2_task
+    from .fsdp2_tp import with_tp_steps
 
-    return fsdp2_task(rank, world_size, device, impl_specs, seed, progress)
+    result = fsdp2_task(rank, world_size, device, impl_specs, seed, progress)
+    return with_tp_steps(result, rank, world_size, device, impl_specs, progress)
 
 
 def _fsdp2_eager(rank: int, world_size: int, device: torch.device, impl_specs, seed: int = 0,
                  progress: dict | None = None) -> dict:
     from .fsdp2_run import fsdp2_task
+    from .fsdp2_tp import with_tp_steps
 
-    return fsdp2_task(rank, world_size, device, impl_specs, seed, progress, modes=("eager",))
+    result = fsdp2_task(rank, world_size, device, impl_specs, seed, progress, modes=("eager",))
+    return with_tp_steps(result, rank, world_size, device, impl_specs, progress)
 
 
 #: what a rank runs: SPL-16's DDP step, FS2-9's fully_shard step (both
-#: modes; ``fsdp2-eager``: the eager step only, FS2-9's second world)
+#: modes; ``fsdp2-eager``: the eager step only, FS2-9's second world), each
+#: FS2-9 world followed by FS2-15's steps on a (dp, tp) mesh
 TASKS = {"ddp": _train_and_record, "fsdp2": _fsdp2, "fsdp2-eager": _fsdp2_eager}

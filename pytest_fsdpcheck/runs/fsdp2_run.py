@@ -251,7 +251,11 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
     the eager step with the grouped call in mixed precision, judged against
     the control at that precision (``reference[MIXED_MODE]``), and a failure
     of that step is recorded as its own (``{"error": ...}``), so the fp32
-    steps are judged whatever it does."""
+    steps are judged whatever it does. After it, every rank takes FS2-15's
+    steps on a (dp, tp) mesh with the same implementations
+    (:func:`~pytest_fsdpcheck.runs.fsdp2_tp.with_tp_steps`, called by
+    the world's task after this), recorded as ``tp``: they ride on this
+    world, which has passed its self-test."""
     from ..impls import load_implementation
     from .selftest import FSDP2_COLLECTIVES, self_test
 
@@ -287,7 +291,7 @@ def fsdp2_task(rank: int, world_size: int, device: torch.device, impl_specs, see
               "spec": spec.to_source(), "impls": {}, "process_group": torch.distributed.get_backend(),
               "unchecked": unchecked, "torch_walk": {}, "modes": list(modes), "world_size": world_size}
     if "FS2-9" in unchecked:
-        return result
+        return result  # FS2-15's step is driven the same way: n/p for the same reason
     progress["phase"] = "impls"
     for spec in impl_specs:
         try:

@@ -95,6 +95,18 @@ class _ParentFirst(ReferenceFsdp2):
         return got[-1:] + got[:-1]
 
 
+class _DTensorsAsSharded(ReferenceFsdp2):
+    # Takes a parameter that already is a DTensor for one an inner call
+    # sharded: right on a 1-D mesh (FS2-9), where only fully_shard makes
+    # DTensors; on a (dp, tp) mesh the tensor-parallel parameters are left
+    # out of every group (FS2-15).
+    def managed_states(self, modules, ignored_params):
+        from pytest_fsdpcheck.runs.fsdp2_run import dtensor_class
+
+        params, buffers = super().managed_states(modules, ignored_params)
+        return [p for p in params if not isinstance(p, dtensor_class())], buffers
+
+
 def _fsdp2_impl(cls, name, known_bugs=()):
     return type(name, (Implementation,), {"name": name, "known_bugs": known_bugs,
                                           "__init__": lambda self: setattr(self, "fsdp2", cls())})
@@ -105,6 +117,8 @@ ReferenceControl = _fsdp2_impl(ReferenceFsdp2, "ReferenceControl", FULLY_SHARD_R
 DropsFirstLeaf = _fsdp2_impl(_DropsFirstLeaf, "DropsFirstLeaf")
 ShardsIgnored = _fsdp2_impl(_ShardsIgnored, "ShardsIgnored")
 ParentFirst = _fsdp2_impl(_ParentFirst, "ParentFirst")
+# declares fully_shard's runtime bugs as the reference does: only its walk is wrong
+DTensorsAsSharded = _fsdp2_impl(_DTensorsAsSharded, "DTensorsAsSharded", FULLY_SHARD_RUNTIME_BUGS)
 
 
 

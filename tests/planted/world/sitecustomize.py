@@ -43,6 +43,11 @@ environment). Inert unless ``FSDPCHECK_PLANTED_WORLD`` names the fault:
   (resharded) in the same step is not unsharded again: it computes on its
   sharded parameters (the issue's "storage of size 0"; here the DTensor
   shards reach its matmul). A module called once per forward never meets it.
+- ``fsdp2-tp-partials-kept``: pytorch#190626's step gone further wrong: in
+  a bf16 step on a (dp, tp) mesh, a tensor-parallel parameter's ``Partial``
+  gradient is never summed over tp (``FSDPParam._get_grad_inner_tensor``
+  keeps each rank's own partial), so FSDP2 reduces over dp a gradient of
+  the rank's rows only. fp32 steps are right.
 - ``compiled-outputs-off``: torch's compiled path is faulty: every graph the
   backend compiles returns its floating outputs 1/16 too large (eager steps
   are right).
@@ -245,6 +250,19 @@ if "ddpoptimizer-rank-dependent" in _FAULTS:
         return compiled
 
     _ddp_backend.DDPOptimizer.compile_fn = _compile_fn_planning_by_rank
+
+if "fsdp2-tp-partials-kept" in _FAULTS:
+    import torch
+    from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+    _inner = _fsdp_param.FSDPParam._get_grad_inner_tensor
+
+    def _keeping_bf16_partials(self, grad):
+        if self.is_dtensor and grad.dtype == torch.bfloat16 and hasattr(grad, "_local_tensor"):
+            return grad._local_tensor  # this rank's own partial: the sum over tp never taken
+        return _inner(self, grad)
+
+    _fsdp_param.FSDPParam._get_grad_inner_tensor = _keeping_bf16_partials
 
 if "broken-all-reduce" in _FAULTS:
     import torch.distributed as dist
