@@ -7,7 +7,7 @@ import torch
 
 from pytest_fsdpcheck.checks.distributed import check_ddp_end_to_end
 from tests.demands import demand_failures
-from tests.helpers import fs2_15_on_this_torch, fs2_9_on_this_torch, spl16_on_this_torch
+from tests.helpers import fs2_9_on_this_torch, fs2_15_on_this_torch, spl16_on_this_torch
 
 pytestmark = pytest.mark.unit
 

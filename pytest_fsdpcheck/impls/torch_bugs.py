@@ -16,12 +16,12 @@ from .torch_bug_signatures import (
     grouped_module_reused,
     grouped_module_reused_summed,
     inplace_view_hook_dropped,
-    tp_reduced_in_compute_dtype,
     int_attributes_lifted,
     int_param_rejected,
     mixed_step_latched,
     model_kept_alive,
     sharded_gradients_summed_on_gloo,
+    tp_reduced_in_compute_dtype,
     unused_params_graphs_differ,
 )
 
