@@ -9,8 +9,10 @@ tier's size first: ``options.spawned_ranks``); SPL-16 also runs at world
 size 1, FS2-9 also at 3 (eagerly: other padded shards, an empty one). Under
 ``torchrun -m pytest_fsdpcheck.distributed`` the ranks are torchrun's own and
 every rank sees every rank's results. One run per world size, device and
-check serves every implementation of the session: each rank runs every
-implementation, so the processes (the slow part) start once.
+check serves every implementation and every test of the session that reads
+it (``fsdpcheck_run.world_results``; under xdist the first worker to ask
+runs it): each rank runs every implementation, so the processes (the slow
+part) start once.
 
 Each rank first runs the world's self-test (plain collectives on known
 tensors, the ranks' agreement on their inputs, the control's all-reduce of
@@ -57,12 +59,10 @@ def _seed(run) -> int:
 def _results(run, world_size: int, device: str, task: str) -> list[dict]:
     from pytest_fsdpcheck.runs.ddp_run import run_ranks
 
-    key = (world_size, device, run.impl_specs, task)
+    key = (world_size, device, run.impl_specs, task, _seed(run))
     # the session's: another session's ranks ran other code (its seed, its faults)
-    if key not in run.rank_runs:
-        run.rank_runs[key] = run_ranks(world_size, device, run.impl_specs, timeout=RANK_TIMEOUT_S, task=task,
-                                       seed=_seed(run))
-    return run.rank_runs[key]
+    return run.world_results(key, lambda: run_ranks(world_size, device, run.impl_specs, timeout=RANK_TIMEOUT_S,
+                                                    task=task, seed=_seed(run)))
 
 
 def _world_size(run, device: str, scale: str) -> int:

@@ -48,6 +48,9 @@ class RunState:
     probed_cases: dict = field(default_factory=dict)
     #: conformance/test_distributed.py: (world size, device, implementations, task) -> the ranks' run
     rank_runs: dict = field(default_factory=dict)
+    #: under xdist, the controller's folder where the first worker to run a
+    #: world leaves its ranks' results for the others (SuiteRun.world_results)
+    worlds_dir: str | None = None
 
 
 #: What runs outside any fsdpcheck session (direct calls, reproducer scripts).

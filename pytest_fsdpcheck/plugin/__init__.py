@@ -50,6 +50,7 @@ def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config), "fsdpcheck-xdist")
         get_session(config).run.stop_path = getattr(config, "workerinput", {}).get("fsdpcheck_stop")
+        get_session(config).run.worlds_dir = getattr(config, "workerinput", {}).get("fsdpcheck_worlds")
     if config.pluginmanager.hasplugin("html"):
         config.pluginmanager.register(HtmlHooks(), "fsdpcheck-html")
 
@@ -303,6 +304,7 @@ class XdistHooks:
         self.config = config
         self.maxfail = config.getoption("maxfail", 0) or 0
         self.stop_path = None  # the controller's -x/--maxfail stop file (RunState.stop_path on workers)
+        self.worlds_dir = None  # the controller's folder of the ranks' results (RunState.worlds_dir on workers)
         self.failures = 0
 
     @pytest.hookimpl(optionalhook=True)
@@ -321,6 +323,13 @@ class XdistHooks:
             # the workers deal their first chunks (collection.deal_first_chunks); only they collect
             node.workerinput["fsdpcheck_deal"] = [node.workerinput.get("workercount", 1),
                                                   node.config.getoption("maxschedchunk", None)]
+        if state is not None:
+            # one run of each world for the whole session, whichever worker asks first
+            if self.worlds_dir is None:
+                import tempfile
+
+                self.worlds_dir = tempfile.mkdtemp(prefix="fsdpcheck-worlds-")
+            node.workerinput["fsdpcheck_worlds"] = self.worlds_dir
         if self.maxfail:
             if self.stop_path is None:
                 import tempfile
@@ -340,10 +349,12 @@ class XdistHooks:
             request_stop(self.stop_path)
 
     def pytest_unconfigure(self, config):
-        if self.stop_path is not None:
-            import shutil
+        import shutil
 
+        if self.stop_path is not None:
             shutil.rmtree(os.path.dirname(self.stop_path), ignore_errors=True)
+        if self.worlds_dir is not None:
+            shutil.rmtree(self.worlds_dir, ignore_errors=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):

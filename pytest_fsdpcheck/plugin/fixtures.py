@@ -49,11 +49,19 @@ class SuiteRun:
         """The spec ``impl`` (a test's ``fsdpcheck_impl``) was loaded from."""
         return next(spec for spec, obj in self._session.impls.items() if obj is impl)
 
-    @property
-    def rank_runs(self) -> dict:
-        """This session's cache of the distributed ranks' results, by world:
-        another session's ranks ran other code (its seed, its faults)."""
-        return self._session.run.rank_runs
+    def world_results(self, key: tuple, run_world):
+        """The ranks' results of the world ``key`` (world size, device,
+        implementations, task, seed), run once a session: ``run_world()`` in
+        this process, or under xdist in the first worker that asks, whose
+        results the others read (a world is the slow part: each test of
+        FS2-9, FS2-11 and FS2-15, or of SPL-16, SPL-20 and EXO-9, reads the
+        same ranks, and xdist may deal them to different workers). Another
+        session's ranks ran other code (its seed, its faults): the cache is
+        this session's."""
+        cache = self._session.run.rank_runs
+        if key not in cache:
+            cache[key] = _shared_once(self._session.run.worlds_dir, key, run_world)
+        return cache[key]
 
     def world_size(self, device: str) -> int:
         """Real ranks for the distributed checks on ``device`` (torchrun's world, or
@@ -88,3 +96,33 @@ class SuiteRun:
 def fsdpcheck_run(request) -> SuiteRun:
     """The run as a conformance test may use it (:class:`SuiteRun`)."""
     return SuiteRun(request.node, request.config)
+
+
+def _shared_once(folder: str | None, key: tuple, compute):
+    """``compute()``, or what another worker's ``compute()`` for ``key``
+    left in ``folder``: the first to take the key's lock computes and
+    writes, the others wait for it and read. A computation that raised
+    leaves nothing: the next asker computes again."""
+    if folder is None:
+        return compute()
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks: each worker runs its own worlds
+        return compute()
+    import hashlib
+    import os
+
+    import torch
+
+    path = os.path.join(folder, hashlib.sha256(repr(key).encode()).hexdigest()[:24])
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.path.exists(path):
+                return torch.load(path, weights_only=False)
+            results = compute()
+            torch.save(results, path + ".partial")
+            os.replace(path + ".partial", path)
+            return results
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
