@@ -6,7 +6,7 @@ pytest_plugins = ["pytester"]
 
 #: The tiers of the project's own tests, cheapest first (pyproject.toml
 #: registers them; README and DESIGN.md say what each holds).
-TIERS = ("unit", "kill", "plugin", "process", "e2e")
+TIERS = ("unit", "kill", "plugin", "process", "e2e", "gpu")
 _HERE = Path(__file__).resolve().parent
 
 

@@ -282,6 +282,11 @@ def _check_command(words: list[str]) -> None:
             assert done.returncode == 0, f"{' '.join(words)}: exit {done.returncode}\n{done.stderr[-2000:]}"
         else:
             _check_script_args(("-m", module, *sub), rest[len(sub):])
+    elif head == "bash" and args[:1] == ["benchmarks/gpu/check.sh"]:
+        # the device check: its flags are the ones its header documents
+        text = (REPO / args[0]).read_text(encoding="utf-8")
+        for flag in args[1:]:
+            assert f'"{flag}"' in text, f"{args[0]} takes no {flag}"
     elif head == "python":
         script = REPO / args[0]
         assert script.is_file(), f"no script {args[0]}"
