@@ -97,7 +97,8 @@ def test_each_other_departure_is_named():
     control = _record(0)
     control["tp"]["control_error"] = "Traceback ...\nRuntimeError: all_gather"
     (v,) = check_fsdp2_tp([control], "impl")
-    assert v.message.startswith("rank 0: the control (the plain model's gradients, gathered with all_gather) failed")
+    assert v.message.startswith("rank 0: the (dp, tp) mesh or the control (the plain model's gradients, gathered "
+                                "with all_gather) failed: RuntimeError: all_gather")
     (v,) = check_fsdp2_tp([{"rank": 1, "error": "Traceback ...\nRuntimeError: killed"}], "impl")
     assert v.message == "rank 1: expected a step on a (dp, tp) mesh, but the rank failed: RuntimeError: killed"
     (v,) = check_fsdp2_tp([{"rank": 0, "error": None, "unchecked": {}}], "impl")

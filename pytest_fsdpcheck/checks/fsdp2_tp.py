@@ -58,8 +58,9 @@ def check_fsdp2_tp(results: list[dict], spec: str, where: str = "") -> list[Viol
         if record.get("unchecked"):
             continue
         if record.get("control_error"):
-            found.append(Violation(FS2_15, f"rank {rank}: the control (the plain model's gradients, gathered with "
-                                           f"all_gather) failed: {_first_line(record['control_error'])}"))
+            found.append(Violation(FS2_15, f"rank {rank}: the (dp, tp) mesh or the control (the plain model's "
+                                           f"gradients, gathered with all_gather) failed: "
+                                           f"{_first_line(record['control_error'])}"))
             continue
         found += _check_impl(rank, record, spec)
     found = by_rank(found)

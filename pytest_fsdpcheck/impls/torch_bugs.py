@@ -570,10 +570,14 @@ TORCH_BUGS: tuple[KnownBug, ...] = (
         "MixedPrecisionPolicy(param_dtype=bf16), and only then does FSDP2 cast it to reduce_dtype for its own "
         "reduce-scatter over dp: reduce_dtype=fp32, which 'controls the dtype for gradient reduction', does not "
         "reach the tp sum, and each gradient is off by bf16's rounding of it. pytorch/pytorch#190626 (open), "
-        "fix pytorch/pytorch#190627 (open); 2.15.0 upcasts before the redistribution. Found by FS2-15. It is "
-        "torch's runtime, not the walk: any implementation driving fully_shard meets it.",
+        "fix pytorch/pytorch#190627 (open); 2.15.0 upcasts before the redistribution. Found by FS2-15; its "
+        "reproducer gives BUG on every release from 2.7.1 to 2.14.1 and fixed on 2.15.0, and the history "
+        "command reads FS2-15 known on 2.7.1 ... 2.14.1 and pass on 2.15.0. Read in the source, 2.5.1's "
+        "_get_grad_inner_tensor redistributes the same way, but 2.3 ... 2.6 take no CPU step (the reproducer "
+        "is n/a there) and FS2-15 rides on FS2-9's worlds, n/p before 2.7: the range is what was measured. It "
+        "is torch's runtime, not the walk: any implementation driving fully_shard meets it.",
         affects=">=2.7,<2.15",
-        seen=("2.13.0",),
+        seen=("2.7.1", "2.13.0", "2.14.1"),
         predicate=tp_reduced_in_compute_dtype,
         reproducer="fs2-tp-reduce-in-compute-dtype.py",
         upstream=("pytorch/pytorch#190626", "pytorch/pytorch#190627"),

@@ -116,8 +116,8 @@ def with_tp_steps(result: dict, rank: int, world_size: int, device: torch.device
 
 def tp_task(rank: int, world_size: int, device: torch.device, impl_specs) -> dict:
     """This rank's FS2-15 records: the mesh, the control of each step, and
-    each implementation's steps. Nothing raises: the control's failure is
-    recorded as ``control_error`` (the check's), an implementation's as its
+    each implementation's steps. Nothing raises: the mesh's or the control's
+    failure is recorded as ``control_error`` (the check's), an implementation's as its
     record's ``error``; ``unchecked`` says why this torch cannot build the
     mesh (decided before anything ran)."""
     from ..impls import load_implementation
@@ -132,6 +132,9 @@ def tp_task(rank: int, world_size: int, device: torch.device, impl_specs) -> dic
         mesh["dp"], mesh["tp"]  # noqa: B018 - slicing by name is what the step needs
     except (ImportError, AttributeError, TypeError, NotImplementedError) as exc:
         out["unchecked"] = f"torch {torch.__version__} cannot build a named (dp, tp) device mesh: {type(exc).__name__}: {exc}"
+        return out
+    except Exception:  # noqa: BLE001 - a mesh this torch has but cannot build here is the check's failure
+        out["control_error"] = traceback.format_exc(limit=6)
         return out
     try:
         for mode in TP_MODES:
