@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fs2_9_on_this_torch, spl16_on_this_torch
+from tests.helpers import fs2_9_on_this_torch, fs2_15_on_this_torch, spl16_on_this_torch
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +138,7 @@ def test_the_documented_torchrun_command_passes_as_written(tmp_path):
     report = json.loads((tmp_path / "fsdpcheck.json").read_text())
     assert {inv: cell["outcome"] for inv, cell in report["matrix"]["torch"].items()} == {
         **{inv: "pass" for inv in ("SPL-20", "FS2-11", "EXO-9")}, "FS2-9": fs2_9_on_this_torch(),
-        "SPL-16": spl16_on_this_torch()}
+        "FS2-15": fs2_15_on_this_torch(), "SPL-16": spl16_on_this_torch()}
 
 
 def _ci_recipe_step() -> list[str]:

@@ -96,7 +96,15 @@ for i in "${!names[@]}"; do
         # --fsdpcheck-device cuda is the environment's error (exit 10) before
         # anything is collected
         words=("${words[@]/#cuda/auto}")
-        words+=(--collect-only -q)
+        # and without xdist: -n N only deals the same items to N workers
+        kept=()
+        skip=0
+        for word in "${words[@]}"; do
+            if [ "$skip" = 1 ]; then skip=0; continue; fi
+            if [ "$word" = -n ]; then skip=1; continue; fi
+            kept+=("$word")
+        done
+        words=("${kept[@]}" --collect-only -q)
     else
         words+=(--junitxml "$work/$name.xml")
         [ "$name" = gpu-tier ] || words+=(--fsdpcheck-report "$OUT/$name.json")

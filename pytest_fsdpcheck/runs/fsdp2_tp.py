@@ -201,6 +201,8 @@ def tp_step(area, mesh, rank: int, device, mode: str) -> dict:
     for module in model.modules():
         for name, p in list(module._parameters.items()):
             module._parameters[name] = nn.Parameter(distribute_tensor(p.detach(), mesh["tp"], [Replicate()]))
+    module_names = {id(m): name or "(root)" for name, m in model.named_modules()}
+    param_names = {id(p): name for name, p in model.named_parameters()}
     policy = {}
     if mode == "bf16":
         policy = {"mp_policy": mixed_precision_policy()(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
@@ -210,6 +212,18 @@ def tp_step(area, mesh, rank: int, device, mode: str) -> dict:
             fully_shard(root, mesh=mesh["dp"], **policy)
             if area is not None:
                 area.mark_own_group(root)
+    # A walk that gives the ranks different groups (FS2-11's finding) would
+    # leave their collectives unpaired: a hang that takes every record of
+    # the world with it. The ranks compare what the walk gave first, and
+    # none steps where they differ.
+    walked = [([module_names.get(id(m), "?") for m in modules],
+               [param_names.get(id(p), "?") for p in (states[0] if states else ())]) for modules, states in record]
+    everyone: list = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, walked)
+    if any(answer != walked for answer in everyone):
+        differ = [r for r, answer in enumerate(everyone) if answer != everyone[0]]
+        raise RuntimeError(f"the walk gave ranks {differ} other groups than rank 0's (FS2-11 names them): no step "
+                           "taken, its collectives would not pair up")
     placed = {name: _placement(p, DTensor) for name, p in model.named_parameters()}
     x = DTensor.from_local(tp_rows(rank).to(device), mesh["tp"], [Shard(0)], run_check=False)
     y = model(x)
